@@ -1,0 +1,3 @@
+from traincast.cli.main import main
+
+main()

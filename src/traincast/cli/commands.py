@@ -1,0 +1,201 @@
+"""Forecasting commands: predict, trace, demo, models, gpus, instances."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from traincast.cli.render import console, count, dur, flops, print_json, size, table, usd
+
+Catalogs = Optional[list[Path]]
+
+
+def _catalog(files):
+    from traincast.hardware import get_catalog
+
+    return get_catalog(files or ())
+
+
+def render_forecast(f, console=console) -> None:
+    title = (f"{f.model} on {f.gpus}x {f.device}" + (f" ({f.nodes} nodes)" if f.nodes > 1 else "")
+             + (f", {f.instance}" if f.instance else "") + f", {f.precision}, {f.optimizer}")
+    rows = [
+        ["batch (global / per GPU)", f"{f.global_batch} / {f.per_gpu_batch}"],
+        ["iteration", dur(f.iteration_s)],
+        ["  forward", dur(f.forward_s)],
+        ["  backward", dur(f.backward_s)],
+        ["  optimizer", dur(f.optimizer_s)],
+        ["  communication (exposed / total)", f"{dur(f.communication_s)} / {dur(f.communication_total_s)}"],
+        ["  fixed per step", dur(f.overhead_s)],
+        ["steps per epoch", f"{f.steps_per_epoch:,}"],
+        ["epoch", dur(f.epoch_s)],
+        [f"total ({f.epochs:g} epochs)", dur(f.total_s)],
+        ["price", usd(f.usd_per_hour) + ("/h" if f.usd_per_hour is not None else "")],
+        ["cost", usd(f.cost_usd)],
+        ["FLOPs per step (fwd / bwd)", f"{flops(f.flops['forward'])} / {flops(f.flops['backward'])}"],
+        ["parameters (trainable)", f"{count(f.parameters)} ({count(f.trainable_parameters)})"],
+        ["peak memory per GPU", f"{size(f.peak_memory_bytes)} of {size(f.memory_capacity_bytes)} usable"
+         + ("" if f.fits_in_memory else "  OUT OF MEMORY")],
+        ["largest per-GPU batch that fits", str(f.max_per_gpu_batch)],
+        ["bottleneck", f.bottleneck],
+        ["predictor", f.predictor],
+    ]
+    console.print(table(title, ["", ""], rows))
+    mods = [[m["module"], dur(m["time_s"]), f"{100 * m['share']:.1f}%", flops(m["flops"])] for m in f.top_modules]
+    console.print(table("costliest modules (fwd+bwd)", ["module", "time", "share", "FLOPs"], mods))
+    if len(f.scaling) > 1:
+        rows = [[r.gpus, r.nodes, r.per_gpu_batch, dur(r.iteration_s), dur(r.communication_s),
+                 f"{r.samples_per_s:,.0f}", dur(r.epoch_s), f"{r.speedup:.2f}x", f"{100 * r.efficiency:.0f}%"]
+                for r in f.scaling]
+        console.print(table("data-parallel scaling", ["GPUs", "nodes", "batch/GPU", "iteration", "comm",
+                                                      "samples/s", "epoch", "speed-up", "efficiency"], rows))
+    for n in f.notes:
+        console.print(f"[yellow]note:[/yellow] {n}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def predict(
+        model: str = typer.Argument(..., help="zoo name (see `traincast models`) or a .yaml/.json layer spec"),
+        gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name (see `traincast gpus`)"),
+        gpus: int = typer.Option(1, "--gpus", help="GPUs in total"),
+        nodes: Optional[int] = typer.Option(None, "--nodes", help="nodes the GPUs are spread over"),
+        batch_size: int = typer.Option(..., "--batch-size", "-b", help="global batch (per GPU with --per-gpu-batch)"),
+        per_gpu_batch: bool = typer.Option(False, "--per-gpu-batch", help="weak scaling: --batch-size is per GPU"),
+        epochs: float = typer.Option(1.0, "--epochs"),
+        dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="training samples per epoch"),
+        precision: str = typer.Option("fp32", "--precision", help="fp32 | tf32 | amp-fp16 | amp-bf16"),
+        optimizer: str = typer.Option("sgd", "--optimizer", help="sgd | adam | adamw | rmsprop"),
+        sync: str = typer.Option("ring", "--sync", help="ring | tree | butterfly | ps | ps-sharded"),
+        no_overlap: bool = typer.Option(False, "--no-overlap", help="no overlap of gradient sync with backward"),
+        freeze: Optional[str] = typer.Option(None, "--freeze", help="none | all-but-last | all-but-last:K"),
+        instance: Optional[str] = typer.Option(None, "--instance", help="cloud instance (see `traincast instances`)"),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len", help="sequence length of transformer models"),
+        network: Optional[float] = typer.Option(None, "--network-gbit", help="inter-node network, Gb/s"),
+        catalog: Catalogs = typer.Option(None, "--catalog", help="extra catalog YAML file(s)"),
+        as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    ):
+        """Forecast iteration, epoch and total time, cost and memory of a training job."""
+        from traincast.predict import forecast
+
+        f = forecast(model, gpu=gpu, gpus=gpus, nodes=nodes, batch_size=batch_size, per_gpu_batch=per_gpu_batch,
+                     epochs=epochs, dataset_size=dataset_size, precision=precision, optimizer=optimizer,
+                     instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap, freeze=freeze,
+                     network_gbit_per_s=network, catalog=_catalog(catalog))
+        if as_json:
+            print_json(f.to_dict())
+        else:
+            render_forecast(f)
+
+    @app.command("trace")
+    def trace_cmd(
+        model: str = typer.Argument(..., help="zoo name or a .yaml/.json layer spec"),
+        batch_size: int = typer.Option(32, "--batch-size", "-b"),
+        precision: str = typer.Option("fp32", "--precision"),
+        optimizer: str = typer.Option("sgd", "--optimizer"),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len"),
+        freeze: Optional[str] = typer.Option(None, "--freeze"),
+        ops: bool = typer.Option(False, "--ops", help="list every op"),
+        out: Optional[Path] = typer.Option(None, "--out", help="write the workload JSON to this file"),
+        as_json: bool = typer.Option(False, "--json"),
+    ):
+        """Trace one training step on the meta device: ops, FLOPs, bytes, memory."""
+        from traincast.workload import PHASES, trace
+
+        wl = trace(model, batch_size=batch_size, precision=precision, optimizer=optimizer, seq_len=seq_len,
+                   freeze=freeze)
+        if out is not None:
+            wl.to_json(out)
+        if as_json:
+            print_json(wl.to_dict(with_ops=ops))
+            return
+        ph = wl.by_phase()
+        rows = [[p, ph[p]["ops"], flops(ph[p]["flops"]), size(ph[p]["bytes"])] for p in PHASES]
+        rows.append(["total", len(wl.ops), flops(wl.flops()), size(wl.bytes())])
+        console.print(table(f"{wl.model}: one training step, batch {wl.batch_size}, {wl.optimizer}, {precision}",
+                            ["phase", "ops", "FLOPs", "bytes moved"], rows))
+        m = wl.memory
+        console.print(table("memory per device", ["", "bytes"], [
+            ["parameters", size(m.parameter_bytes)], ["gradients", size(m.gradient_bytes)],
+            ["optimizer state", size(m.optimizer_state_bytes)], ["activations (saved for backward)", size(m.activation_bytes)],
+            ["largest transient", size(m.transient_bytes)], ["peak", size(m.peak_bytes)],
+        ]))
+        console.print(f"parameters: {wl.parameters:,} ({wl.trainable_parameters:,} trainable); "
+                      f"forward: {wl.flops('forward') / wl.batch_size / 2e9:.3f} GMACs per sample; "
+                      f"traced in {wl.meta.get('trace_s', 0):.2f} s")
+        if ops:
+            rows = [[i, o.phase, o.aten, o.module, o.op_class, o.dtype, f"{o.flops:,}", f"{o.bytes_total:,}"]
+                    for i, o in enumerate(wl.ops)]
+            console.print(table("ops", ["#", "phase", "aten", "module", "class", "dtype", "FLOPs", "bytes"], rows, 6))
+
+    @app.command()
+    def models(as_json: bool = typer.Option(False, "--json")):
+        """The model zoo."""
+        from traincast.workload import zoo
+
+        rows = [[e.name, e.family, e.description] for e in zoo.ZOO.values()]
+        if as_json:
+            print_json([dict(name=r[0], family=r[1], description=r[2]) for r in rows])
+            return
+        console.print(table("models", ["name", "family", "description"], rows, justify_right_from=9))
+        console.print("aliases: " + ", ".join(f"{a} -> {b}" for a, b in zoo.ALIASES.items()))
+
+    @app.command("gpus")
+    def gpus_cmd(catalog: Catalogs = typer.Option(None, "--catalog"), as_json: bool = typer.Option(False, "--json")):
+        """The devices in the catalog, with their peaks and sources."""
+        cat = _catalog(catalog)
+        devs = list(cat.devices.values())
+        if as_json:
+            from dataclasses import asdict
+
+            print_json([asdict(d) for d in devs])
+            return
+        f = lambda x: "-" if x is None else f"{x:g}"  # noqa: E731
+        rows = [[d.name, d.generation, f(d.fp32_tflops), f(d.tf32_tflops), f(d.fp16_tflops), f(d.bf16_tflops),
+                 f"{d.memory_gib:g}", f"{d.memory_bandwidth_gb_per_s:g}", f"{d.link.type} {d.link.gb_per_s:g}",
+                 d.date] for d in devs]
+        console.print(table("devices (TFLOP/s dense; memory GiB; bandwidth GB/s; link GB/s per direction)",
+                            ["name", "gen", "fp32", "tf32", "fp16", "bf16", "mem", "bw", "link", "date"], rows, 2))
+
+    @app.command()
+    def instances(catalog: Catalogs = typer.Option(None, "--catalog"), as_json: bool = typer.Option(False, "--json")):
+        """Cloud instances and servers with their on-demand prices."""
+        cat = _catalog(catalog)
+        insts = list(cat.instances.values())
+        if as_json:
+            print_json([dict(name=i.name, provider=i.provider, gpu=i.device.name, gpus=i.gpus,
+                             usd_per_hour=i.usd_per_hour, network_gbit_per_s=i.network_gbit_per_s,
+                             region=i.region, date=i.date, source=i.source) for i in insts])
+            return
+        rows = [[i.name, i.provider, i.device.name, i.gpus, usd(i.usd_per_hour),
+                 "-" if i.network_gbit_per_s is None else f"{i.network_gbit_per_s:g}", i.region or "-", i.date]
+                for i in insts]
+        console.print(table("instances (on-demand $/h; network Gb/s)",
+                            ["name", "provider", "gpu", "gpus", "$/h", "net", "region", "date"], rows, 3))
+
+    @app.command()
+    def demo(as_json: bool = typer.Option(False, "--json")):
+        """ResNet-50 on ImageNet-1k, 90 epochs, batch 256: 8xV100 vs 8xA100 vs 8xH100."""
+        from traincast.predict import WorkloadFamily, forecast
+
+        fam = WorkloadFamily("resnet50")
+        res = []
+        for inst in ("p3.16xlarge", "p4d.24xlarge", "p5.48xlarge"):
+            res.append(forecast("resnet50", instance=inst, gpus=8, batch_size=256, epochs=90,
+                                dataset_size=1281167, family=fam))
+        if as_json:
+            print_json([f.to_dict() for f in res])
+            return
+        console.print("[bold]ResNet-50, ImageNet-1k (1,281,167 images), 90 epochs, global batch 256, fp32, SGD-momentum[/bold]")
+        rows = [[f"8x {f.device}", f.instance, dur(f.iteration_s), dur(f.epoch_s), dur(f.total_s),
+                 usd(f.usd_per_hour), usd(f.cost_usd), f"{f.scaling[-1].efficiency * 100:.0f}%" if f.scaling else "-",
+                 size(f.peak_memory_bytes), f.bottleneck] for f in res]
+        console.print(table("forecast", ["hardware", "instance", "iteration", "epoch", "total", "$/h", "cost",
+                                         "scaling eff.", "memory/GPU", "bottleneck"], rows, 2))
+        best = min(res, key=lambda f: f.cost_usd or float("inf"))
+        fast = min(res, key=lambda f: f.total_s)
+        console.print(f"fastest: {fast.device} ({dur(fast.total_s)}); cheapest: {best.device} ({usd(best.cost_usd)})")
+        console.print("details of one: traincast predict resnet50 --instance p4d.24xlarge --gpus 8 "
+                      "--batch-size 256 --epochs 90 --dataset-size 1281167")

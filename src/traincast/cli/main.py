@@ -1,0 +1,68 @@
+"""The `traincast` command line: parse, call the library, render.
+
+Each sub-command is a thin wrapper over a library call. Command groups live in
+sibling modules that expose ``register(app)``; this module collects them and
+turns every ``TraincastError`` into a one-line message and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from traincast.errors import TraincastError
+
+app = typer.Typer(
+    name="traincast",
+    help="Forecast the time and cost of training deep-learning models, and pick the hardware.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _register_all() -> None:
+    from traincast.cli import commands
+
+    commands.register(app)
+    for name in ("bench", "online", "plan"):
+        try:
+            module = __import__(f"traincast.cli.{name}", fromlist=["register"])
+        except ModuleNotFoundError as exc:  # a group not built yet
+            if exc.name != f"traincast.cli.{name}":
+                raise
+            continue
+        module.register(app)
+
+
+def run(argv: list[str] | None = None, the_app: typer.Typer | None = None) -> int:
+    """Run the CLI on ``argv``; return the exit code instead of exiting.
+
+    A ``TraincastError`` becomes ``error: <message>`` on stderr and code 2.
+    """
+    the_app = the_app or app
+    try:
+        the_app(args=argv, standalone_mode=False, prog_name="traincast")
+    except TraincastError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return exc.exit_code
+    except typer.Exit as exc:  # raised by commands to set a code
+        return exc.exit_code
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        return 130
+    except Exception as exc:  # click's usage errors (typer may vendor its own click)
+        if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
+            exc.show()
+            return exc.exit_code
+        raise
+    return 0
+
+
+def main() -> None:
+    _register_all()
+    sys.exit(run())

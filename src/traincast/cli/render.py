@@ -1,0 +1,66 @@
+"""Rendering helpers: human units and rich tables."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def dur(seconds: float | None) -> str:
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    if seconds < 120:
+        return f"{seconds:.2f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 3 * 86400:
+        h, m = divmod(int(round(seconds / 60)), 60)
+        return f"{h} h {m:02d} m"
+    return f"{seconds / 86400:.1f} d"
+
+
+def usd(x: float | None) -> str:
+    return "-" if x is None else f"${x:,.2f}"
+
+
+def size(nbytes: float) -> str:
+    for unit, f in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if nbytes >= f:
+            return f"{nbytes / f:.2f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def flops(x: float) -> str:
+    for unit, f in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if x >= f:
+            return f"{x / f:.2f} {unit}"
+    return f"{x:.0f} FLOP"
+
+
+def count(n: float) -> str:
+    for unit, f in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= f:
+            return f"{n / f:.2f}{unit}"
+    return str(int(n))
+
+
+def print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def table(title: str, columns: list[str], rows: list[list], justify_right_from: int = 1) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="right" if i >= justify_right_from else "left")
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    return t

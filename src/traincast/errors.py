@@ -1,0 +1,72 @@
+"""Errors a user can cause.
+
+Every error that follows from what a user typed or wrote (an unknown model or
+GPU, a malformed spec, an impossible configuration) is a ``TraincastError``
+subclass whose message says what was wrong and what would be right. The CLI
+prints the message and exits with code 2; nothing a user can type produces a
+traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class TraincastError(Exception):
+    """Base class of all errors a user can cause."""
+
+    exit_code = 2
+
+
+class UnknownNameError(TraincastError):
+    """A model, GPU, instance, op or optimizer name that is not known."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str]):
+        self.kind = kind
+        self.name = name
+        known = sorted(set(known))
+        self.suggestions = suggest(name, known)
+        msg = f"unknown {kind} {name!r}"
+        if self.suggestions:
+            msg += f"; did you mean {', '.join(repr(s) for s in self.suggestions)}?"
+        else:
+            shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+            msg += f"; known: {shown}"
+        super().__init__(msg)
+
+
+class SpecError(TraincastError):
+    """A malformed model spec, catalog file or scenario file."""
+
+
+class ConfigError(TraincastError):
+    """An impossible or inconsistent configuration (batch < GPUs, negative sizes...)."""
+
+
+class TraceError(TraincastError):
+    """A model that cannot be traced with the inputs given (shapes that do not compose)."""
+
+
+class DataError(TraincastError):
+    """Input data files (CSV, logs) that cannot be read."""
+
+
+def suggest(name: str, known: Iterable[str], n: int = 3) -> list[str]:
+    """Close matches for ``name`` among ``known``, case-insensitively."""
+    known = list(known)
+    lower = {k.lower(): k for k in known}
+    hits = difflib.get_close_matches(name.lower(), list(lower), n=n, cutoff=0.6)
+    # substring matches help for things like 'a100' -> 'A100-SXM4-80GB'
+    for k_low, k in lower.items():
+        if len(hits) >= n:
+            break
+        if name.lower() in k_low and k_low not in hits:
+            hits.append(k_low)
+    return [lower[h] for h in hits]
+
+
+def positive(name: str, value: float | int) -> None:
+    """Raise ConfigError unless ``value`` > 0."""
+    if value is None or not value > 0:
+        raise ConfigError(f"{name} must be a positive number, got {value!r}")

@@ -1,0 +1,112 @@
+"""Hardware records: devices, links, instances, clusters. Units are in the names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Link:
+    """How a device talks to its peers inside a node: per GPU, per direction."""
+
+    type: str  # pcie3, nvlink3, ...
+    gb_per_s: float  # GB/s (bytes), one direction
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator (or one CPU socket) with its datasheet peaks."""
+
+    name: str
+    kind: str  # gpu | cpu
+    vendor: str
+    generation: str
+    fp32_tflops: float
+    tf32_tflops: float | None
+    fp16_tflops: float | None
+    bf16_tflops: float | None
+    memory_bytes: int
+    memory_bandwidth_gb_per_s: float
+    sm_count: int
+    boost_clock_mhz: float
+    link: Link
+    tdp_w: float | None = None
+    source: str = ""
+    date: str = ""
+    aliases: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def has_tensor_cores(self) -> bool:
+        return self.generation in ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna1", "cdna2", "cdna3")
+
+    def peak_flops_per_s(self, dtype: str) -> float:
+        """Dense peak for ``dtype`` in fp32 | tf32 | fp16 | bf16, falling back to fp32."""
+        tflops = {
+            "fp32": self.fp32_tflops,
+            "tf32": self.tf32_tflops,
+            "fp16": self.fp16_tflops,
+            "bf16": self.bf16_tflops,
+        }.get(dtype)
+        return (tflops or self.fp32_tflops) * 1e12
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        return self.memory_bandwidth_gb_per_s * 1e9
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GIB
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A VM type or a server: devices, price, network."""
+
+    name: str
+    provider: str
+    device: Device
+    gpus: int
+    usd_per_hour: float | None
+    network_gbit_per_s: float | None = None
+    vcpus: int | None = None
+    memory_gb: float | None = None
+    region: str | None = None
+    source: str = ""
+    date: str = ""
+    note: str = ""
+
+    @property
+    def gpu(self) -> Device:
+        return self.device
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """``nodes`` x ``gpus_per_node`` identical devices."""
+
+    device: Device
+    gpus_per_node: int = 1
+    nodes: int = 1
+    intra_node_gb_per_s: float | None = None  # per GPU, per direction; default: the device's link
+    inter_node_gbit_per_s: float = 100.0  # per node NIC, Gb/s
+    usd_per_hour: float | None = None  # whole cluster
+    instance: str | None = None
+    latency_intra_s: float = 5e-6
+    latency_inter_s: float = 2e-5
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def intra_bytes_per_s(self) -> float:
+        gbps = self.intra_node_gb_per_s if self.intra_node_gb_per_s is not None else self.device.link.gb_per_s
+        return max(gbps, 1e-3) * 1e9
+
+    @property
+    def inter_bytes_per_s(self) -> float:
+        return self.inter_node_gbit_per_s * 1e9 / 8

@@ -1,0 +1,98 @@
+"""The analytical predictor: PALEO's per-op model, done as a roofline.
+
+Per op: ``max(FLOPs / (peak(dtype) x compute efficiency(class)), bytes /
+(bandwidth x memory efficiency(class)), kernel floor) + op overhead``; a fixed
+cost per step. Compute and memory are a roofline (the larger wins), not
+PALEO's sum. Efficiencies come per device generation from the catalog's
+``efficiency.yaml`` and can be overridden by a calibrated device profile.
+
+Precision follows PyTorch defaults: in ``fp32`` mode cuDNN convolutions use
+TF32 tensor cores where the device has them (``torch.backends.cudnn.allow_tf32``
+is True by default) while matmuls stay FP32 (``torch.backends.cuda.matmul.
+allow_tf32`` is False); ``tf32`` puts both on TF32; ``amp-*`` traces carry the
+half-precision dtypes autocast gives each op.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+
+from traincast.hardware.catalog import efficiency_table
+from traincast.hardware.records import Device
+from traincast.predict.base import OpTimes
+from traincast.workload.records import Workload
+
+_TENSOR_CLASSES = ("matmul", "conv", "attention")
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def efficiencies_for(device: Device, overrides: dict | None = None) -> dict:
+    table = efficiency_table()
+    eff = _merge(table["defaults"], table["generations"].get(device.generation, {}))
+    return _merge(eff, overrides or {})
+
+
+@dataclass
+class AnalyticalPredictor:
+    """Roofline per op. ``overrides`` replaces catalog efficiencies (calibrated profiles)."""
+
+    overrides: dict = field(default_factory=dict)
+    name: str = "analytical"
+
+    def params(self, device: Device) -> dict:
+        return efficiencies_for(device, self.overrides)
+
+    def _compute_dtype(self, op_class: str, dtype: str, device: Device, precision: str) -> tuple[str, str]:
+        """(peak dtype, simt|tensor) an op of this class and dtype runs at."""
+        if op_class not in _TENSOR_CLASSES:
+            return "fp32", "simt"
+        if dtype in ("fp16", "bf16") and device.has_tensor_cores:
+            peak = device.fp16_tflops if dtype == "fp16" else device.bf16_tflops
+            if peak:
+                return dtype, "tensor"
+            return "fp32", "simt"
+        if dtype in ("fp16", "bf16"):
+            return dtype, "simt"
+        if device.tf32_tflops:
+            if precision == "tf32" or (op_class == "conv" and precision != "fp32-strict"):
+                return "tf32", "tensor"
+        return "fp32", "simt"
+
+    def predict(self, workload: Workload, device: Device, precision: str = "fp32") -> OpTimes:
+        p = self.params(device)
+        bw = device.memory_bandwidth_bytes_per_s
+        floor_s = p["kernel_floor_us"] * 1e-6
+        over_s = p["op_overhead_us"] * 1e-6
+        chunk = max(1, int(p.get("foreach_chunk", 64)))
+        mem = p["memory"]
+        times: list[float] = []
+        bound: list[str] = []
+        cache: dict[tuple, tuple[float, str]] = {}
+        for op in workload.ops:
+            key = (op.op_class, op.dtype)
+            if key not in cache:
+                dt, unit = self._compute_dtype(op.op_class, op.dtype, device, precision)
+                eff_c = p["compute"][unit].get(op.op_class, p["compute"][unit].get("other", 0.5))
+                peak = device.peak_flops_per_s(dt) * eff_c
+                eff_m = mem.get(op.op_class, mem["default"])
+                cache[key] = (peak, bw * eff_m)
+            peak, eff_bw = cache[key]
+            t_c = op.flops / peak if op.flops else 0.0
+            t_m = op.bytes_total / eff_bw
+            launches = math.ceil(op.n_tensors / chunk) if op.n_tensors > 1 else 1
+            t_floor = floor_s * launches
+            t = max(t_c, t_m, t_floor)
+            bound.append("compute" if t == t_c and t_c > 0 else "memory" if t == t_m else "latency")
+            times.append(t + over_s * launches)
+        return OpTimes(self.name, tuple(times), tuple(bound), p["step_overhead_ms"] * 1e-3)

@@ -1,0 +1,101 @@
+"""Gradient synchronisation of data-parallel training.
+
+Collective costs with an alpha-beta model (``alpha`` latency per message
+step, ``bandwidth`` bytes per second one direction per GPU) for ``P``
+processes and a message of ``size_bytes``:
+
+- ring all-reduce: ``2 (P-1)/P * size / B + 2 (P-1) alpha`` (scatter-reduce + all-gather)
+- tree all-reduce (PALEO): reduce up and broadcast down a binary tree,
+  ``2 ceil(log2 P) (alpha + size / B)``
+- butterfly all-reduce (PALEO): ``ceil(log2 P)`` rounds of full-duplex exchange,
+  ``ceil(log2 P) (alpha + size / B)``
+- parameter server, single: the server's link carries ``(P-1)`` pushes and
+  ``(P-1)`` pulls of the whole model: ``2 (P-1) size / B + 2 alpha``
+- parameter server, sharded over all P workers: each sends and receives
+  ``(P-1)/P`` of the model: ``2 (P-1)/P * size / B + 2 alpha``
+
+Across nodes the bandwidth is the smaller of the GPU link and the node's
+network share; latency is the inter-node one.
+
+Overlap (DDP/Horovod): gradients are grouped in buckets (25 MB, as DDP) that
+become ready in order during the backward pass; each bucket's all-reduce
+starts when it is ready and the previous one is done. The exposed
+communication is what finishes after the backward pass ends.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from traincast.errors import UnknownNameError
+from traincast.hardware.records import Cluster
+
+SYNC_METHODS = ("ring", "tree", "butterfly", "ps", "ps-sharded")
+DDP_BUCKET_BYTES = 25 * 1024 * 1024
+
+
+def allreduce_s(method: str, size_bytes: float, p: int, bandwidth_bytes_per_s: float, alpha_s: float) -> float:
+    """Seconds to synchronise ``size_bytes`` of gradients among ``p`` workers."""
+    if p <= 1 or size_bytes <= 0:
+        return 0.0
+    b = bandwidth_bytes_per_s
+    if method == "ring":
+        return 2 * (p - 1) / p * size_bytes / b + 2 * (p - 1) * alpha_s
+    if method == "tree":
+        return 2 * math.ceil(math.log2(p)) * (alpha_s + size_bytes / b)
+    if method == "butterfly":
+        return math.ceil(math.log2(p)) * (alpha_s + size_bytes / b)
+    if method == "ps":
+        return 2 * (p - 1) * size_bytes / b + 2 * alpha_s
+    if method == "ps-sharded":
+        return 2 * (p - 1) / p * size_bytes / b + 2 * alpha_s
+    raise UnknownNameError("sync method", method, SYNC_METHODS)
+
+
+def link_of(cluster: Cluster) -> tuple[float, float]:
+    """(bandwidth bytes/s, latency s) that bounds a collective over the whole cluster."""
+    if cluster.nodes <= 1:
+        return cluster.intra_bytes_per_s, cluster.latency_intra_s
+    # one NIC budget per node shared by its GPUs' rings; bounded by the GPU link too
+    return min(cluster.intra_bytes_per_s, cluster.inter_bytes_per_s), cluster.latency_inter_s
+
+
+@dataclass(frozen=True)
+class CommTime:
+    total_s: float  # all synchronisation, if nothing overlapped
+    exposed_s: float  # what the step waits for after the backward pass
+    buckets: int
+    bytes: int
+    method: str
+
+
+def gradient_sync(
+    grad_bytes: int,
+    cluster: Cluster,
+    method: str = "ring",
+    backward_s: float = 0.0,
+    overlap: bool = True,
+    bucket_bytes: int = DDP_BUCKET_BYTES,
+) -> CommTime:
+    """Communication time of one step's gradient synchronisation."""
+    if method not in SYNC_METHODS:
+        raise UnknownNameError("sync method", method, SYNC_METHODS)
+    p = cluster.gpus
+    if p <= 1 or grad_bytes <= 0:
+        return CommTime(0.0, 0.0, 0, int(grad_bytes), method)
+    bw, alpha = link_of(cluster)
+    n = max(1, math.ceil(grad_bytes / bucket_bytes)) if overlap else 1
+    sizes = [bucket_bytes] * (n - 1) + [grad_bytes - bucket_bytes * (n - 1)]
+    per = [allreduce_s(method, s, p, bw, alpha) for s in sizes]
+    total = sum(per)
+    if not overlap:
+        return CommTime(total, total, 1, int(grad_bytes), method)
+    # bucket k is ready when the backward pass has produced its share of gradients
+    finish = 0.0
+    done_bytes = 0
+    for s, t in zip(sizes, per):
+        done_bytes += s
+        ready = backward_s * done_bytes / grad_bytes
+        finish = max(finish, ready) + t
+    return CommTime(total, max(0.0, finish - backward_s), n, int(grad_bytes), method)

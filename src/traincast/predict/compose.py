@@ -1,0 +1,409 @@
+"""Compose per-op predictions into steps, epochs, jobs and costs.
+
+Workload + Cluster + Predictor -> StepTime; StepTime + Job -> Forecast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+from traincast.errors import ConfigError, positive
+from traincast.hardware.catalog import Catalog, get_catalog
+from traincast.hardware.records import GIB, Cluster, Device
+from traincast.predict.analytical import AnalyticalPredictor
+from traincast.predict.base import OpTimes, Predictor
+from traincast.predict.comm import SYNC_METHODS, CommTime, gradient_sync
+from traincast.workload.records import PHASES, MemoryFootprint, OpRecord, Workload
+
+# memory the CUDA context, cuDNN/cuBLAS workspaces and allocator keep per GPU
+RESERVED_BYTES = int(0.75 * GIB)
+ALLOCATOR_SLACK = 0.95
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One training step on one data-parallel cluster."""
+
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    communication_s: float  # exposed (not hidden behind backward)
+    communication_total_s: float
+    overhead_s: float
+    op_times: OpTimes
+    comm: CommTime
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s + self.optimizer_s
+
+    @property
+    def iteration_s(self) -> float:
+        return self.compute_s + self.communication_s + self.overhead_s
+
+    def bottleneck(self) -> str:
+        by = {"compute": 0.0, "memory": 0.0, "latency": 0.0}
+        for t, b in zip(self.op_times.times_s, self.op_times.bound):
+            by[b] += t
+        by["latency"] += self.overhead_s
+        by["communication"] = self.communication_s
+        return max(by, key=by.get)
+
+
+def step_time(
+    workload: Workload,
+    cluster: Cluster,
+    predictor: Predictor | None = None,
+    precision: str = "fp32",
+    sync: str = "ring",
+    overlap: bool = True,
+) -> StepTime:
+    predictor = predictor or AnalyticalPredictor()
+    ot = predictor.predict(workload, cluster.device, precision)
+    phase = {p: 0.0 for p in PHASES}
+    for op, t in zip(workload.ops, ot.times_s):
+        phase[op.phase] += t
+    comm = gradient_sync(workload.memory.gradient_bytes, cluster, sync, phase["backward"], overlap)
+    return StepTime(
+        forward_s=phase["forward"],
+        backward_s=phase["backward"],
+        optimizer_s=phase["optimizer"],
+        communication_s=comm.exposed_s,
+        communication_total_s=comm.total_s,
+        overhead_s=ot.step_overhead_s,
+        op_times=ot,
+        comm=comm,
+    )
+
+
+# --- workloads at other batch sizes ------------------------------------------
+def interpolate(a: Workload, b: Workload, batch: int) -> Workload | None:
+    """The workload at ``batch`` from traces at two batch sizes, per op linearly.
+
+    Op FLOPs and bytes are affine in the batch size for every op a training
+    step runs (weights are fixed, activations scale); returns None when the
+    two traces do not have the same op sequence.
+    """
+    if len(a.ops) != len(b.ops) or a.batch_size == b.batch_size:
+        return None
+    if any(x.aten != y.aten or x.phase != y.phase for x, y in zip(a.ops, b.ops)):
+        return None
+    if batch == a.batch_size:
+        return a
+    if batch == b.batch_size:
+        return b
+    f = (batch - a.batch_size) / (b.batch_size - a.batch_size)
+
+    def lin(x: int, y: int) -> int:
+        return max(0, int(round(x + (y - x) * f)))
+
+    ops = tuple(
+        replace(
+            x,
+            flops=lin(x.flops, y.flops),
+            bytes_read=lin(x.bytes_read, y.bytes_read),
+            bytes_written=lin(x.bytes_written, y.bytes_written),
+            input_shapes=(),
+            output_shapes=(),
+        )
+        for x, y in zip(a.ops, b.ops)
+    )
+    ma, mb = a.memory, b.memory
+    mem = MemoryFootprint(
+        parameter_bytes=ma.parameter_bytes,
+        gradient_bytes=ma.gradient_bytes,
+        optimizer_state_bytes=ma.optimizer_state_bytes,
+        activation_bytes=lin(ma.activation_bytes, mb.activation_bytes),
+        transient_bytes=lin(ma.transient_bytes, mb.transient_bytes),
+        batch_size=batch,
+    )
+    return replace(a, batch_size=batch, ops=ops, memory=mem, samples_per_step=batch,
+                   meta=dict(a.meta, interpolated_from=[a.batch_size, b.batch_size]))
+
+
+class WorkloadFamily:
+    """Traces of one model configuration at any per-device batch, with a cache."""
+
+    def __init__(self, model, *, optimizer="sgd", precision="fp32", seq_len=None, freeze=None, inputs=None):
+        self.model = model
+        self.kw = dict(optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze, inputs=inputs)
+        self._traces: dict[int, Workload] = {}
+
+    def trace(self, batch: int) -> Workload:
+        from traincast.workload import trace
+
+        if batch not in self._traces:
+            self._traces[batch] = trace(self.model, batch_size=batch, **self.kw)
+        return self._traces[batch]
+
+    def at(self, batch: int) -> Workload:
+        """Exact trace if cached, else interpolated from two traces, else traced."""
+        if batch in self._traces:
+            return self._traces[batch]
+        anchors = sorted(self._traces)
+        if len(anchors) < 2:
+            base = anchors[0] if anchors else batch
+            other = base * 2 if base * 2 != batch else base * 4
+            if not anchors:
+                return self.trace(batch)
+            self.trace(other)
+            anchors = sorted(self._traces)
+        wl = interpolate(self._traces[anchors[0]], self._traces[anchors[-1]], batch)
+        return wl if wl is not None else self.trace(batch)
+
+
+# --- the forecast --------------------------------------------------------------
+@dataclass(frozen=True)
+class ScalingRow:
+    gpus: int
+    nodes: int
+    per_gpu_batch: int
+    global_batch: int
+    iteration_s: float
+    communication_s: float
+    samples_per_s: float
+    epoch_s: float
+    speedup: float
+    efficiency: float
+
+
+@dataclass(frozen=True)
+class Forecast:
+    model: str
+    device: str
+    gpus: int
+    nodes: int
+    instance: str | None
+    precision: str
+    optimizer: str
+    predictor: str
+    sync: str
+    overlap: bool
+    per_gpu_batch: int
+    global_batch: int
+    dataset_size: int
+    epochs: float
+    iteration_s: float
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    communication_s: float
+    communication_total_s: float
+    overhead_s: float
+    steps_per_epoch: int
+    epoch_s: float
+    total_s: float
+    usd_per_hour: float | None
+    cost_usd: float | None
+    peak_memory_bytes: int
+    memory_capacity_bytes: int
+    fits_in_memory: bool
+    max_per_gpu_batch: int
+    memory: dict
+    flops: dict
+    bytes: dict
+    parameters: int
+    trainable_parameters: int
+    bottleneck: str
+    top_modules: tuple = ()
+    scaling: tuple[ScalingRow, ...] = ()
+    notes: tuple[str, ...] = ()
+    workload: Workload | None = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k != "workload"}
+        d["iteration_ms"] = self.iteration_s * 1e3
+        d["forward_ms"] = self.forward_s * 1e3
+        d["backward_ms"] = self.backward_s * 1e3
+        d["optimizer_ms"] = self.optimizer_s * 1e3
+        d["communication_ms"] = self.communication_s * 1e3
+        d["memory"] = dict(self.memory, peak_bytes=self.peak_memory_bytes,
+                           capacity_bytes=self.memory_capacity_bytes)
+        d["top_modules"] = [dict(m) for m in self.top_modules]
+        d["scaling"] = [asdict(r) for r in self.scaling]
+        return d
+
+
+def memory_capacity(device: Device) -> int:
+    if device.kind == "cpu":
+        return device.memory_bytes
+    return int((device.memory_bytes - RESERVED_BYTES) * ALLOCATOR_SLACK)
+
+
+def _layout(gpus: int, nodes: int | None, per_node: int | None) -> tuple[int, int]:
+    """(gpus per node, nodes) for ``gpus`` GPUs."""
+    if nodes:
+        if gpus % nodes:
+            raise ConfigError(f"--gpus {gpus} does not split evenly over --nodes {nodes}")
+        return gpus // nodes, nodes
+    if per_node and gpus > per_node:
+        if gpus % per_node:
+            raise ConfigError(f"--gpus {gpus} is not a multiple of the {per_node} GPUs per node")
+        return per_node, gpus // per_node
+    return gpus, 1
+
+
+def _top_modules(wl: Workload, op_times: OpTimes, n: int = 10) -> tuple[dict, ...]:
+    agg: dict[str, dict] = {}
+    for op, t in zip(wl.ops, op_times.times_s):
+        name = op.module if op.phase != "optimizer" else "(optimizer)"
+        d = agg.setdefault(name, {"module": name, "time_s": 0.0, "flops": 0, "bytes": 0})
+        d["time_s"] += t
+        d["flops"] += op.flops
+        d["bytes"] += op.bytes_total
+    total = sum(op_times.times_s) or 1.0
+    rows = sorted(agg.values(), key=lambda d: -d["time_s"])[:n]
+    return tuple(dict(r, share=r["time_s"] / total) for r in rows)
+
+
+def forecast(
+    model,
+    *,
+    gpu: str | None = None,
+    gpus: int = 1,
+    nodes: int | None = None,
+    batch_size: int,
+    per_gpu_batch: bool = False,
+    epochs: float = 1.0,
+    dataset_size: int | None = None,
+    precision: str = "fp32",
+    optimizer: str = "sgd",
+    instance: str | None = None,
+    seq_len: int | None = None,
+    sync: str = "ring",
+    overlap: bool = True,
+    freeze: str | None = None,
+    inputs=None,
+    network_gbit_per_s: float | None = None,
+    predictor: Predictor | None = None,
+    catalog: Catalog | None = None,
+    scaling: bool = True,
+    family: WorkloadFamily | None = None,
+) -> Forecast:
+    """Forecast a data-parallel training job: step, epoch, total time, cost, memory.
+
+    ``batch_size`` is the global batch (strong scaling) unless ``per_gpu_batch``
+    (weak scaling). ``gpu`` or ``instance`` names the hardware; with only a GPU,
+    the price is that of the cheapest catalog instance carrying it.
+    """
+    cat = catalog or get_catalog()
+    positive("--gpus", gpus)
+    positive("--batch-size", batch_size)
+    positive("--epochs", epochs)
+    if nodes is not None:
+        positive("--nodes", nodes)
+    if sync not in SYNC_METHODS:
+        from traincast.errors import UnknownNameError
+
+        raise UnknownNameError("sync method", sync, SYNC_METHODS)
+    notes: list[str] = []
+    inst = cat.instance(instance) if instance else None
+    if inst is not None:
+        if gpu is not None and cat.device(gpu).name != inst.device.name:
+            raise ConfigError(f"instance {inst.name} carries {inst.device.name}, not {gpu}")
+        device = inst.device
+    elif gpu is not None:
+        device = cat.device(gpu)
+    else:
+        raise ConfigError("name the hardware: --gpu NAME or --instance NAME")
+    per_node_max = inst.gpus if inst else None
+    gpn, n_nodes = _layout(gpus, nodes, per_node_max)
+    if inst is None:
+        inst = cat.cheapest_instance(device, gpn)
+        if inst is not None and inst.gpus != gpn and n_nodes == 1 and gpn > inst.gpus:
+            gpn, n_nodes = _layout(gpus, None, inst.gpus)
+    if per_gpu_batch:
+        b = batch_size
+    else:
+        if batch_size < gpus:
+            raise ConfigError(f"global batch {batch_size} is smaller than the {gpus} GPUs; each GPU needs at least one sample")
+        b = math.ceil(batch_size / gpus)
+        if batch_size % gpus:
+            notes.append(f"global batch {batch_size} does not divide over {gpus} GPUs; {b} per GPU assumed")
+    global_batch = b * gpus
+    family = family or WorkloadFamily(model, optimizer=optimizer, precision=precision,
+                                      seq_len=seq_len, freeze=freeze, inputs=inputs)
+    wl = family.trace(b)
+    if dataset_size is None:
+        dataset_size = _default_dataset(model)
+    positive("--dataset-size", dataset_size)
+
+    net = network_gbit_per_s or (inst.network_gbit_per_s if inst and inst.network_gbit_per_s else 100.0)
+
+    def cluster_for(g: int, nn: int) -> Cluster:
+        return Cluster(device=device, gpus_per_node=g, nodes=nn, inter_node_gbit_per_s=net,
+                       instance=inst.name if inst else None)
+
+    predictor = predictor or AnalyticalPredictor()
+    st = step_time(wl, cluster_for(gpn, n_nodes), predictor, precision, sync, overlap)
+    steps = math.ceil(dataset_size / global_batch)
+    epoch_s = steps * st.iteration_s
+    total_s = epoch_s * epochs
+    usd_h = None
+    if inst is not None and inst.usd_per_hour is not None:
+        per_gpu = inst.usd_per_hour / inst.gpus
+        usd_h = per_gpu * gpus if n_nodes == 1 and gpus < inst.gpus else inst.usd_per_hour * max(1, math.ceil(gpus / inst.gpus))
+        if gpus < inst.gpus:
+            notes.append(f"cost counts {gpus} of the {inst.gpus} GPUs of {inst.name} (pro rata)")
+    cost = total_s / 3600 * usd_h if usd_h is not None else None
+    if usd_h is None:
+        notes.append(f"no priced instance with {device.name} in the catalog: cost unknown")
+
+    cap = memory_capacity(device)
+    peak = wl.memory.peak_bytes
+    fits = peak <= cap
+    max_b = wl.memory.max_batch(cap)
+    if not fits:
+        notes.append(f"out of memory: needs {peak / GIB:.1f} GiB per GPU, {device.name} has {cap / GIB:.1f} GiB usable; largest per-GPU batch that fits: {max_b}")
+
+    rows: list[ScalingRow] = []
+    if scaling:
+        ps = [1]
+        while ps[-1] * 2 <= gpus:
+            ps.append(ps[-1] * 2)
+        if ps[-1] != gpus:
+            ps.append(gpus)
+        base_rate = None
+        for p in ps:
+            g, nn = _layout(p, None, gpn if p > gpn else None)
+            pb = b if per_gpu_batch else max(1, math.ceil(global_batch / p))
+            if p == gpus and pb == b:
+                s = st
+            else:
+                s = step_time(family.at(pb), cluster_for(g, nn), predictor, precision, sync, overlap)
+            rate = pb * p / s.iteration_s
+            base_rate = base_rate or rate
+            speed = rate / base_rate
+            rows.append(ScalingRow(p, nn, pb, pb * p, s.iteration_s, s.communication_s, rate,
+                                   math.ceil(dataset_size / (pb * p)) * s.iteration_s, speed, speed / p))
+    bw = wl.by_phase()
+    return Forecast(
+        model=wl.model, device=device.name, gpus=gpus, nodes=n_nodes, instance=inst.name if inst else None,
+        precision=precision, optimizer=wl.optimizer, predictor=getattr(predictor, "name", type(predictor).__name__),
+        sync=sync, overlap=overlap, per_gpu_batch=b, global_batch=global_batch, dataset_size=int(dataset_size),
+        epochs=epochs, iteration_s=st.iteration_s, forward_s=st.forward_s, backward_s=st.backward_s,
+        optimizer_s=st.optimizer_s, communication_s=st.communication_s,
+        communication_total_s=st.communication_total_s, overhead_s=st.overhead_s,
+        steps_per_epoch=steps, epoch_s=epoch_s, total_s=total_s, usd_per_hour=usd_h, cost_usd=cost,
+        peak_memory_bytes=peak, memory_capacity_bytes=cap, fits_in_memory=fits, max_per_gpu_batch=max_b,
+        memory=wl.memory.to_dict(), flops={p: bw[p]["flops"] for p in PHASES} | {"total": wl.flops()},
+        bytes={p: bw[p]["bytes"] for p in PHASES} | {"total": wl.bytes()},
+        parameters=wl.parameters, trainable_parameters=wl.trainable_parameters,
+        bottleneck=st.bottleneck(), top_modules=_top_modules(wl, st.op_times), scaling=tuple(rows),
+        notes=tuple(notes), workload=wl,
+    )
+
+
+def _default_dataset(model) -> int:
+    from traincast.workload import zoo
+
+    if isinstance(model, str):
+        try:
+            return zoo.get(model).default_dataset_size
+        except Exception:  # spec files and modules have no default
+            pass
+    raise ConfigError("--dataset-size is needed for this model (number of training samples per epoch)")
+
+
+

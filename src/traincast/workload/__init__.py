@@ -1,0 +1,118 @@
+"""Workloads: one training step of a model, traced op by op on the meta device.
+
+    >>> from traincast.workload import trace
+    >>> wl = trace("resnet50", batch_size=32)
+    >>> wl.flops("forward") / 32 / 2e9   # GMACs per image
+    4.1...
+
+A model is a zoo name, a spec file (``.yaml``/``.json``), or an ``nn.Module``
+together with an ``inputs`` description.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from traincast.errors import ConfigError, TraceError, positive
+from traincast.workload import zoo
+from traincast.workload.records import PHASES, MemoryFootprint, OpRecord, Workload
+from traincast.workload.steps import OPTIMIZERS, PRECISIONS, TrainingStep, resolve_device, supervised_step
+
+__all__ = [
+    "PHASES", "OPTIMIZERS", "PRECISIONS", "MemoryFootprint", "OpRecord", "Workload",
+    "TrainingStep", "build_step", "trace", "zoo",
+]
+
+
+def _module_step(module: nn.Module, inputs, *, batch_size, device, optimizer, precision, freeze, name=None):
+    """A step for a user's nn.Module.
+
+    ``inputs``: a per-sample shape ``(3, 224, 224)``, a list of shapes, or a
+    callable ``inputs(batch_size, device) -> tuple of tensors``. The loss is
+    cross-entropy for 2-D outputs against random labels, else mean squared error
+    against zeros.
+    """
+    if inputs is None:
+        raise ConfigError("an nn.Module needs an input description: inputs=(C, H, W) or a callable")
+    module = module.to(device) if device.type != "meta" else module.to_empty(device="meta") if any(
+        p.device.type != "meta" for p in module.parameters()) else module
+
+    def make_batch(dev):
+        if callable(inputs):
+            args = inputs(batch_size, dev)
+            args = args if isinstance(args, tuple) else (args,)
+        else:
+            shapes = inputs if inputs and isinstance(inputs[0], (tuple, list)) else [inputs]
+            args = tuple(torch.randn(batch_size, *s, device=dev) for s in shapes)
+        return args, {}, None
+
+    def loss_fn(out, _t):
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        if out.dim() == 2 and out.shape[1] > 1:
+            y = torch.randint(0, out.shape[1], (out.shape[0],), device=out.device)
+            return F.cross_entropy(out, y)
+        return F.mse_loss(out, torch.zeros_like(out))
+
+    desc = f"{batch_size} x {inputs}" if not callable(inputs) else f"{batch_size} x (callable inputs)"
+    return supervised_step(
+        name or type(module).__name__, module, make_batch, loss_fn, batch_size=batch_size,
+        device=device, optimizer=optimizer, precision=precision, freeze=freeze, input_description=desc,
+    )
+
+
+def build_step(
+    model: str | Path | nn.Module,
+    *,
+    batch_size: int,
+    device: str | torch.device = "meta",
+    optimizer: str = "sgd",
+    precision: str = "fp32",
+    seq_len: int | None = None,
+    freeze: str | None = None,
+    inputs: tuple | list | Callable | None = None,
+) -> TrainingStep:
+    """A full training step of ``model`` on synthetic data on ``device``."""
+    positive("batch size", batch_size)
+    if seq_len is not None:
+        positive("sequence length", seq_len)
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    dev = resolve_device(device)
+    kw = dict(batch_size=batch_size, device=dev, optimizer=optimizer, precision=precision, freeze=freeze)
+    if isinstance(model, nn.Module):
+        return _module_step(model, inputs, **kw)
+    text = str(model)
+    if text.endswith((".yaml", ".yml", ".json")) or Path(text).is_file():
+        from traincast.workload.spec import build_spec_step
+
+        return build_spec_step(text, **kw)
+    entry = zoo.get(text)
+    return entry.build(seq_len=seq_len, **kw)
+
+
+def trace(
+    model: str | Path | nn.Module,
+    *,
+    batch_size: int,
+    optimizer: str = "sgd",
+    precision: str = "fp32",
+    seq_len: int | None = None,
+    freeze: str | None = None,
+    inputs=None,
+    fused_attention: bool = True,
+) -> Workload:
+    """Trace one training step on the meta device (no memory, no arithmetic)."""
+    from traincast.workload.tracer import trace_step
+
+    step = build_step(model, batch_size=batch_size, device="meta", optimizer=optimizer,
+                      precision=precision, seq_len=seq_len, freeze=freeze, inputs=inputs)
+    try:
+        return trace_step(step, precision=precision, fused_attention=fused_attention)
+    except (RuntimeError, ValueError, IndexError) as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TraceError(f"cannot trace {step.name} with batch {batch_size}: {msg}") from None

@@ -1,0 +1,206 @@
+"""Records of one training step: the ops, their costs, the memory it needs."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+PHASES = ("forward", "backward", "optimizer")
+
+# Op classes the predictors know. Each traced op is put in exactly one.
+OP_CLASSES = (
+    "matmul",  # mm, addmm, bmm, baddbmm: tensor-core eligible
+    "conv",  # convolution and its backward: tensor-core eligible (cuDNN)
+    "attention",  # fused scaled-dot-product attention kernels
+    "norm",  # batch/layer/group norm fwd and bwd
+    "reduction",  # softmax, log-softmax, losses, sums, means
+    "pool",  # max/avg pooling fwd and bwd
+    "elementwise",  # activations, adds, muls, dropout, casts
+    "embedding",  # gathers and scatters
+    "optimizer",  # parameter updates (foreach kernels)
+    "copy",  # copies, clones, fills
+)
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One aten op executed in a training step.
+
+    ``flops`` counts multiply-adds as two FLOPs. ``bytes_read`` and
+    ``bytes_written`` are the sizes of the tensors the op reads and writes
+    (views cost nothing and are not recorded). ``n_tensors`` is the number of
+    tensors a multi-tensor (foreach) kernel processes; 1 for ordinary ops.
+    """
+
+    aten: str
+    phase: str
+    module: str
+    op_class: str
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    dtype: str
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    n_tensors: int = 1
+
+    @property
+    def bytes_total(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["input_shapes"] = [list(s) for s in self.input_shapes]
+        d["output_shapes"] = [list(s) for s in self.output_shapes]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> OpRecord:
+        d = dict(d)
+        d["input_shapes"] = tuple(tuple(s) for s in d["input_shapes"])
+        d["output_shapes"] = tuple(tuple(s) for s in d["output_shapes"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class MemoryFootprint:
+    """Bytes one GPU holds during a training step (before any sharding)."""
+
+    parameter_bytes: int
+    gradient_bytes: int
+    optimizer_state_bytes: int
+    activation_bytes: int  # tensors saved for backward, at the traced batch
+    transient_bytes: int  # largest short-lived working set of a single op
+    batch_size: int
+
+    @property
+    def peak_bytes(self) -> int:
+        return (
+            self.parameter_bytes
+            + self.gradient_bytes
+            + self.optimizer_state_bytes
+            + self.activation_bytes
+            + self.transient_bytes
+        )
+
+    @property
+    def fixed_bytes(self) -> int:
+        """The part that does not grow with the batch."""
+        return self.parameter_bytes + self.gradient_bytes + self.optimizer_state_bytes
+
+    @property
+    def per_sample_bytes(self) -> float:
+        return (self.activation_bytes + self.transient_bytes) / self.batch_size
+
+    def at_batch(self, batch_size: int) -> int:
+        """Peak bytes at another per-GPU batch (activations scale linearly)."""
+        return int(self.fixed_bytes + self.per_sample_bytes * batch_size)
+
+    def max_batch(self, capacity_bytes: int) -> int:
+        """Largest per-GPU batch whose peak fits in ``capacity_bytes`` (0 if none)."""
+        room = capacity_bytes - self.fixed_bytes
+        if room <= 0 or self.per_sample_bytes <= 0:
+            return 0
+        return int(room // self.per_sample_bytes)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["peak_bytes"] = self.peak_bytes
+        return d
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Every op of one training step of a model at one per-device batch size."""
+
+    model: str
+    batch_size: int
+    optimizer: str
+    ops: tuple[OpRecord, ...]
+    memory: MemoryFootprint
+    parameters: int  # all parameters
+    trainable_parameters: int
+    input_description: str = ""
+    samples_per_step: int = 0  # samples consumed per step per device (batch, x2 for GAN steps...)
+    meta: dict = field(default_factory=dict, compare=False)
+
+    # --- aggregates -----------------------------------------------------
+    def flops(self, phase: str | None = None) -> int:
+        return sum(o.flops for o in self.ops if phase is None or o.phase == phase)
+
+    def bytes(self, phase: str | None = None) -> int:
+        return sum(o.bytes_total for o in self.ops if phase is None or o.phase == phase)
+
+    def by_phase(self) -> dict[str, dict[str, int]]:
+        out = {p: {"flops": 0, "bytes": 0, "ops": 0} for p in PHASES}
+        for o in self.ops:
+            d = out[o.phase]
+            d["flops"] += o.flops
+            d["bytes"] += o.bytes_total
+            d["ops"] += 1
+        return out
+
+    def by_module(self, depth: int | None = None) -> dict[str, int]:
+        """FLOPs per module path (optionally truncated to ``depth`` dots)."""
+        out: dict[str, int] = defaultdict(int)
+        for o in self.ops:
+            key = o.module
+            if depth is not None:
+                key = ".".join(key.split(".")[: depth + 1])
+            out[key] += o.flops
+        return dict(out)
+
+    @property
+    def gradient_bytes(self) -> int:
+        return self.memory.gradient_bytes
+
+    # --- serialisation ---------------------------------------------------
+    def to_dict(self, with_ops: bool = True) -> dict:
+        d = {
+            "model": self.model,
+            "batch_size": self.batch_size,
+            "optimizer": self.optimizer,
+            "parameters": self.parameters,
+            "trainable_parameters": self.trainable_parameters,
+            "input_description": self.input_description,
+            "samples_per_step": self.samples_per_step,
+            "flops": {p: self.flops(p) for p in PHASES} | {"total": self.flops()},
+            "bytes": {p: self.bytes(p) for p in PHASES} | {"total": self.bytes()},
+            "n_ops": len(self.ops),
+            "memory": self.memory.to_dict(),
+            "meta": self.meta,
+        }
+        if with_ops:
+            d["ops"] = [o.to_dict() for o in self.ops]
+        return d
+
+    def to_json(self, path: str | Path | None = None, **kw) -> str:
+        text = json.dumps(self.to_dict(), **kw)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Workload:
+        mem = dict(d["memory"])
+        mem.pop("peak_bytes", None)
+        return cls(
+            model=d["model"],
+            batch_size=d["batch_size"],
+            optimizer=d["optimizer"],
+            ops=tuple(OpRecord.from_dict(o) for o in d.get("ops", [])),
+            memory=MemoryFootprint(**mem),
+            parameters=d["parameters"],
+            trainable_parameters=d["trainable_parameters"],
+            input_description=d.get("input_description", ""),
+            samples_per_step=d.get("samples_per_step", d["batch_size"]),
+            meta=d.get("meta", {}),
+        )
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> Workload:
+        p = Path(text_or_path) if not str(text_or_path).lstrip().startswith("{") else None
+        text = p.read_text() if p is not None else str(text_or_path)
+        return cls.from_dict(json.loads(text))

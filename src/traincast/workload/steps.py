@@ -1,0 +1,185 @@
+"""One training step as a sequence of stages (forward, backward, optimizer).
+
+The same ``TrainingStep`` is traced on the meta device by ``trace_step`` and
+run on real tensors (CPU or CUDA) by the measurement package, so a forecast
+and a measurement describe exactly the same work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from traincast.errors import ConfigError, TraceError, UnknownNameError
+
+OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
+
+
+def make_optimizer(name: str, params, lr: float | None = None) -> torch.optim.Optimizer:
+    """The optimizers traincast models, with foreach (multi-tensor) kernels as on GPUs."""
+    params = [p for p in params if p.requires_grad]
+    if not params:
+        raise ConfigError("no trainable parameters: every parameter is frozen")
+    name = name.lower()
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr or 0.1, momentum=0.9, foreach=True)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr or 1e-3, foreach=True)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr or 1e-3, weight_decay=0.01, foreach=True)
+    if name == "rmsprop":
+        return torch.optim.RMSprop(params, lr=lr or 1e-3, foreach=True)
+    raise UnknownNameError("optimizer", name, OPTIMIZERS)
+
+
+def apply_freeze(modules: list[nn.Module], freeze: str | None) -> None:
+    """``None``/``none``: train everything. ``all``: nothing. ``all-but-last[:K]``:
+    only the last K (default 1) modules that own parameters stay trainable
+    (feature extraction, as in transfer learning)."""
+    if freeze in (None, "", "none"):
+        return
+    root = modules[0]
+    if freeze == "all":
+        for p in root.parameters():
+            p.requires_grad_(False)
+        return
+    if not freeze.startswith("all-but-last"):
+        raise ConfigError(f"--freeze must be 'none', 'all-but-last' or 'all-but-last:K', got {freeze!r}")
+    k = 1
+    if ":" in freeze:
+        try:
+            k = int(freeze.split(":", 1)[1])
+        except ValueError:
+            raise ConfigError(f"--freeze all-but-last:K needs an integer K, got {freeze!r}") from None
+        if k < 1:
+            raise ConfigError(f"--freeze all-but-last:K needs K >= 1, got {k}")
+    owners = [m for m in root.modules() if any(True for _ in m.parameters(recurse=False))]
+    for p in root.parameters():
+        p.requires_grad_(False)
+    for m in owners[-k:]:
+        for p in m.parameters(recurse=False):
+            p.requires_grad_(True)
+
+
+@dataclass
+class TrainingStep:
+    """A full training step: ``stages`` run in order, each tagged with its phase."""
+
+    name: str
+    modules: list[nn.Module]
+    optimizers: list[torch.optim.Optimizer]
+    stages: list[tuple[str, Callable[[], None]]]
+    batch_size: int
+    device: torch.device
+    precision: str = "fp32"
+    optimizer_name: str = "sgd"
+    input_description: str = ""
+    state: dict = field(default_factory=dict)
+
+    def _autocast(self):
+        if self.precision in ("amp-fp16", "amp-bf16") and self.device.type in ("cuda", "cpu"):
+            dtype = torch.float16 if self.precision == "amp-fp16" else torch.bfloat16
+            return torch.autocast(device_type=self.device.type, dtype=dtype)
+        return contextlib.nullcontext()
+
+    def run(self, on_phase: Callable[[str], None] | None = None, autocast_modes=()) -> None:
+        """One step. ``on_phase`` is told each stage's phase before it runs."""
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=True)
+        for phase, fn in self.stages:
+            if on_phase is not None:
+                on_phase(phase)
+            if phase == "forward":
+                with self._autocast():
+                    fn()
+            else:
+                fn()
+
+    def warm_up(self) -> None:
+        """Create optimizer state (momentum, Adam moments) as after the first step."""
+        for opt in self.optimizers:
+            if opt.state:
+                continue
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    p.grad = torch.zeros_like(p)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    def optimizer_state_bytes(self) -> int:
+        seen: dict[int, int] = {}
+        for opt in self.optimizers:
+            for st in opt.state.values():
+                for v in st.values():
+                    if isinstance(v, torch.Tensor) and v.device.type == self.device.type:
+                        seen[id(v)] = v.numel() * v.element_size()
+        return sum(seen.values())
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for but no CUDA GPU is present here; use --device cpu")
+    if dev.type not in ("cpu", "cuda", "meta"):
+        raise ConfigError(f"device must be cpu, cuda or meta, got {device!r}")
+    return dev
+
+
+def supervised_step(
+    name: str,
+    module: nn.Module,
+    make_batch: Callable[[torch.device], tuple[tuple, dict, torch.Tensor | None]],
+    loss_fn: Callable,
+    *,
+    batch_size: int,
+    device: torch.device,
+    optimizer: str = "sgd",
+    precision: str = "fp32",
+    freeze: str | None = None,
+    input_description: str = "",
+) -> TrainingStep:
+    """forward + loss, backward, optimizer step of one module on one batch.
+
+    ``make_batch(device)`` returns ``(args, kwargs, target)``; ``loss_fn(output,
+    target)`` returns the scalar loss.
+    """
+    module.train()
+    apply_freeze([module], freeze)
+    opt = make_optimizer(optimizer, module.parameters())
+    args, kwargs, target = make_batch(device)
+    state: dict = {}
+
+    def forward() -> None:
+        out = module(*args, **kwargs)
+        state["loss"] = loss_fn(out, target)
+
+    def backward() -> None:
+        state.pop("loss").backward()
+
+    step = TrainingStep(
+        name=name,
+        modules=[module],
+        optimizers=[opt],
+        stages=[("forward", forward), ("backward", backward), ("optimizer", opt.step)],
+        batch_size=batch_size,
+        device=device,
+        precision=precision,
+        optimizer_name=optimizer,
+        input_description=input_description,
+        state=state,
+    )
+    return step
+
+
+def check_traceable(fn: Callable, what: str):
+    """Run ``fn``; turn shape errors into a TraceError naming ``what``."""
+    try:
+        return fn()
+    except (RuntimeError, ValueError, IndexError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TraceError(f"{what}: {first}") from None

@@ -1,0 +1,294 @@
+"""Trace one training step on the meta device, op by op.
+
+A ``TorchDispatchMode`` sees every aten op of the forward pass, the loss, the
+backward pass (autograd runs on meta tensors too) and the optimizer step. No
+memory is allocated and no arithmetic is done, so a 7-billion-parameter model
+traces on a laptop. Each op becomes an ``OpRecord`` with its phase, module
+path, shapes, dtype, FLOPs and bytes.
+
+Mixed precision (``amp-fp16``/``amp-bf16``) is traced with an emulation of
+``torch.autocast`` at the torch-function level, because autocast does not
+apply to meta tensors: matmuls, convolutions and attention get their inputs
+cast to half precision (weight casts cached per step, as autocast does), and
+softmax, norms and losses run in fp32. The casts appear in the trace as the
+``_to_copy`` ops they are on a GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.module_tracker import ModuleTracker
+
+from traincast.workload import costs
+from traincast.workload.records import MemoryFootprint, OpRecord, Workload
+
+_DTYPE_NAMES = {
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.float64: "fp64",
+    torch.int64: "int64",
+    torch.int32: "int32",
+    torch.bool: "bool",
+    torch.uint8: "uint8",
+    torch.int8: "int8",
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def _tensors(obj) -> list[torch.Tensor]:
+    flat, _ = tree_flatten(obj)
+    return [t for t in flat if isinstance(t, torch.Tensor)]
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class _OpRecorder(TorchDispatchMode):
+    """Records every aten op that is not a view or an allocation."""
+
+    def __init__(self, tracker: ModuleTracker, root_name: str):
+        super().__init__()
+        self.tracker = tracker
+        self.root_prefix = root_name + "."
+        self.phase = "forward"
+        self.ops: list[OpRecord] = []
+        self.unregistered: Counter[str] = Counter()
+        self.data_dependent = 0
+
+    def _module(self) -> str:
+        parents = self.tracker.parents
+        if len(parents) <= 1:
+            return "(step)" if self.phase != "optimizer" else "(optimizer)"
+        name = max(parents, key=lambda p: (p.count("."), len(p)))
+        return name
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta":
+            # Data-dependent Python control flow (``if mask.all():``) has no
+            # answer on meta tensors. Answer as for a plain dense batch: all
+            # checks true, counts one. Counted in meta['data_dependent_reads'].
+            self.data_dependent += 1
+            t = args[0]
+            return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
+        out = func(*args, **kwargs)
+        if func.namespace != "aten":
+            return out
+        name = costs.op_name(func)
+        if name in costs.FREE_OPS or getattr(func, "is_view", False):
+            return out
+        ins = _tensors((args, kwargs))
+        outs = _tensors(out)
+        # unique input tensors; in-place outputs are the inputs themselves
+        seen: set[int] = set()
+        read = 0
+        for t in ins:
+            if id(t) not in seen:
+                seen.add(id(t))
+                read += _nbytes(t)
+        written = sum(_nbytes(t) for t in outs)
+        flops, known = costs.flops_of(func, args, kwargs, out)
+        if not known:
+            self.unregistered[name] += 1
+        ref = next((t for t in outs + ins if t.is_floating_point()), None)
+        n_tensors = len(args[0]) if name.startswith("_foreach_") and args and isinstance(args[0], (list, tuple)) else 1
+        self.ops.append(
+            OpRecord(
+                aten=name,
+                phase=self.phase,
+                module=self._module(),
+                op_class=costs.classify(name, self.phase),
+                flops=int(flops),
+                bytes_read=int(read),
+                bytes_written=int(written),
+                dtype=dtype_name(ref.dtype) if ref is not None else "none",
+                input_shapes=tuple(tuple(t.shape) for t in ins[:4]),
+                output_shapes=tuple(tuple(t.shape) for t in outs[:4]),
+                n_tensors=n_tensors,
+            )
+        )
+        return out
+
+
+# --- mixed precision emulation ------------------------------------------
+_LOWER = {
+    F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
+    torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.baddbmm,
+    torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.mm, torch.Tensor.bmm,
+    F.scaled_dot_product_attention,
+}
+_FP32 = {
+    F.softmax, F.log_softmax, F.layer_norm, F.group_norm, F.cross_entropy, F.nll_loss,
+    F.mse_loss, F.binary_cross_entropy_with_logits, F.binary_cross_entropy, torch.softmax,
+    torch.log_softmax, torch.Tensor.softmax, torch.Tensor.log_softmax, torch.exp, torch.log,
+    torch.pow, torch.Tensor.pow, torch.rsqrt, torch.sum, torch.Tensor.sum, torch.cumsum,
+    torch.norm, F.normalize,
+}
+if hasattr(F, "rms_norm"):
+    _FP32.add(F.rms_norm)
+
+
+class AutocastEmulation(TorchFunctionMode):
+    """torch.autocast's op lists applied to tensors on any device (meta included)."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+        self.cache: dict[int, torch.Tensor] = {}
+
+    def _cast(self, obj, to: torch.dtype):
+        if isinstance(obj, torch.Tensor):
+            if obj.is_floating_point() and obj.dtype != to and obj.dtype in (torch.float32, torch.float16, torch.bfloat16):
+                if obj.is_leaf and obj.requires_grad and to == self.dtype:
+                    key = id(obj)
+                    if key not in self.cache:
+                        self.cache[key] = obj.to(to)
+                    return self.cache[key]
+                return obj.to(to)
+            return obj
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self._cast(o, to) for o in obj)
+        return obj
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _LOWER:
+            args = self._cast(args, self.dtype)
+            kwargs = {k: self._cast(v, self.dtype) for k, v in kwargs.items()}
+        elif func in _FP32:
+            args = self._cast(args, torch.float32)
+            kwargs = {k: self._cast(v, torch.float32) if k != "dtype" else v for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
+
+
+# --- fused attention ----------------------------------------------------
+def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """SDPA as the fused GPU kernel (memory-efficient attention), so the trace
+    shows one attention op fwd and one bwd instead of the math decomposition."""
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        rep = query.shape[-3] // key.shape[-3]
+        key = key.repeat_interleave(rep, dim=-3)
+        value = value.repeat_interleave(rep, dim=-3)
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device)
+    if attn_mask is not None:
+        attn_mask = attn_mask.to(query.dtype).expand(
+            query.shape[0], query.shape[1], query.shape[2], key.shape[2]
+        )
+    compute_lse = query.requires_grad or key.requires_grad or value.requires_grad
+    out = torch.ops.aten._scaled_dot_product_efficient_attention(
+        query, key, value, attn_mask, compute_lse, dropout_p, is_causal, scale=scale
+    )
+    return out[0]
+
+
+class FusedAttention(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            return _fused_sdpa(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+# --- the trace ----------------------------------------------------------
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> Workload:
+    """Trace one steady-state training step of a ``TrainingStep`` built on meta."""
+    from traincast.workload.steps import TrainingStep  # noqa: F401  (type only)
+
+    t0 = time.perf_counter()
+    step.warm_up()  # optimizer state exists, as in every step after the first
+    params = [p for m in step.modules for p in m.parameters()]
+    param_keys = {_storage_key(p) for p in params}
+    param_bytes = sum(_nbytes(p) for p in {id(p): p for p in params}.values())
+    trainable = {id(p): p for p in params if p.requires_grad}
+    grad_bytes = sum(_nbytes(p) for p in trainable.values())
+    opt_state_bytes = step.optimizer_state_bytes()
+
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        key = _storage_key(t)
+        if key not in param_keys and key not in saved:
+            saved[key] = t.untyped_storage().nbytes()
+        return t
+
+    tracker = ModuleTracker()
+    # name every module by its path from the root, even when a step calls
+    # sub-modules directly (the GAN step calls netD and netG, not the pair)
+    known = getattr(tracker, "_known_modules", None)
+    if known is not None:
+        for root in step.modules:
+            base = type(root).__name__
+            for path, mod in root.named_modules():
+                known[mod] = f"{base}.{path}" if path else base
+    recorder = _OpRecorder(tracker, type(step.modules[0]).__name__)
+    modes = []
+    if precision in AMP_DTYPES:
+        modes.append(AutocastEmulation(AMP_DTYPES[precision]))
+    if fused_attention:
+        modes.append(FusedAttention())
+
+    def set_phase(phase: str) -> None:
+        recorder.phase = phase
+        for m in modes:
+            if isinstance(m, AutocastEmulation):
+                m.cache.clear()
+
+    with tracker, recorder, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        for m in modes:
+            m.__enter__()
+        try:
+            step.run(on_phase=set_phase, autocast_modes=modes)
+        finally:
+            for m in reversed(modes):
+                m.__exit__(None, None, None)
+
+    ops = tuple(recorder.ops)
+    transient = max((o.bytes_written for o in ops if o.phase != "optimizer"), default=0)
+    memory = MemoryFootprint(
+        parameter_bytes=param_bytes,
+        gradient_bytes=grad_bytes,
+        optimizer_state_bytes=opt_state_bytes,
+        activation_bytes=sum(saved.values()),
+        transient_bytes=2 * transient,
+        batch_size=step.batch_size,
+    )
+    n_params = sum(p.numel() for p in {id(p): p for p in params}.values())
+    return Workload(
+        model=step.name,
+        batch_size=step.batch_size,
+        optimizer=step.optimizer_name,
+        ops=ops,
+        memory=memory,
+        parameters=n_params,
+        trainable_parameters=sum(p.numel() for p in trainable.values()),
+        input_description=step.input_description,
+        samples_per_step=step.batch_size,
+        meta={
+            "precision": precision,
+            "fused_attention": fused_attention,
+            "unregistered_ops": dict(recorder.unregistered),
+            "data_dependent_reads": recorder.data_dependent,
+            "trace_s": round(time.perf_counter() - t0, 3),
+            "param_tensors": len(trainable),
+        },
+    )

@@ -1,0 +1,257 @@
+"""The model zoo: torchvision CNNs, a DCGAN, and HF transformers built from configs.
+
+Every entry builds its model on any device (``meta`` for forecasts, ``cpu``
+or ``cuda`` for measurements) without downloading weights, and knows its
+input and loss, so ``build_step(name, ...)`` gives a full training step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from traincast.errors import ConfigError, UnknownNameError
+from traincast.workload.steps import (
+    TrainingStep,
+    apply_freeze,
+    make_optimizer,
+    supervised_step,
+)
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    family: str  # vision | transformer | gan | spec
+    description: str
+    default_dataset_size: int
+    input_hw: int = 224
+    default_seq_len: int = 0
+
+    def build(self, **kw) -> TrainingStep:
+        return _BUILDERS[self.name](self, **kw)
+
+
+# --- vision -----------------------------------------------------------------
+def _vision_loss(out, target):
+    # torchvision's inception/googlenet return (logits, aux...) in training mode
+    if isinstance(out, tuple) and hasattr(out, "_fields"):
+        loss = F.cross_entropy(out[0], target)
+        for aux in out[1:]:
+            if isinstance(aux, torch.Tensor):
+                loss = loss + 0.3 * F.cross_entropy(aux, target)
+        return loss
+    return F.cross_entropy(out, target)
+
+
+def _torchvision(entry: ZooEntry, *, batch_size, device, optimizer, precision, freeze, seq_len=None, **_):
+    import torchvision
+
+    ctor = getattr(torchvision.models, entry.name.replace("-", "_"))
+    kwargs = {"weights": None}
+    if entry.name in ("inception_v3", "googlenet"):
+        kwargs.update(aux_logits=True, init_weights=False)
+    with torch.device(device):
+        model = ctor(**kwargs)
+    hw = entry.input_hw
+
+    def make_batch(dev):
+        x = torch.randn(batch_size, 3, hw, hw, device=dev)
+        y = torch.randint(0, 1000, (batch_size,), device=dev)
+        return (x,), {}, y
+
+    return supervised_step(
+        entry.name, model, make_batch, _vision_loss,
+        batch_size=batch_size, device=device, optimizer=optimizer, precision=precision,
+        freeze=freeze, input_description=f"{batch_size}x3x{hw}x{hw} images, 1000 classes",
+    )
+
+
+# --- DCGAN (the PyTorch examples/dcgan training step) ------------------------
+def _dcgan_nets(nz=100, ngf=64, ndf=64, nc=3):
+    g = nn.Sequential(
+        nn.ConvTranspose2d(nz, ngf * 8, 4, 1, 0, bias=False), nn.BatchNorm2d(ngf * 8), nn.ReLU(True),
+        nn.ConvTranspose2d(ngf * 8, ngf * 4, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf * 4), nn.ReLU(True),
+        nn.ConvTranspose2d(ngf * 4, ngf * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf * 2), nn.ReLU(True),
+        nn.ConvTranspose2d(ngf * 2, ngf, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf), nn.ReLU(True),
+        nn.ConvTranspose2d(ngf, nc, 4, 2, 1, bias=False), nn.Tanh(),
+    )
+    d = nn.Sequential(
+        nn.Conv2d(nc, ndf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, inplace=True),
+        nn.Conv2d(ndf, ndf * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(ndf * 2), nn.LeakyReLU(0.2, inplace=True),
+        nn.Conv2d(ndf * 2, ndf * 4, 4, 2, 1, bias=False), nn.BatchNorm2d(ndf * 4), nn.LeakyReLU(0.2, inplace=True),
+        nn.Conv2d(ndf * 4, ndf * 8, 4, 2, 1, bias=False), nn.BatchNorm2d(ndf * 8), nn.LeakyReLU(0.2, inplace=True),
+        nn.Conv2d(ndf * 8, 1, 4, 1, 0, bias=False), nn.Sigmoid(),
+    )
+    return g, d
+
+
+class DCGAN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.netG, self.netD = _dcgan_nets()
+
+
+def _dcgan(entry: ZooEntry, *, batch_size, device, optimizer, precision, freeze, seq_len=None, **_):
+    with torch.device(device):
+        gan = DCGAN()
+    gan.train()
+    apply_freeze([gan], freeze)
+    name = optimizer if optimizer != "sgd" else "adam"  # the example uses Adam(0.5, 0.999)
+    opt_d = make_optimizer(name, gan.netD.parameters(), lr=2e-4)
+    opt_g = make_optimizer(name, gan.netG.parameters(), lr=2e-4)
+    real = torch.randn(batch_size, 3, 64, 64, device=device)
+    noise = torch.randn(batch_size, 100, 1, 1, device=device)
+    ones = torch.ones(batch_size, device=device)
+    zeros = torch.zeros(batch_size, device=device)
+    s: dict = {}
+
+    def d_real():
+        s["err"] = F.binary_cross_entropy(gan.netD(real).view(-1), ones)
+
+    def g_fake_d():
+        s["fake"] = gan.netG(noise)
+        s["err"] = F.binary_cross_entropy(gan.netD(s["fake"].detach()).view(-1), zeros)
+
+    def g_step_fwd():
+        s["err"] = F.binary_cross_entropy(gan.netD(s.pop("fake")).view(-1), ones)
+
+    def back():
+        s.pop("err").backward()
+
+    def zero_g():
+        opt_g.zero_grad(set_to_none=True)
+
+    stages = [
+        ("forward", d_real), ("backward", back),
+        ("forward", g_fake_d), ("backward", back),
+        ("optimizer", opt_d.step),
+        ("optimizer", zero_g),
+        ("forward", g_step_fwd), ("backward", back),
+        ("optimizer", opt_g.step),
+    ]
+    return TrainingStep(
+        name="dcgan", modules=[gan], optimizers=[opt_d, opt_g], stages=stages,
+        batch_size=batch_size, device=device, precision=precision, optimizer_name=name,
+        input_description=f"{batch_size}x3x64x64 images, nz=100", state=s,
+    )
+
+
+# --- transformers (Hugging Face, from configs, no downloads) -----------------
+def _hf_config(name: str, seq_len: int):
+    import transformers as tf
+
+    tf.logging.set_verbosity_error()  # no config chatter on the user's terminal
+
+    if name in ("bert-base", "bert-large", "bert-tiny", "bert-small"):
+        dims = {"bert-base": (768, 12, 12), "bert-large": (1024, 24, 16),
+                "bert-tiny": (128, 2, 2), "bert-small": (512, 4, 8)}[name]
+        h, layers, heads = dims
+        cfg = tf.BertConfig(hidden_size=h, num_hidden_layers=layers, num_attention_heads=heads,
+                            intermediate_size=4 * h, max_position_embeddings=max(512, seq_len))
+        return cfg, tf.BertForMaskedLM
+    if name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt3-xl"):
+        dims = {"gpt2": (768, 12, 12), "gpt2-medium": (1024, 24, 16),
+                "gpt2-large": (1280, 36, 20), "gpt3-xl": (2048, 24, 16)}[name]
+        h, layers, heads = dims
+        cfg = tf.GPT2Config(n_embd=h, n_layer=layers, n_head=heads, n_positions=max(1024, seq_len))
+        return cfg, tf.GPT2LMHeadModel
+    if name == "llama-7b":
+        cfg = tf.LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                             num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+                             max_position_embeddings=max(2048, seq_len))
+        return cfg, tf.LlamaForCausalLM
+    raise KeyError(name)
+
+
+def _transformer(entry: ZooEntry, *, batch_size, device, optimizer, precision, freeze, seq_len=None, **_):
+    seq_len = seq_len or entry.default_seq_len
+    cfg, cls = _hf_config(entry.name, seq_len)
+    cfg._attn_implementation = "sdpa"
+    if hasattr(cfg, "use_cache"):
+        cfg.use_cache = False
+    limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    if limit and seq_len > limit:
+        raise ConfigError(f"--seq-len {seq_len} exceeds {entry.name}'s {limit} positions")
+    with torch.device(device):
+        model = cls(cfg)
+    vocab = cfg.vocab_size
+
+    def make_batch(dev):
+        ids = torch.randint(0, vocab, (batch_size, seq_len), device=dev)
+        mask = torch.ones(batch_size, seq_len, dtype=torch.long, device=dev)
+        return (), {"input_ids": ids, "attention_mask": mask, "labels": ids}, None
+
+    def loss_fn(out, _target):
+        return out.loss
+
+    return supervised_step(
+        entry.name, model, make_batch, loss_fn,
+        batch_size=batch_size, device=device, optimizer=optimizer, precision=precision,
+        freeze=freeze, input_description=f"{batch_size}x{seq_len} tokens, vocab {vocab}",
+    )
+
+
+def _spec_example(entry: ZooEntry, **kw):
+    from traincast.workload.spec import build_spec_step, example_path
+
+    return build_spec_step(example_path(entry.name), **kw)
+
+
+_ENTRIES = [
+    ZooEntry("alexnet", "vision", "AlexNet (torchvision)", 1281167),
+    ZooEntry("vgg11", "vision", "VGG-11 (torchvision)", 1281167),
+    ZooEntry("vgg16", "vision", "VGG-16 (torchvision)", 1281167),
+    ZooEntry("vgg19", "vision", "VGG-19 (torchvision)", 1281167),
+    ZooEntry("resnet18", "vision", "ResNet-18 (torchvision)", 1281167),
+    ZooEntry("resnet34", "vision", "ResNet-34 (torchvision)", 1281167),
+    ZooEntry("resnet50", "vision", "ResNet-50 (torchvision)", 1281167),
+    ZooEntry("resnet101", "vision", "ResNet-101 (torchvision)", 1281167),
+    ZooEntry("resnet152", "vision", "ResNet-152 (torchvision)", 1281167),
+    ZooEntry("inception_v3", "vision", "Inception v3 (torchvision), 299x299, aux head", 1281167, input_hw=299),
+    ZooEntry("googlenet", "vision", "GoogLeNet (torchvision), aux heads", 1281167),
+    ZooEntry("mobilenet_v2", "vision", "MobileNet v2 (torchvision)", 1281167),
+    ZooEntry("densenet121", "vision", "DenseNet-121 (torchvision)", 1281167),
+    ZooEntry("vit_b_16", "vision", "ViT-B/16 (torchvision)", 1281167),
+    ZooEntry("dcgan", "gan", "DCGAN generator+discriminator step (PyTorch example), 64x64", 202599, input_hw=64),
+    ZooEntry("bert-tiny", "transformer", "BERT tiny (2 layers, 128 hidden), MLM", 1000000, default_seq_len=128),
+    ZooEntry("bert-small", "transformer", "BERT small (4 layers, 512 hidden), MLM", 1000000, default_seq_len=128),
+    ZooEntry("bert-base", "transformer", "BERT base (12 layers, 768 hidden), MLM", 1000000, default_seq_len=512),
+    ZooEntry("bert-large", "transformer", "BERT large (24 layers, 1024 hidden), MLM", 1000000, default_seq_len=512),
+    ZooEntry("gpt2", "transformer", "GPT-2 small (124M)", 1000000, default_seq_len=1024),
+    ZooEntry("gpt2-medium", "transformer", "GPT-2 medium (355M)", 1000000, default_seq_len=1024),
+    ZooEntry("gpt2-large", "transformer", "GPT-2 large (774M)", 1000000, default_seq_len=1024),
+    ZooEntry("gpt3-xl", "transformer", "GPT-3 XL shape: GPT-2 architecture, 2048 hidden, 24 layers, 16 heads (1.3B)", 1000000, default_seq_len=2048),
+    ZooEntry("llama-7b", "transformer", "LLaMA-7B shape: 32 layers, 4096 hidden, 11008 MLP, 32 heads", 1000000, default_seq_len=2048),
+    ZooEntry("mnist-cnn", "spec", "MNIST CNN of the practicum report (24,330 params)", 60000, input_hw=28),
+    ZooEntry("pcam-cnn", "spec", "PatchCamelyon CNN of the practicum report (19.9M params)", 262144, input_hw=96),
+]
+ALIASES = {
+    "llama-7b-shaped": "llama-7b",
+    "bert": "bert-base",
+    "gpt-2": "gpt2",
+    "inception-v3": "inception_v3",
+    "inceptionv3": "inception_v3",
+    "mobilenet-v2": "mobilenet_v2",
+    "vit-b16": "vit_b_16",
+    "gpt3_xl": "gpt3-xl",
+}
+_BUILDERS: dict[str, Callable] = {}
+for _e in _ENTRIES:
+    _BUILDERS[_e.name] = {"vision": _torchvision, "gan": _dcgan, "transformer": _transformer, "spec": _spec_example}[_e.family]
+ZOO: dict[str, ZooEntry] = {e.name: e for e in _ENTRIES}
+
+
+def get(name: str) -> ZooEntry:
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in ZOO:
+        raise UnknownNameError("model", name, list(ZOO) + list(ALIASES))
+    return ZOO[key]
+
+
+def names() -> list[str]:
+    return list(ZOO)

@@ -1,0 +1,93 @@
+"""The command line: JSON contract, tables, exit codes and messages on bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from traincast.cli.main import _register_all, app, run
+
+_register_all()
+
+
+def cli(capsys, *args):
+    code = run(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_predict_json_carries_the_contract(capsys):
+    code, out, _ = cli(capsys, "predict", "resnet18", "--gpu", "V100", "--gpus", "4", "--batch-size", "128",
+                       "--epochs", "2", "--dataset-size", "5000", "--json")
+    assert code == 0
+    d = json.loads(out)
+    for k in ("iteration_ms", "forward_ms", "backward_ms", "optimizer_ms", "communication_ms", "epoch_s",
+              "total_s", "cost_usd", "fits_in_memory", "scaling"):
+        assert k in d
+    assert d["flops"]["forward"] > 0 and d["flops"]["backward"] > d["flops"]["forward"]
+    assert d["memory"]["peak_bytes"] > 0
+    assert [r["gpus"] for r in d["scaling"]] == [1, 2, 4]
+    assert d["total_s"] == pytest.approx(2 * d["epoch_s"])
+
+
+def test_predict_table_on_a_spec_file(capsys):
+    code, out, _ = cli(capsys, "predict", "examples/mnist_cnn.yaml", "--gpu", "P100", "--batch-size", "64",
+                       "--dataset-size", "60000", "--epochs", "10")
+    assert code == 0
+    assert "iteration" in out and "costliest modules" in out
+
+
+def test_trace_json(capsys):
+    code, out, _ = cli(capsys, "trace", "mnist-cnn", "--batch-size", "4", "--json")
+    assert code == 0
+    assert json.loads(out)["parameters"] == 24330
+
+
+@pytest.mark.parametrize("args, message", [
+    (["predict", "resnet5", "--gpu", "V100", "--batch-size", "8"], "unknown model 'resnet5'; did you mean"),
+    (["predict", "resnet18", "--gpu", "V1000", "--batch-size", "8"], "unknown GPU 'V1000'; did you mean"),
+    (["predict", "resnet18", "--instance", "p9.huge", "--batch-size", "8"], "unknown instance 'p9.huge'"),
+    (["predict", "resnet18", "--gpu", "V100", "--gpus", "8", "--batch-size", "4"], "smaller than the 8 GPUs"),
+    (["predict", "resnet18", "--gpu", "V100", "--batch-size", "-3"], "must be a positive number"),
+    (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--epochs", "0"], "must be a positive number"),
+    (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--sync", "mesh"], "unknown sync method"),
+    (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--precision", "fp8"], "precision must be one of"),
+    (["predict", "resnet18", "--batch-size", "8"], "name the hardware"),
+    (["predict", "missing.yaml", "--gpu", "V100", "--batch-size", "8"], "does not exist"),
+    (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--catalog", "nope.yaml"], "does not exist"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, args, message):
+    code, out, err = cli(capsys, *args)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_malformed_spec_names_layer_and_field(capsys, tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps({"input": {"shape": [8, 8, 1]}, "layers": [{"type": "conv2d", "kernel_size": 3}]}))
+    code, _, err = cli(capsys, "trace", str(p))
+    assert code == 2 and "layer 0 (conv2d): missing field 'filters'" in err
+
+
+def test_listing_commands(capsys):
+    assert cli(capsys, "models")[0] == 0
+    code, out, _ = cli(capsys, "gpus", "--json")
+    assert code == 0 and any(d["name"] == "H100-SXM5-80GB" for d in json.loads(out))
+    code, out, _ = cli(capsys, "instances", "--json")
+    assert code == 0 and any(d["name"] == "p4d.24xlarge" for d in json.loads(out))
+
+
+def test_usage_error_is_exit_2(capsys):
+    code, _, err = cli(capsys, "predict", "resnet18", "--gpu", "V100", "--batch-size", "many")
+    assert code == 2
+
+
+def test_console_script_end_to_end():
+    r = subprocess.run([sys.executable, "-m", "traincast", "predict", "alexnet", "--gpu", "T4", "--batch-size",
+                        "abc"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "traincast", "predict", "nosuchnet", "--gpu", "T4", "--batch-size",
+                        "8"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("error: unknown model")

@@ -1,0 +1,126 @@
+"""Analytical predictor, communication formulas, composition into jobs."""
+
+import math
+
+import pytest
+
+from traincast.errors import ConfigError, UnknownNameError
+from traincast.hardware import Cluster, get_catalog
+from traincast.predict import AnalyticalPredictor, allreduce_s, forecast, gradient_sync
+from traincast.predict.compose import WorkloadFamily, interpolate
+from traincast.workload import trace
+
+S = 100e6  # bytes
+B = 10e9  # bytes/s
+
+
+def test_ring_allreduce_formula():
+    for p in (2, 4, 8, 64):
+        assert allreduce_s("ring", S, p, B, 0.0) == pytest.approx(2 * (p - 1) / p * S / B)
+    assert allreduce_s("ring", S, 8, B, 1e-5) == pytest.approx(2 * 7 / 8 * S / B + 14e-5)
+
+
+def test_parameter_server_formulas_grow_with_p_and_ring_does_not():
+    ps = [allreduce_s("ps", S, p, B, 0) for p in (2, 4, 8)]
+    assert ps == pytest.approx([2 * (p - 1) * S / B for p in (2, 4, 8)])
+    assert allreduce_s("ps-sharded", S, 8, B, 0) == pytest.approx(allreduce_s("ring", S, 8, B, 0))
+    ring = [allreduce_s("ring", S, p, B, 0) for p in (8, 64, 512)]
+    assert max(ring) / min(ring) < 1.15
+
+
+def test_tree_and_butterfly_follow_paleo():
+    assert allreduce_s("tree", S, 8, B, 0) == pytest.approx(2 * 3 * S / B)
+    assert allreduce_s("butterfly", S, 8, B, 0) == pytest.approx(3 * S / B)
+    assert allreduce_s("ring", S, 1, B, 0) == 0.0
+    with pytest.raises(UnknownNameError):
+        allreduce_s("mesh", S, 8, B, 0)
+
+
+def test_overlap_hides_communication_behind_backward():
+    dev = get_catalog().device("V100")
+    c = Cluster(dev, gpus_per_node=8)
+    no = gradient_sync(int(S), c, "ring", backward_s=0.1, overlap=False)
+    yes = gradient_sync(int(S), c, "ring", backward_s=0.1, overlap=True)
+    assert no.exposed_s == pytest.approx(no.total_s)
+    assert yes.exposed_s < 0.5 * no.exposed_s
+    # with no backward to hide behind, everything is exposed
+    assert gradient_sync(int(S), c, "ring", 0.0, True).exposed_s == pytest.approx(yes.total_s)
+
+
+def test_inter_node_is_slower_than_intra_node():
+    dev = get_catalog().device("A100")
+    one = gradient_sync(int(S), Cluster(dev, 8, 1), "ring", overlap=False)
+    two = gradient_sync(int(S), Cluster(dev, 4, 2, inter_node_gbit_per_s=100), "ring", overlap=False)
+    assert two.total_s > 3 * one.total_s
+
+
+def test_roofline_per_op_is_max_of_compute_and_memory(resnet50_b8):
+    dev = get_catalog().device("V100")
+    ot = AnalyticalPredictor().predict(resnet50_b8, dev)
+    p = AnalyticalPredictor().params(dev)
+    for op, t, b in zip(resnet50_b8.ops, ot.times_s, ot.bound):
+        t_m = op.bytes_total / (dev.memory_bandwidth_bytes_per_s * p["memory"].get(op.op_class, p["memory"]["default"]))
+        assert t >= t_m  # never faster than moving its bytes
+        assert b in ("compute", "memory", "latency")
+    bounds = {b for b in ot.bound}
+    assert {"compute", "memory"} <= bounds
+
+
+def test_faster_gpus_are_faster_and_amp_helps_on_tensor_cores():
+    t = {g: forecast("resnet50", gpu=g, batch_size=64, dataset_size=1000, scaling=False).iteration_s
+         for g in ("K80", "V100", "A100", "H100")}
+    assert t["K80"] > t["V100"] > t["A100"] > t["H100"]
+    fp32 = forecast("resnet50", gpu="A100", batch_size=64, dataset_size=1000, scaling=False)
+    amp = forecast("resnet50", gpu="A100", batch_size=64, dataset_size=1000, precision="amp-bf16", scaling=False)
+    assert amp.iteration_s < 0.8 * fp32.iteration_s
+
+
+def test_job_composition_epochs_steps_and_cost():
+    f = forecast("resnet18", instance="p3.16xlarge", gpus=8, batch_size=256, epochs=3, dataset_size=10_000)
+    assert f.steps_per_epoch == math.ceil(10_000 / 256)
+    assert f.epoch_s == pytest.approx(f.steps_per_epoch * f.iteration_s)
+    assert f.total_s == pytest.approx(3 * f.epoch_s)
+    assert f.cost_usd == pytest.approx(f.total_s / 3600 * 24.48, rel=1e-6)
+    assert f.iteration_s == pytest.approx(f.forward_s + f.backward_s + f.optimizer_s + f.communication_s + f.overhead_s)
+    assert [r.gpus for r in f.scaling] == [1, 2, 4, 8]
+    assert f.scaling[0].speedup == 1.0
+    assert all(0 < r.efficiency <= 1.0001 for r in f.scaling)
+
+
+def test_weak_scaling_keeps_per_gpu_batch():
+    f = forecast("resnet18", gpu="A100", gpus=16, batch_size=64, per_gpu_batch=True, dataset_size=100_000)
+    assert f.global_batch == 1024 and f.nodes == 2
+    assert all(r.per_gpu_batch == 64 for r in f.scaling)
+    assert f.scaling[-1].nodes == 2
+
+
+def test_oom_flag_and_largest_batch():
+    f = forecast("llama-7b", gpu="T4", batch_size=1, seq_len=512, dataset_size=1000, scaling=False)
+    assert not f.fits_in_memory and f.max_per_gpu_batch == 0
+    assert "out of memory" in " ".join(f.notes)
+    g = forecast("resnet18", gpu="A100-80GB", batch_size=32, dataset_size=1000, scaling=False)
+    assert g.fits_in_memory and g.max_per_gpu_batch > 32
+
+
+def test_interpolated_workload_equals_a_direct_trace():
+    a, b = trace("resnet18", batch_size=2), trace("resnet18", batch_size=4)
+    direct = trace("resnet18", batch_size=7)
+    mid = interpolate(a, b, 7)
+    assert mid.flops() == direct.flops()
+    assert mid.bytes() == pytest.approx(direct.bytes(), rel=1e-9)
+    assert mid.memory.activation_bytes == pytest.approx(direct.memory.activation_bytes, rel=0.01)
+    fam = WorkloadFamily("resnet18")
+    fam.trace(2)
+    fam.trace(4)
+    assert fam.at(7).flops() == direct.flops()
+
+
+def test_impossible_configurations_are_config_errors():
+    with pytest.raises(ConfigError, match="smaller than the 8 GPUs"):
+        forecast("resnet18", gpu="V100", gpus=8, batch_size=4, dataset_size=100)
+    with pytest.raises(ConfigError, match="does not split evenly"):
+        forecast("resnet18", gpu="V100", gpus=6, nodes=4, batch_size=64, dataset_size=100)
+    with pytest.raises(ConfigError, match="positive"):
+        forecast("resnet18", gpu="V100", batch_size=64, epochs=-1, dataset_size=100)
+    with pytest.raises(ConfigError, match="carries"):
+        forecast("resnet18", gpu="A100", instance="p3.2xlarge", batch_size=64, dataset_size=100)

@@ -1,0 +1,179 @@
+"""Tracing: FLOPs against hand formulas, phases, memory, specs, frozen layers."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from traincast.errors import ConfigError, SpecError, TraceError, UnknownNameError
+from traincast.workload import Workload, trace
+
+
+def conv_flops(b, cin, cout, k, hout, wout):
+    return 2 * b * cin * cout * k * k * hout * wout
+
+
+def test_conv_and_linear_flops_match_hand_formulas():
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, bias=False), nn.Flatten(), nn.Linear(16 * 30 * 30, 10, bias=False))
+    wl = trace(model, batch_size=4, inputs=(3, 32, 32))
+    fwd = [o for o in wl.ops if o.phase == "forward"]
+    conv = [o for o in fwd if o.aten == "convolution"]
+    mm = [o for o in fwd if o.aten == "mm"]
+    assert len(conv) == 1 and len(mm) == 1
+    assert conv[0].flops == conv_flops(4, 3, 16, 3, 30, 30)
+    assert mm[0].flops == 2 * 4 * (16 * 30 * 30) * 10
+    # backward: input grad of the linear and both weight grads; the conv's input needs no grad
+    bwd = [o for o in wl.ops if o.phase == "backward"]
+    conv_b = [o for o in bwd if o.aten == "convolution_backward"]
+    assert conv_b[0].flops == conv_flops(4, 3, 16, 3, 30, 30)  # weight grad only
+    assert sum(o.flops for o in bwd if o.aten == "mm") == 2 * (2 * 4 * (16 * 30 * 30) * 10)
+
+
+def test_resnet50_forward_is_4_1_gmacs_per_image(resnet50_b8):
+    gmacs = resnet50_b8.flops("forward") / resnet50_b8.batch_size / 2e9
+    assert 4.05 < gmacs < 4.2
+    assert resnet50_b8.parameters == 25_557_032
+
+
+def test_backward_is_about_twice_forward_for_conv_nets(resnet50_b8):
+    ratio = resnet50_b8.flops("backward") / resnet50_b8.flops("forward")
+    assert 1.85 < ratio < 2.05
+
+
+def test_views_cost_nothing_and_phases_are_all_present(resnet50_b8):
+    names = {o.aten for o in resnet50_b8.ops}
+    assert not names & {"view", "t", "transpose", "expand", "detach", "_unsafe_view"}
+    assert {o.phase for o in resnet50_b8.ops} == {"forward", "backward", "optimizer"}
+    assert all(o.bytes_total > 0 for o in resnet50_b8.ops)
+    assert resnet50_b8.meta["unregistered_ops"] == {}
+
+
+def test_sgd_momentum_steady_state_uses_foreach_kernels(resnet50_b8):
+    opt = [o for o in resnet50_b8.ops if o.phase == "optimizer"]
+    # momentum update and parameter update: multi-tensor kernels over all 161 tensors
+    assert all(o.aten.startswith("_foreach_") for o in opt)
+    assert max(o.n_tensors for o in opt) == 161
+    m = resnet50_b8.memory
+    assert m.optimizer_state_bytes == m.parameter_bytes  # one momentum buffer per parameter
+
+
+def test_adam_state_is_two_moments():
+    wl = trace("resnet18", batch_size=2, optimizer="adam")
+    assert wl.memory.optimizer_state_bytes == 2 * wl.memory.parameter_bytes
+
+
+def test_freezing_the_backbone_removes_weight_gradient_work():
+    full = trace("resnet18", batch_size=4)
+    frozen = trace("resnet18", batch_size=4, freeze="all-but-last")
+    assert frozen.trainable_parameters == 512 * 1000 + 1000
+    assert frozen.flops("forward") == full.flops("forward")
+    assert frozen.flops("backward") < 0.001 * full.flops("backward")
+    assert frozen.memory.gradient_bytes == frozen.trainable_parameters * 4
+    assert frozen.memory.activation_bytes < 0.05 * full.memory.activation_bytes
+
+
+def test_mixed_precision_puts_matmuls_and_convs_in_half():
+    wl = trace("resnet18", batch_size=32, precision="amp-bf16")
+    convs = [o for o in wl.ops if o.op_class == "conv"]
+    assert convs and all(o.dtype == "bf16" for o in convs)
+    # weights are cast once per step, and activations are about half
+    assert any(o.aten == "_to_copy" for o in wl.ops)
+    fp32 = trace("resnet18", batch_size=32)
+    assert wl.memory.activation_bytes < 0.6 * fp32.memory.activation_bytes
+
+
+def test_transformer_uses_fused_attention_and_scales_with_sequence():
+    wl = trace("gpt2", batch_size=1, seq_len=128)
+    att = [o for o in wl.ops if o.op_class == "attention"]
+    assert len(att) == 24  # 12 layers, forward and backward
+    n = 124_439_808
+    # 6 N T rule of thumb for a training step (fwd 2NT, bwd 4NT), attention adds a little
+    assert 0.95 < wl.flops() / (6 * n * 128) < 1.3
+
+
+def test_workload_json_round_trip(resnet50_b8):
+    back = Workload.from_json(resnet50_b8.to_json())
+    assert back.flops() == resnet50_b8.flops()
+    assert back.memory.peak_bytes == resnet50_b8.memory.peak_bytes
+    assert json.loads(resnet50_b8.to_json())["flops"]["forward"] == resnet50_b8.flops("forward")
+
+
+def test_memory_is_linear_in_batch_and_max_batch_is_consistent():
+    a = trace("resnet18", batch_size=4).memory
+    b = trace("resnet18", batch_size=8).memory
+    assert a.fixed_bytes == b.fixed_bytes
+    assert b.at_batch(8) == pytest.approx(b.peak_bytes, rel=1e-6)
+    assert a.at_batch(8) == pytest.approx(b.peak_bytes, rel=0.02)
+    cap = 2 * 1024**3
+    mb = b.max_batch(cap)
+    assert b.at_batch(mb) <= cap < b.at_batch(mb + 1)
+
+
+def test_spec_examples_have_the_parameter_counts_of_the_report():
+    assert trace("mnist-cnn", batch_size=8).parameters == 24_330
+    assert trace("pcam-cnn", batch_size=2).parameters == 19_941_381
+
+
+def test_dcgan_step_trains_both_networks():
+    wl = trace("dcgan", batch_size=4)
+    phases = [o.phase for o in wl.ops]
+    assert phases.count("optimizer") >= 2
+    mods = {o.module.split(".")[1] for o in wl.ops if o.module.count(".") >= 1}
+    assert {"netG", "netD"} <= mods
+
+
+def _spec(tmp_path, layers, **extra):
+    import yaml
+
+    p = tmp_path / "m.yaml"
+    p.write_text(yaml.safe_dump({"input": {"shape": [28, 28, 1]}, "layers": layers, **extra}))
+    return str(p)
+
+
+def test_spec_errors_name_the_layer_and_field(tmp_path):
+    with pytest.raises(SpecError, match=r"layer 0 \(conv2d\): missing field 'filters'"):
+        trace(_spec(tmp_path, [{"type": "conv2d", "kernel_size": 3}]), batch_size=2)
+    with pytest.raises(UnknownNameError, match="did you mean 'dense'"):
+        trace(_spec(tmp_path, [{"type": "dens", "units": 3}]), batch_size=2)
+    with pytest.raises(SpecError, match=r"layer 1 \(dense\): needs a flat input.*flatten"):
+        trace(_spec(tmp_path, [{"type": "conv2d", "filters": 4, "kernel_size": 3}, {"type": "dense", "units": 3}]), batch_size=2)
+    with pytest.raises(SpecError, match=r"layer 0 \(conv2d\): kernel \[30, 30\] is larger than its input 28x28"):
+        trace(_spec(tmp_path, [{"type": "conv2d", "filters": 4, "kernel_size": 30}]), batch_size=2)
+    with pytest.raises(SpecError, match=r"layer 2 \(dense\): field 'units' has the wrong type"):
+        trace(_spec(tmp_path, [{"type": "flatten"}, {"type": "dropout", "rate": 0.5}, {"type": "dense", "units": "ten"}]), batch_size=2)
+    with pytest.raises(SpecError, match="unknown field 'filter'"):
+        trace(_spec(tmp_path, [{"type": "conv2d", "filter": 4, "kernel_size": 3}]), batch_size=2)
+
+
+def test_keras_same_padding_and_strides(tmp_path):
+    spec = _spec(tmp_path, [{"type": "conv2d", "filters": 8, "kernel_size": 3, "strides": 2, "padding": "same"},
+                            {"type": "flatten"}, {"type": "dense", "units": 10}])
+    wl = trace(spec, batch_size=2)
+    conv = next(o for o in wl.ops if o.aten == "convolution")
+    assert conv.output_shapes[0] == (2, 8, 14, 14)  # ceil(28 / 2), as Keras
+
+
+def test_bad_model_inputs_are_clear_errors():
+    with pytest.raises(UnknownNameError, match="did you mean 'resnet50'"):
+        trace("resnet5O", batch_size=2)
+    with pytest.raises(ConfigError, match="batch size must be a positive number"):
+        trace("resnet18", batch_size=0)
+    with pytest.raises(TraceError, match="cannot trace"):
+        trace(nn.Linear(10, 3), batch_size=2, inputs=(7,))  # shapes that do not compose
+    with pytest.raises(ConfigError, match="--freeze"):
+        trace("resnet18", batch_size=2, freeze="some")
+
+
+def test_module_with_callable_inputs():
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(5, 4)
+            self.b = nn.Linear(3, 4)
+
+        def forward(self, x, y):
+            return self.a(x) + self.b(y)
+
+    wl = trace(Two(), batch_size=6, inputs=lambda b, dev: (torch.randn(b, 5, device=dev), torch.randn(b, 3, device=dev)))
+    assert sum(o.flops for o in wl.ops if o.phase == "forward" and o.op_class == "matmul") == 2 * 6 * (5 * 4 + 3 * 4)
