@@ -371,7 +371,9 @@ def forecast(
             if p == gpus and pb == b:
                 s = st
             else:
-                s = step_time(family.at(pb), cluster_for(g, nn), predictor, precision, sync, overlap)
+                # predictors that read op shapes need exact traces, not interpolated ones
+                w = family.trace(pb) if getattr(predictor, "needs_shapes", False) else family.at(pb)
+                s = step_time(w, cluster_for(g, nn), predictor, precision, sync, overlap)
             rate = pb * p / s.iteration_s
             base_rate = base_rate or rate
             speed = rate / base_rate

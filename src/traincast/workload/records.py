@@ -45,6 +45,9 @@ class OpRecord:
     input_shapes: tuple[tuple[int, ...], ...]
     output_shapes: tuple[tuple[int, ...], ...]
     n_tensors: int = 1
+    # the op's non-tensor arguments in call order (stride, padding, dilation,
+    # transposed, output_padding, groups for a convolution), JSON-able
+    args: tuple = ()
 
     @property
     def bytes_total(self) -> int:
@@ -54,6 +57,7 @@ class OpRecord:
         d = asdict(self)
         d["input_shapes"] = [list(s) for s in self.input_shapes]
         d["output_shapes"] = [list(s) for s in self.output_shapes]
+        d["args"] = list(self.args)
         return d
 
     @classmethod
@@ -61,6 +65,7 @@ class OpRecord:
         d = dict(d)
         d["input_shapes"] = tuple(tuple(s) for s in d["input_shapes"])
         d["output_shapes"] = tuple(tuple(s) for s in d["output_shapes"])
+        d["args"] = tuple(tuple(a) if isinstance(a, list) else a for a in d.get("args", ()))
         return cls(**d)
 
 

@@ -51,6 +51,23 @@ def _tensors(obj) -> list[torch.Tensor]:
     return [t for t in flat if isinstance(t, torch.Tensor)]
 
 
+def _scalar_args(args) -> tuple:
+    """Non-tensor positional arguments, as plain JSON-able values."""
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            continue
+        if isinstance(a, (list, tuple)):
+            if any(isinstance(x, torch.Tensor) for x in a):
+                continue
+            out.append(tuple(int(x) if isinstance(x, (int, torch.SymInt)) else x for x in a))
+        elif isinstance(a, (bool, int, float)) or a is None:
+            out.append(a)
+        elif isinstance(a, torch.dtype):
+            out.append(dtype_name(a))
+    return tuple(out)
+
+
 def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
@@ -117,6 +134,7 @@ class _OpRecorder(TorchDispatchMode):
                 input_shapes=tuple(tuple(t.shape) for t in ins[:4]),
                 output_shapes=tuple(tuple(t.shape) for t in outs[:4]),
                 n_tensors=n_tensors,
+                args=_scalar_args(args) if not name.startswith("_foreach_") else (),
             )
         )
         return out
