@@ -175,6 +175,57 @@ def register(app: typer.Typer) -> None:
         console.print(table("instances (on-demand $/h; network Gb/s)",
                             ["name", "provider", "gpu", "gpus", "$/h", "net", "region", "date"], rows, 3))
 
+    @app.command("plan")
+    def plan_cmd(
+        model: str = typer.Argument(..., help="zoo name or a .yaml/.json layer spec"),
+        epochs: float = typer.Option(..., "--epochs"),
+        dataset_size: Optional[int] = typer.Option(None, "--dataset-size"),
+        batch_size: int = typer.Option(..., "--batch-size", "-b", help="global batch (per GPU with --per-gpu-batch)"),
+        per_gpu_batch: bool = typer.Option(False, "--per-gpu-batch", help="weak scaling"),
+        deadline: Optional[str] = typer.Option(None, "--deadline", help="e.g. 24h, 90m, 2d"),
+        budget: Optional[float] = typer.Option(None, "--budget", help="USD"),
+        gpus: str = typer.Option("1,2,4,8,16,32,64", "--gpus", help="GPU totals to consider"),
+        gpu_types: Optional[str] = typer.Option(None, "--gpu-types", help="comma-separated GPU names"),
+        instances: Optional[str] = typer.Option(None, "--instances", help="comma-separated instance names"),
+        precision: str = typer.Option("fp32", "--precision"),
+        optimizer: str = typer.Option("sgd", "--optimizer"),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len"),
+        plot_path: Optional[Path] = typer.Option(Path("plan.png"), "--plot", help="PNG of all configurations"),
+        show_all: bool = typer.Option(False, "--all", help="list every configuration, not just the front"),
+        catalog: Catalogs = typer.Option(None, "--catalog"),
+        as_json: bool = typer.Option(False, "--json"),
+    ):
+        """Which hardware? Every (instance x count): Pareto front of time vs cost, deadline and budget."""
+        from traincast.errors import ConfigError
+        from traincast.plan.pareto import parse_duration_s, plan, plot
+
+        try:
+            counts = tuple(int(x) for x in gpus.split(",") if x.strip())
+        except ValueError:
+            raise ConfigError(f"--gpus must be comma-separated integers, got {gpus!r}") from None
+        split = lambda s: tuple(x.strip() for x in s.split(",") if x.strip()) if s else None  # noqa: E731
+        res = plan(model, epochs=epochs, dataset_size=dataset_size, batch_size=batch_size,
+                   per_gpu_batch=per_gpu_batch, gpus=counts, gpu_types=split(gpu_types), instances=split(instances),
+                   deadline_s=parse_duration_s(deadline) if deadline else None, budget_usd=budget,
+                   precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog))
+        if plot_path:
+            plot(res, str(plot_path))
+        if as_json:
+            print_json(res.to_dict())
+            return
+        shown = res.configs if show_all else res.front
+        rows = [[c.instance, c.device, c.gpus, c.per_gpu_batch, dur(c.iteration_s), dur(c.total_s), usd(c.cost_usd),
+                 "yes" if c.pareto else "", c.reason or "ok"] for c in sorted(shown, key=lambda c: c.total_s)]
+        console.print(table(f"{res.model}: {len(res.configs)} configurations, " + ("all" if show_all else "Pareto front"),
+                            ["instance", "gpu", "GPUs", "batch/GPU", "iteration", "total", "cost", "front", "status"],
+                            rows, 2))
+        for label, c in (("fastest", res.fastest), ("cheapest", res.cheapest),
+                         ("cheapest meeting deadline and budget", res.cheapest_feasible)):
+            console.print(f"{label}: " + ("none" if c is None else
+                          f"{c.gpus}x {c.device} on {c.instance} x{c.instances}: {dur(c.total_s)}, {usd(c.cost_usd)}"))
+        if plot_path:
+            console.print(f"plot: {plot_path}")
+
     @app.command()
     def demo(as_json: bool = typer.Option(False, "--json")):
         """ResNet-50 on ImageNet-1k, 90 epochs, batch 256: 8xV100 vs 8xA100 vs 8xH100."""

@@ -129,6 +129,7 @@ class WorkloadFamily:
         self.model = model
         self.kw = dict(optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze, inputs=inputs)
         self._traces: dict[int, Workload] = {}
+        self._interpolated: dict[int, Workload] = {}
 
     def trace(self, batch: int) -> Workload:
         from traincast.workload import trace
@@ -141,6 +142,8 @@ class WorkloadFamily:
         """Exact trace if cached, else interpolated from two traces, else traced."""
         if batch in self._traces:
             return self._traces[batch]
+        if batch in self._interpolated:
+            return self._interpolated[batch]
         anchors = sorted(self._traces)
         if len(anchors) < 2:
             base = anchors[0] if anchors else batch
@@ -150,7 +153,10 @@ class WorkloadFamily:
             self.trace(other)
             anchors = sorted(self._traces)
         wl = interpolate(self._traces[anchors[0]], self._traces[anchors[-1]], batch)
-        return wl if wl is not None else self.trace(batch)
+        if wl is None:
+            return self.trace(batch)
+        self._interpolated[batch] = wl
+        return wl
 
 
 # --- the forecast --------------------------------------------------------------
@@ -280,12 +286,15 @@ def forecast(
     catalog: Catalog | None = None,
     scaling: bool = True,
     family: WorkloadFamily | None = None,
+    exact_trace: bool = True,
 ) -> Forecast:
     """Forecast a data-parallel training job: step, epoch, total time, cost, memory.
 
     ``batch_size`` is the global batch (strong scaling) unless ``per_gpu_batch``
     (weak scaling). ``gpu`` or ``instance`` names the hardware; with only a GPU,
-    the price is that of the cheapest catalog instance carrying it.
+    the price is that of the cheapest catalog instance carrying it. With
+    ``exact_trace=False`` the workload may be interpolated from a ``family``'s
+    traces at other batch sizes (exact in FLOPs and bytes; used by planning).
     """
     cat = catalog or get_catalog()
     positive("--gpus", gpus)
@@ -324,7 +333,8 @@ def forecast(
     global_batch = b * gpus
     family = family or WorkloadFamily(model, optimizer=optimizer, precision=precision,
                                       seq_len=seq_len, freeze=freeze, inputs=inputs)
-    wl = family.trace(b)
+    exact = exact_trace or getattr(predictor, "needs_shapes", False)
+    wl = family.trace(b) if exact else family.at(b)
     if dataset_size is None:
         dataset_size = _default_dataset(model)
     positive("--dataset-size", dataset_size)

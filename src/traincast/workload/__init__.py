@@ -104,10 +104,22 @@ def trace(
     seq_len: int | None = None,
     freeze: str | None = None,
     inputs=None,
-    fused_attention: bool = True,
+    fused_attention: bool | None = None,
 ) -> Workload:
-    """Trace one training step on the meta device (no memory, no arithmetic)."""
+    """Trace one training step on the meta device (no memory, no arithmetic).
+
+    ``fused_attention`` (default: on, except for zoo CNNs, GANs and specs, which
+    have no attention) traces ``scaled_dot_product_attention`` as the fused GPU
+    kernel rather than its math decomposition.
+    """
     from traincast.workload.tracer import trace_step
+
+    if fused_attention is None:
+        fused_attention = True
+        if isinstance(model, str) and not str(model).endswith((".yaml", ".yml", ".json")):
+            fused_attention = zoo.get(model).family == "transformer" or zoo.get(model).name.startswith("vit")
+        elif isinstance(model, (str, Path)):
+            fused_attention = False
 
     step = build_step(model, batch_size=batch_size, device="meta", optimizer=optimizer,
                       precision=precision, seq_len=seq_len, freeze=freeze, inputs=inputs)

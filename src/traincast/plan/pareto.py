@@ -1,0 +1,216 @@
+"""One job: forecast every (instance type x count) configuration, mark the
+infeasible ones, and find the Pareto front of total time against cost.
+
+After AI Gauge's Pareto set of configurations: the fastest, the cheapest, and
+the cheapest that meets a deadline (and a budget).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from traincast.errors import ConfigError, positive
+from traincast.hardware.catalog import Catalog, get_catalog
+
+
+@dataclass(frozen=True)
+class Config:
+    """One forecast configuration and what became of it."""
+
+    instance: str
+    device: str
+    instances: int
+    gpus: int
+    per_gpu_batch: int
+    global_batch: int
+    iteration_s: float
+    total_s: float
+    cost_usd: float | None
+    usd_per_hour: float | None
+    peak_memory_bytes: int
+    fits_in_memory: bool
+    meets_deadline: bool
+    within_budget: bool
+    pareto: bool = False
+    reason: str = ""  # why infeasible
+
+    @property
+    def feasible(self) -> bool:
+        return self.fits_in_memory and self.meets_deadline and self.within_budget
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    model: str
+    configs: tuple[Config, ...]
+    deadline_s: float | None
+    budget_usd: float | None
+
+    def _best(self, key, pool) -> Config | None:
+        pool = [c for c in pool if c.cost_usd is not None]
+        return min(pool, key=key) if pool else None
+
+    @property
+    def front(self) -> list[Config]:
+        return sorted((c for c in self.configs if c.pareto), key=lambda c: c.total_s)
+
+    @property
+    def fastest(self) -> Config | None:
+        return self._best(lambda c: (c.total_s, c.cost_usd), [c for c in self.configs if c.fits_in_memory])
+
+    @property
+    def cheapest(self) -> Config | None:
+        return self._best(lambda c: (c.cost_usd, c.total_s), [c for c in self.configs if c.fits_in_memory])
+
+    @property
+    def cheapest_feasible(self) -> Config | None:
+        """Cheapest that fits, meets the deadline and the budget."""
+        return self._best(lambda c: (c.cost_usd, c.total_s), [c for c in self.configs if c.feasible])
+
+    def records(self) -> list[dict]:
+        return [asdict(c) | {"feasible": c.feasible} for c in self.configs]
+
+    def to_dict(self) -> dict:
+        pick = lambda c: None if c is None else asdict(c)  # noqa: E731
+        return {
+            "model": self.model, "deadline_s": self.deadline_s, "budget_usd": self.budget_usd,
+            "configurations": self.records(), "pareto_front": [asdict(c) for c in self.front],
+            "fastest": pick(self.fastest), "cheapest": pick(self.cheapest),
+            "cheapest_feasible": pick(self.cheapest_feasible),
+        }
+
+
+def pareto_flags(points: list[tuple[float, float]]) -> list[bool]:
+    """True for points no other point beats on both coordinates (lower is better)."""
+    flags = []
+    for i, (t, c) in enumerate(points):
+        dominated = any(
+            (t2 <= t and c2 <= c) and (t2 < t or c2 < c) for j, (t2, c2) in enumerate(points) if j != i
+        )
+        flags.append(not dominated)
+    return flags
+
+
+def plan(
+    model,
+    *,
+    epochs: float,
+    dataset_size: int | None = None,
+    batch_size: int,
+    per_gpu_batch: bool = False,
+    gpus: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
+    gpu_types: tuple[str, ...] | None = None,
+    instances: tuple[str, ...] | None = None,
+    deadline_s: float | None = None,
+    budget_usd: float | None = None,
+    precision: str = "fp32",
+    optimizer: str = "sgd",
+    seq_len: int | None = None,
+    freeze: str | None = None,
+    sync: str = "ring",
+    catalog: Catalog | None = None,
+    predictor=None,
+) -> PlanResult:
+    """Forecast every priced (instance type x instance count) whose GPU total is in ``gpus``."""
+    from traincast.predict.compose import WorkloadFamily, forecast
+
+    cat = catalog or get_catalog()
+    positive("--epochs", epochs)
+    positive("--batch-size", batch_size)
+    for g in gpus:
+        positive("--gpus entries", g)
+    if deadline_s is not None:
+        positive("--deadline", deadline_s)
+    if budget_usd is not None:
+        positive("--budget", budget_usd)
+    if instances:
+        insts = [cat.instance(n) for n in instances]
+    else:
+        devs = {cat.device(g).name for g in gpu_types} if gpu_types else None
+        insts = [i for i in cat.instances.values()
+                 if i.usd_per_hour is not None and i.device.kind == "gpu" and (devs is None or i.device.name in devs)]
+    if not insts:
+        raise ConfigError("no priced instance matches --gpu-types/--instances")
+    family = WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze)
+    rows: list[Config] = []
+    for inst in insts:
+        for g in sorted(set(gpus)):
+            if g % inst.gpus:
+                continue
+            if not per_gpu_batch and batch_size < g:
+                continue
+            f = forecast(model, instance=inst.name, gpus=g, batch_size=batch_size, per_gpu_batch=per_gpu_batch,
+                         epochs=epochs, dataset_size=dataset_size, precision=precision, optimizer=optimizer,
+                         seq_len=seq_len, freeze=freeze, sync=sync, catalog=cat, scaling=False, family=family,
+                         exact_trace=False, predictor=predictor)
+            meets = deadline_s is None or f.total_s <= deadline_s
+            within = budget_usd is None or (f.cost_usd is not None and f.cost_usd <= budget_usd)
+            why = [w for w, bad in (("out of memory", not f.fits_in_memory), ("misses the deadline", not meets),
+                                    ("over budget", not within)) if bad]
+            rows.append(Config(inst.name, inst.device.name, g // inst.gpus, g, f.per_gpu_batch, f.global_batch,
+                               f.iteration_s, f.total_s, f.cost_usd, f.usd_per_hour, f.peak_memory_bytes,
+                               f.fits_in_memory, meets, within, reason=", ".join(why)))
+    if not rows:
+        raise ConfigError(f"no configuration: the global batch {batch_size} is smaller than every GPU count asked for")
+    cand = [i for i, c in enumerate(rows) if c.fits_in_memory and c.cost_usd is not None]
+    flags = pareto_flags([(rows[i].total_s, rows[i].cost_usd) for i in cand])
+    front = {i for i, f in zip(cand, flags) if f}
+    rows = [Config(**{**asdict(c), "pareto": i in front}) for i, c in enumerate(rows)]
+    name = model if isinstance(model, str) else type(model).__name__
+    return PlanResult(name, tuple(rows), deadline_s, budget_usd)
+
+
+def plot(result: PlanResult, path: str) -> str:
+    """All configurations on log-log axes of total time and cost, the front highlighted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    ok = [c for c in result.configs if c.fits_in_memory and c.cost_usd is not None]
+    oom = [c for c in result.configs if not c.fits_in_memory and c.cost_usd is not None]
+    devs = sorted({c.device for c in ok})
+    cmap = plt.get_cmap("tab20")
+    for k, d in enumerate(devs):
+        pts = [c for c in ok if c.device == d]
+        ax.scatter([c.total_s / 3600 for c in pts], [c.cost_usd for c in pts], s=22, color=cmap(k % 20),
+                   label=d, alpha=0.8)
+    if oom:
+        ax.scatter([c.total_s / 3600 for c in oom], [c.cost_usd for c in oom], marker="x", color="grey",
+                   label="out of memory")
+    front = result.front
+    ax.plot([c.total_s / 3600 for c in front], [c.cost_usd for c in front], "k-", lw=1.5, label="Pareto front")
+    for c in front:
+        ax.annotate(f"{c.gpus}x {c.instance}", (c.total_s / 3600, c.cost_usd), fontsize=7,
+                    xytext=(3, 3), textcoords="offset points")
+    if result.deadline_s:
+        ax.axvline(result.deadline_s / 3600, color="red", ls="--", lw=1, label="deadline")
+    if result.budget_usd:
+        ax.axhline(result.budget_usd, color="orange", ls="--", lw=1, label="budget")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("total training time (hours)")
+    ax.set_ylabel("cost (USD)")
+    ax.set_title(f"{result.model}: time vs cost of every configuration")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def parse_duration_s(text: str) -> float:
+    """'36h', '90m', '2d', '3600', '1h30m' -> seconds."""
+    import re
+
+    t = str(text).strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", t):
+        return float(t)
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([dhms])", t)
+    if not parts or "".join(n + u for n, u in parts) != re.sub(r"\s+", "", t):
+        raise ConfigError(f"cannot read duration {text!r}; write e.g. 36h, 90m, 2d or 1h30m")
+    mult = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    return sum(float(n) * mult[u] for n, u in parts)
+

@@ -1,0 +1,65 @@
+"""One-job planning: Pareto front, feasibility, the CLI."""
+
+import json
+
+import pytest
+
+from traincast.cli.main import _register_all, run
+from traincast.errors import ConfigError
+from traincast.plan.pareto import parse_duration_s, pareto_flags, plan
+
+_register_all()
+
+
+def test_pareto_flags_by_hand():
+    pts = [(1, 10), (2, 5), (3, 6), (4, 1), (2, 5)]
+    # (3, 6) is beaten by (2, 5); the two equal (2, 5) points do not beat each other
+    assert pareto_flags(pts) == [True, True, False, True, True]
+
+
+def test_plan_marks_front_deadline_budget_and_memory():
+    res = plan("resnet18", epochs=10, dataset_size=100_000, batch_size=256, gpus=(1, 8),
+               instances=("p3.2xlarge", "p3.16xlarge", "g5.xlarge", "p4d.24xlarge"),
+               deadline_s=3600, budget_usd=50)
+    assert {c.instance for c in res.configs} == {"p3.2xlarge", "p3.16xlarge", "g5.xlarge", "p4d.24xlarge"}
+    # p3.16xlarge has 8 GPUs: the 1-GPU count is not offered on it
+    assert all(c.gpus % 8 == 0 for c in res.configs if c.instance in ("p3.16xlarge", "p4d.24xlarge"))
+    front = res.front
+    assert front and all(c.fits_in_memory for c in front)
+    for c in res.configs:  # nothing on the front is dominated
+        for f in front:
+            assert not (c.total_s < f.total_s and c.cost_usd < f.cost_usd)
+        assert c.meets_deadline == (c.total_s <= 3600)
+        assert c.within_budget == (c.cost_usd <= 50)
+    best = res.cheapest_feasible
+    if best is not None:
+        assert best.feasible and best.cost_usd == min(c.cost_usd for c in res.configs if c.feasible)
+    assert res.fastest.total_s == min(c.total_s for c in res.configs)
+
+
+def test_out_of_memory_configurations_are_flagged():
+    res = plan("gpt2-large", epochs=1, dataset_size=1000, batch_size=64, seq_len=1024, gpus=(1,),
+               instances=("g4dn.xlarge", "a2-ultragpu-8g"), optimizer="adam")
+    t4 = [c for c in res.configs if c.instance == "g4dn.xlarge"]
+    assert t4 and not t4[0].fits_in_memory and "out of memory" in t4[0].reason and not t4[0].pareto
+
+
+def test_durations():
+    assert parse_duration_s("36h") == 36 * 3600
+    assert parse_duration_s("1h30m") == 5400
+    assert parse_duration_s("2d") == 172800
+    with pytest.raises(ConfigError, match="cannot read duration"):
+        parse_duration_s("friday")
+
+
+def test_plan_cli_json_and_bad_input(capsys, tmp_path):
+    code = run(["plan", "resnet18", "--epochs", "1", "--dataset-size", "10000", "--batch-size", "64",
+                "--gpus", "1,2", "--gpu-types", "T4,L4", "--plot", str(tmp_path / "p.png"), "--json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    d = json.loads(out)
+    assert d["pareto_front"] and (tmp_path / "p.png").stat().st_size > 1000
+    assert run(["plan", "resnet18", "--epochs", "1", "--batch-size", "64", "--deadline", "soon"]) == 2
+    assert "cannot read duration" in capsys.readouterr().err
+    assert run(["plan", "resnet18", "--epochs", "1", "--batch-size", "64", "--gpus", "1,x"]) == 2
+    assert run(["plan", "resnet18", "--epochs", "1", "--batch-size", "64", "--gpu-types", "Z99"]) == 2
