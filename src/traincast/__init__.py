@@ -3,6 +3,8 @@
     >>> import traincast
     >>> wl = traincast.trace("resnet50", batch_size=32)
     >>> f = traincast.forecast("resnet50", gpu="A100", gpus=8, batch_size=256, epochs=90)
+    >>> with traincast.track(job="my-run", total_steps=10_000) as t:   # a running job
+    ...     t.step(loss=0.7)
 """
 
 __version__ = "0.1.0"
@@ -17,6 +19,10 @@ def __getattr__(name):  # lazy: importing traincast does not import torch
         from traincast.predict import forecast
 
         return forecast
+    if name == "track":
+        from traincast.online import track
+
+        return track
     if name == "plan":
         from traincast.plan.pareto import plan
 

@@ -1,0 +1,369 @@
+"""CLI commands of the online package: watch, eta, jobs, converge, ingest."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from traincast.errors import ConfigError, DataError
+
+
+def fmt_duration(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "never" if s is not None else "-"
+    s = max(s, 0.0)
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{int(s // 60)} m {int(s % 60):02d} s"
+    if s < 86400:
+        return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} m"
+    return f"{int(s // 86400)} d {int(s % 86400 // 3600):02d} h"
+
+
+def _clean(x):
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _dump(obj) -> str:
+    return json.dumps(_clean(obj), indent=None, sort_keys=False)
+
+
+def _est_dict(e) -> dict:
+    d = dataclasses.asdict(e)
+    d["progress"] = e.progress
+    d["rate_steps_per_s"] = e.rate_steps_per_s
+    return d
+
+
+def _store(db: Optional[str]):
+    from traincast.store import Store
+
+    return Store(db)
+
+
+def _positive(name, v):
+    if v is not None and not v > 0:
+        raise ConfigError(f"{name} must be positive, got {v}")
+
+
+def register(app: typer.Typer) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from traincast.online import api, estimate, jobs, move, parsers, plot
+
+    console = Console()
+
+    @app.command("watch")
+    def watch(
+        log: str = typer.Argument(..., help="training log file to follow"),
+        total_steps: Optional[int] = typer.Option(None, "--total-steps", help="steps of the whole run (else read from the log)"),
+        fmt: str = typer.Option("auto", "--format", help=f"log format: {', '.join(parsers.FORMATS)}"),
+        interval_s: float = typer.Option(2.0, "--interval", help="seconds between reads"),
+        once: bool = typer.Option(False, "--once", help="read once, print, exit"),
+        timeout_s: Optional[float] = typer.Option(None, "--timeout", help="stop following after this many seconds"),
+        estimator: str = typer.Option(estimate.DEFAULT_ESTIMATOR, "--estimator", help=", ".join(estimate.ESTIMATORS)),
+        save_as: Optional[str] = typer.Option(None, "--save-as", help="also store the log as this job"),
+        db: Optional[str] = typer.Option(None, "--db", help="database file (default $TRAINCAST_DB)"),
+        as_json: bool = typer.Option(False, "--json", help="one JSON object per read"),
+    ):
+        """Follow a growing log: progress bar, rate, ETA and its band."""
+        _positive("--total-steps", total_steps)
+        _positive("--interval", interval_s)
+        if estimator not in estimate.ESTIMATORS:
+            raise ConfigError(f"unknown estimator {estimator!r}; known: {', '.join(estimate.ESTIMATORS)}")
+        if not Path(log).exists():
+            raise DataError(f"log file {log!r} does not exist; give the path of a training log")
+        store = _store(db) if save_as else None
+
+        def read():
+            parsed = parsers.parse_log(log, fmt)
+            if store is not None:
+                jobs.save_parsed(store, save_as, parsed, total_steps=total_steps, source=str(log))
+            series = parsed.to_series(total_steps, name=Path(log).name)
+            try:
+                est = estimate.estimate_remaining(series, total_steps, estimator)
+            except DataError:
+                est = None
+            return parsed, series, est
+
+        def record(parsed, est):
+            d = {"log": log, "format": parsed.format, "records": len(parsed.records), "skipped_lines": parsed.lines_skipped}
+            if est is not None:
+                d.update(_est_dict(est))
+            return d
+
+        if once:
+            parsed, series, est = read()
+            if est is None and not (total_steps or parsed.total_steps):
+                raise ConfigError("the total number of steps is not in the log; pass --total-steps N")
+            if as_json:
+                typer.echo(_dump(record(parsed, est)))
+            else:
+                _print_estimate(console, est, parsed, log)
+            return
+        from rich.progress import BarColumn, Progress, TextColumn
+
+        start = time.monotonic()
+        try:
+            with Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
+                TextColumn("{task.fields[info]}"),
+                console=console,
+                disable=as_json,
+            ) as prog:
+                task = prog.add_task(Path(log).name, total=total_steps or 1, info="waiting for records")
+                while True:
+                    parsed, series, est = read()
+                    if as_json:
+                        typer.echo(_dump(record(parsed, est)))
+                    total = total_steps or parsed.total_steps
+                    if est is not None:
+                        info = (
+                            f"{est.rate_steps_per_s:,.2f} steps/s  ETA {fmt_duration(est.remaining_s)} "
+                            f"[{fmt_duration(est.low_s)} - {fmt_duration(est.high_s)}]  skipped {parsed.lines_skipped}"
+                        )
+                        prog.update(task, total=est.total_steps, completed=est.step, info=info)
+                        if est.remaining_steps == 0:
+                            break
+                    elif total:
+                        prog.update(task, total=total, completed=series.steps[-1] if len(series) else 0)
+                    if timeout_s is not None and time.monotonic() - start > timeout_s:
+                        break
+                    time.sleep(interval_s)
+        except KeyboardInterrupt:
+            pass
+
+    @app.command("eta")
+    def eta(
+        target: str = typer.Argument(..., help="a log file, or the name of a job in the store"),
+        total_steps: Optional[int] = typer.Option(None, "--total-steps"),
+        fmt: str = typer.Option("auto", "--format", help=f"log format: {', '.join(parsers.FORMATS)}"),
+        estimator: str = typer.Option(estimate.DEFAULT_ESTIMATOR, "--estimator", help=", ".join(estimate.ESTIMATORS)),
+        speed_ratio: Optional[float] = typer.Option(
+            None, "--speed-ratio", help="if moved now: target time per step / current time per step"
+        ),
+        price_usd_per_hour: Optional[float] = typer.Option(None, "--price-usd-per-hour", help="price of the target (or current) hardware"),
+        restart_s: float = typer.Option(0.0, "--restart-overhead-s", help="time to restart on the new hardware"),
+        move_name: str = typer.Option("target", "--target-name", help="label of the target hardware"),
+        tests: bool = typer.Option(False, "--tests", help="run ADF/KPSS stationarity tests"),
+        plot_path: Optional[str] = typer.Option(None, "--plot", help="PNG of the ETA history"),
+        db: Optional[str] = typer.Option(None, "--db"),
+        as_json: bool = typer.Option(False, "--json"),
+    ):
+        """Remaining time of a job (from its log or the store), optionally on other hardware."""
+        _positive("--total-steps", total_steps)
+        store = None if Path(target).exists() else _store(db)
+        series, parsed = api.open_series(target, fmt, store, total_steps)
+        est = estimate.estimate_remaining(series, total_steps, estimator, tests=tests)
+        an = estimate.analyze(series, tests=False)
+        mv = None
+        if speed_ratio is not None:
+            mv = move.remaining_on_other_hardware(est, speed_ratio, price_usd_per_hour, restart_overhead_s=restart_s, target=move_name)
+        if plot_path:
+            plot.plot_eta_history(estimate.eta_history(series, total_steps, estimator), plot_path)
+        if as_json:
+            d = {"target": target, **_est_dict(est)}
+            d["warmup_steps"] = an.warmup_steps
+            d["pauses"] = {k: sum(1 for p in an.pauses if p.kind == k) for k in sorted({p.kind for p in an.pauses})}
+            d["pause_s"] = sum(p.excess_s for p in an.pauses)
+            if parsed is not None:
+                d["skipped_lines"] = parsed.lines_skipped
+            if mv is not None:
+                d["move"] = dataclasses.asdict(mv)
+            elif price_usd_per_hour is not None:
+                d["cost_usd"] = est.remaining_s / 3600 * price_usd_per_hour
+            if plot_path:
+                d["plot"] = plot_path
+            typer.echo(_dump(d))
+            return
+        _print_estimate(console, est, parsed, target, an)
+        if mv is not None:
+            cost = "" if mv.cost_usd is None else f", ${mv.cost_usd:,.2f} (${mv.cost_low_usd:,.2f} - ${mv.cost_high_usd:,.2f})"
+            console.print(
+                f"if moved to {mv.target} now: {fmt_duration(mv.remaining_s)} "
+                f"[{fmt_duration(mv.low_s)} - {fmt_duration(mv.high_s)}]{cost}"
+            )
+        elif price_usd_per_hour is not None:
+            console.print(f"cost of the remaining time: ${est.remaining_s / 3600 * price_usd_per_hour:,.2f}")
+        if plot_path:
+            console.print(f"plot: {plot_path}")
+
+    @app.command("jobs")
+    def jobs_cmd(
+        db: Optional[str] = typer.Option(None, "--db"),
+        as_json: bool = typer.Option(False, "--json"),
+    ):
+        """Jobs in the store, with progress and remaining time."""
+        store = _store(db)
+        rows = []
+        for info, n_rows, last in jobs.list_jobs(store):
+            rem = None
+            total = info.planned_steps
+            if total and n_rows >= estimate.MIN_RECORDS:
+                try:
+                    rem = estimate.estimate_remaining(jobs.load_series(store, info.name)).remaining_s
+                except (DataError, ConfigError):
+                    rem = None
+            rows.append(
+                {
+                    **dataclasses.asdict(info),
+                    "records": n_rows,
+                    "last_step": last,
+                    "progress": (last / total) if (total and last is not None) else None,
+                    "remaining_s": rem,
+                }
+            )
+        if as_json:
+            typer.echo(_dump(rows))
+            return
+        if not rows:
+            console.print(f"no jobs in {store.path}")
+            return
+        t = Table(title=f"jobs in {store.path}")
+        for c in ("job", "model", "hardware", "step", "total", "progress", "remaining", "updated"):
+            t.add_column(c)
+        for r in rows:
+            t.add_row(
+                r["name"],
+                r["model"] or "-",
+                r["hardware"] or "-",
+                f"{r['last_step']:,}" if r["last_step"] is not None else "-",
+                f"{r['total_steps']:,}" if r["total_steps"] else "-",
+                f"{r['progress']:.0%}" if r["progress"] is not None else "-",
+                fmt_duration(r["remaining_s"]),
+                time.strftime("%Y-%m-%d %H:%M", time.localtime(r["updated_s"])),
+            )
+        console.print(t)
+
+    @app.command("converge")
+    def converge(
+        target: str = typer.Argument(..., help="a log file, or the name of a job in the store"),
+        target_loss: float = typer.Option(..., "--target-loss", help="training loss to reach"),
+        fmt: str = typer.Option("auto", "--format"),
+        form: str = typer.Option("auto", "--form", help="loss model: optimus (1/(b0 k + b1) + b2), power, or auto (the one that extrapolates best within the run)"),
+        log_space: bool = typer.Option(True, "--log-space/--linear", help="fit relative (log) residuals, which weigh the tail of the curve, or absolute ones"),
+        n_boot: int = typer.Option(100, "--boot", help="bootstrap refits for the interval"),
+        step_time_s: Optional[float] = typer.Option(None, "--step-time-s", help="time per step (else measured from the log)"),
+        plot_path: Optional[str] = typer.Option(None, "--plot", help="PNG of the loss fit"),
+        db: Optional[str] = typer.Option(None, "--db"),
+        as_json: bool = typer.Option(False, "--json"),
+    ):
+        """Steps (and time) until the training loss reaches a target (Optimus loss model)."""
+        if not math.isfinite(target_loss):
+            raise ConfigError(f"--target-loss must be a finite number, got {target_loss}")
+        if n_boot < 0:
+            raise ConfigError(f"--boot must be >= 0, got {n_boot}")
+        _positive("--step-time-s", step_time_s)
+        from traincast.online.converge import time_to_target
+
+        store = None if Path(target).exists() else _store(db)
+        series, _ = api.open_series(target, fmt, store)
+        model, stt = api.steps_to_target(series, target_loss, form, n_boot, log_space=log_space)
+        tau = step_time_s
+        if tau is None:
+            try:
+                tau = estimate.estimate_remaining(series, int(series.steps.max()) + 1).step_time_s
+            except (DataError, ConfigError):
+                tau = None
+        ttt = time_to_target(stt, tau) if tau else None
+        if plot_path:
+            import numpy as np
+
+            ok = np.isfinite(series.loss)
+            plot.plot_loss_fit(series.steps[ok], series.loss[ok], model, plot_path, target_loss, stt)
+        d = {
+            "target": target,
+            "form": model.form_,
+            "log_space": log_space,
+            "beta": list(model.beta_) if model.beta_ else None,
+            "params": [float(p) for p in model.params_],
+            "floor_loss": model.floor_loss(),
+            **dataclasses.asdict(stt),
+            "reached": bool(stt.steps <= stt.current_step),
+            "time_to_target": dataclasses.asdict(ttt) if ttt else None,
+        }
+        if as_json:
+            typer.echo(_dump(d))
+            return
+        if not math.isfinite(stt.steps):
+            console.print(
+                f"target loss {target_loss:g} is below the fitted floor {model.floor_loss():.4g}: not reached "
+                f"({stt.reachable_fraction:.0%} of bootstrap fits reach it)"
+            )
+        else:
+            console.print(
+                f"loss {target_loss:g} at step {stt.steps:,.0f} [{stt.low:,.0f} - {stt.high:,.0f}] "
+                f"(now at step {stt.current_step:,}; floor {model.floor_loss():.4g})"
+            )
+            if ttt:
+                console.print(f"time to target: {fmt_duration(ttt.time_s)} [{fmt_duration(ttt.low_s)} - {fmt_duration(ttt.high_s)}]")
+        if plot_path:
+            console.print(f"plot: {plot_path}")
+
+    @app.command("ingest")
+    def ingest(
+        log: str = typer.Argument(..., help="training log file"),
+        job: str = typer.Option(..., "--job", help="job name to store it as"),
+        fmt: str = typer.Option("auto", "--format"),
+        total_steps: Optional[int] = typer.Option(None, "--total-steps"),
+        model: Optional[str] = typer.Option(None, "--model"),
+        hardware: Optional[str] = typer.Option(None, "--hardware"),
+        batch_size: Optional[int] = typer.Option(None, "--batch-size"),
+        db: Optional[str] = typer.Option(None, "--db"),
+        as_json: bool = typer.Option(False, "--json"),
+    ):
+        """Store a log as a job (replacing its earlier records)."""
+        _positive("--total-steps", total_steps)
+        _positive("--batch-size", batch_size)
+        parsed = parsers.parse_log(log, fmt)
+        store = _store(db)
+        jobs.save_parsed(store, job, parsed, total_steps=total_steps, model=model, hardware=hardware, batch_size=batch_size, source=str(log))
+        d = {"job": job, "format": parsed.format, "records": len(parsed.records), "events": len(parsed.events), "skipped_lines": parsed.lines_skipped, "db": str(store.path)}
+        typer.echo(_dump(d) if as_json else f"stored {d['records']} records of {log} as job {job!r} ({d['skipped_lines']} lines skipped)")
+
+
+def _print_estimate(console, est, parsed, name, an=None) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"{name}", show_header=False)
+    t.add_column("what")
+    t.add_column("value")
+    if parsed is not None:
+        t.add_row("format", parsed.format)
+        t.add_row("records / skipped lines", f"{len(parsed.records):,} / {parsed.lines_skipped:,}")
+    if est is None:
+        t.add_row("estimate", "not enough timed records yet")
+        console.print(t)
+        return
+    t.add_row("step", f"{est.step:,} / {est.total_steps:,} ({est.progress:.1%})")
+    t.add_row("elapsed", fmt_duration(est.elapsed_s))
+    t.add_row("time per step", f"{est.step_time_s * 1e3:,.1f} ms  ({est.rate_steps_per_s:,.2f} steps/s, CoV {est.cov:.2f})")
+    t.add_row("remaining", f"{fmt_duration(est.remaining_s)}  [{fmt_duration(est.low_s)} - {fmt_duration(est.high_s)}]")
+    t.add_row("of which future pauses", fmt_duration(est.future_pause_s))
+    if an is not None:
+        kinds = {}
+        for p in an.pauses:
+            kinds[p.kind] = kinds.get(p.kind, 0) + 1
+        t.add_row("warm-up steps trimmed", f"{an.warmup_steps:,}")
+        t.add_row("pauses seen", ", ".join(f"{k}: {v}" for k, v in sorted(kinds.items())) or "none")
+    if est.stationary is not None:
+        t.add_row("stationary (ADF+KPSS)", "yes" if est.stationary else "no")
+    if est.last_time_s and est.last_time_s > 1e9:  # a unix clock: print the wall-clock finish
+        t.add_row("finishes at", time.strftime("%Y-%m-%d %H:%M", time.localtime(est.last_time_s + est.remaining_s)))
+    console.print(t)

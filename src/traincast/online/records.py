@@ -1,0 +1,143 @@
+"""Records of the online package: steps, events, jobs, parsed logs, series."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+EVENT_KINDS = ("epoch_end", "eval_start", "eval_end", "resume", "checkpoint")
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One logged training step: index, wall time (s), loss and eval metric if known."""
+
+    step: int
+    time_s: float | None = None
+    loss: float | None = None
+    metric: float | None = None
+    epoch: float | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that is not a step: an epoch boundary, an evaluation, a restart."""
+
+    kind: str
+    step: int
+    time_s: float | None = None
+    value: float | None = None
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """Metadata of a job in the store."""
+
+    name: str
+    model: str | None = None
+    hardware: str | None = None
+    batch_size: int | None = None
+    total_steps: int | None = None
+    total_epochs: int | None = None
+    steps_per_epoch: int | None = None
+    price_usd_per_hour: float | None = None
+    source: str | None = None
+    created_s: float | None = None
+    updated_s: float | None = None
+
+    @property
+    def planned_steps(self) -> int | None:
+        """Total steps, or epochs × steps per epoch when only those are known."""
+        if self.total_steps:
+            return self.total_steps
+        if self.total_epochs and self.steps_per_epoch:
+            return self.total_epochs * self.steps_per_epoch
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class JobSeries:
+    """A job's steps as arrays (NaN where a value is missing), with its events."""
+
+    steps: np.ndarray
+    time_s: np.ndarray
+    loss: np.ndarray
+    metric: np.ndarray
+    events: tuple[Event, ...] = ()
+    total_steps: int | None = None
+    steps_per_epoch: int | None = None
+    name: str = ""
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    @staticmethod
+    def from_records(
+        records, events=(), total_steps: int | None = None, steps_per_epoch: int | None = None, name: str = ""
+    ) -> JobSeries:
+        """Sort by step; for a repeated step keep the last record."""
+        by_step: dict[int, StepRecord] = {}
+        for r in records:
+            by_step[int(r.step)] = r
+        rows = [by_step[k] for k in sorted(by_step)]
+
+        def col(attr):
+            return np.array([_f(getattr(r, attr)) for r in rows], dtype=float)
+
+        return JobSeries(
+            steps=np.array([r.step for r in rows], dtype=np.int64),
+            time_s=col("time_s"),
+            loss=col("loss"),
+            metric=col("metric"),
+            events=tuple(sorted(events, key=lambda e: (e.step, e.time_s if e.time_s is not None else 0.0))),
+            total_steps=total_steps,
+            steps_per_epoch=steps_per_epoch,
+            name=name,
+        )
+
+    def timed(self) -> JobSeries:
+        """Only the records with a time, times made non-decreasing."""
+        ok = np.isfinite(self.time_s)
+        return _subset(self, ok)
+
+    def upto(self, step: int) -> JobSeries:
+        """What was known when ``step`` was logged."""
+        s = _subset(self, self.steps <= step)
+        evs = tuple(e for e in self.events if e.step <= step)
+        return JobSeries(s.steps, s.time_s, s.loss, s.metric, evs, self.total_steps, self.steps_per_epoch, self.name)
+
+
+def _subset(s: JobSeries, mask) -> JobSeries:
+    return JobSeries(
+        s.steps[mask], s.time_s[mask], s.loss[mask], s.metric[mask], s.events, s.total_steps, s.steps_per_epoch, s.name
+    )
+
+
+def _f(v) -> float:
+    if v is None:
+        return math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+@dataclass(frozen=True)
+class ParsedLog:
+    """What a log parser read: records, events, and how many lines it skipped."""
+
+    format: str
+    records: tuple[StepRecord, ...]
+    events: tuple[Event, ...] = ()
+    lines_read: int = 0
+    lines_skipped: int = 0
+    total_steps: int | None = None
+    steps_per_epoch: int | None = None
+    skipped_examples: tuple[str, ...] = field(default=())
+
+    def to_series(self, total_steps: int | None = None, name: str = "") -> JobSeries:
+        return JobSeries.from_records(
+            self.records, self.events, total_steps or self.total_steps, self.steps_per_epoch, name=name
+        )

@@ -1,0 +1,175 @@
+import json
+from pathlib import Path
+
+import pytest
+import typer
+
+from traincast.cli.main import run
+from traincast.cli.online import register
+from traincast.online import track
+from traincast.online.synthetic import SyntheticJob
+from traincast.store import Store
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def app():
+    a = typer.Typer()
+    register(a)
+    return a
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch):
+    p = tmp_path / "t.db"
+    monkeypatch.setenv("TRAINCAST_DB", str(p))
+    return p
+
+
+def _csv_log(path, n=600, total=None):
+    j = SyntheticJob(total_steps=total or n, step_s=0.1, steps_per_epoch=200, epoch_pause_s=3).generate(0)
+    j = j.upto(n)
+    lines = ["step,time_s,loss"] + [f"{s},{t:.4f},{l:.5f}" for s, t, l in zip(j.steps, j.time_s, j.loss)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_watch_once_json(app, tmp_path, capsys):
+    log = _csv_log(tmp_path / "train.csv", n=300, total=1000)
+    assert run(["watch", str(log), "--total-steps", "1000", "--once", "--json"], the_app=app) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["step"] == 300 and d["total_steps"] == 1000 and d["format"] == "csv"
+    assert d["remaining_s"] == pytest.approx(700 * 0.1 + 3 * 3, rel=0.1)
+    assert d["low_s"] <= d["remaining_s"] <= d["high_s"]
+
+
+def test_watch_follow_stops_at_end_and_saves(app, tmp_path, db, capsys):
+    log = _csv_log(tmp_path / "train.csv", n=500)
+    assert run(["watch", str(log), "--total-steps", "500", "--interval", "0.01", "--json", "--save-as", "w1"], the_app=app) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert lines[-1]["remaining_steps"] == 0
+    assert run(["jobs", "--json"], the_app=app) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["name"] == "w1" and rows[0]["last_step"] == 500
+
+
+def test_watch_needs_total_steps(app, tmp_path, capsys):
+    log = _csv_log(tmp_path / "train.csv", n=100)
+    assert run(["watch", str(log), "--once"], the_app=app) == 2
+    assert "--total-steps" in capsys.readouterr().err
+
+
+def test_eta_on_a_log_with_move_and_plot(app, tmp_path, capsys):
+    log = _csv_log(tmp_path / "train.csv", n=400, total=1000)
+    png = tmp_path / "eta.png"
+    code = run(
+        ["eta", str(log), "--total-steps", "1000", "--speed-ratio", "0.5", "--price-usd-per-hour", "36",
+         "--target-name", "4xA100", "--plot", str(png), "--json"],
+        the_app=app,
+    )
+    assert code == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["move"]["remaining_s"] == pytest.approx(d["remaining_s"] * 0.5)
+    assert d["move"]["cost_usd"] == pytest.approx(d["move"]["remaining_s"] / 3600 * 36)
+    assert d["pauses"].get("other") == 1  # one epoch pause at step 200, no events in a bare CSV
+    assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_eta_human_output(app, tmp_path, capsys):
+    log = _csv_log(tmp_path / "train.csv", n=400, total=1000)
+    assert run(["eta", str(log), "--total-steps", "1000", "--speed-ratio", "0.5", "--tests"], the_app=app) == 0
+    out = capsys.readouterr().out
+    assert "remaining" in out and "if moved to target now" in out and "stationary" in out
+
+
+def test_eta_on_a_tracked_job(app, db, capsys):
+    clock = iter(range(10**6))
+    with track("live", 200, store=Store(db), clock=lambda: float(next(clock))) as t:
+        for _ in range(50):
+            t.step(loss=1.0)
+    assert run(["eta", "live", "--json", "--estimator", "mean"], the_app=app) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["remaining_s"] == pytest.approx(150.0, rel=0.01)
+
+
+def test_user_errors_exit_2(app, tmp_path, db, capsys):
+    cases = [
+        (["eta", "nojob"], "unknown job"),
+        (["eta", str(tmp_path / "missing.log")], "does not exist"),
+        (["eta", str(DATA / "keras2.log"), "--estimator", "magic"], "unknown estimator"),
+        (["eta", str(DATA / "keras2.log"), "--format", "xml"], "unknown log format"),
+        (["eta", str(DATA / "lightning_metrics.csv"), "--total-steps", "400"], "timed step records"),
+        (["eta", str(DATA / "keras2.log"), "--speed-ratio", "-1"], "speed ratio"),
+        (["eta", str(DATA / "keras2.log"), "--plot", str(tmp_path / "x.jpg")], ".png"),
+        (["converge", str(DATA / "lightning_metrics.csv"), "--target-loss", "nan"], "finite"),
+        (["watch", str(DATA / "keras2.log"), "--total-steps", "0", "--once"], "positive"),
+    ]
+    for argv, msg in cases:
+        assert run(argv, the_app=app) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and msg in err, (argv, err)
+        assert "Traceback" not in err
+
+
+def test_converge_json_and_plot(app, tmp_path, capsys):
+    log = _csv_log(tmp_path / "train.csv", n=1500, total=4000)
+    png = tmp_path / "fit.png"
+    target = 1 / (1e-3 * 3000 + 0.5) + 0.1
+    assert run(["converge", str(log), "--target-loss", str(target), "--boot", "30", "--plot", str(png), "--json"], the_app=app) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["steps"] == pytest.approx(3000, rel=0.2)
+    # the default estimator's time per step includes the epoch pauses: 0.1 s + 3 s / 200 steps
+    assert d["time_to_target"]["time_s"] == pytest.approx((d["steps"] - 1500) * 0.115, rel=0.05)
+    assert png.exists()
+    assert run(["converge", str(log), "--target-loss", "0.01", "--boot", "10"], the_app=app) == 0
+    assert "below the fitted floor" in capsys.readouterr().out
+
+
+def test_converge_on_trainer_state(app, capsys):
+    assert run(["converge", str(DATA / "trainer_state.json"), "--target-loss", "0.45", "--boot", "0", "--json"], the_app=app) == 2
+    assert "at least" in capsys.readouterr().err  # 5 points only
+
+
+def test_ingest_then_jobs_table(app, db, capsys):
+    assert run(["ingest", str(DATA / "keras2.log"), "--job", "k2", "--model", "cnn"], the_app=app) == 0
+    assert "stored 12 records" in capsys.readouterr().out
+    assert run(["jobs"], the_app=app) == 0
+    out = capsys.readouterr().out
+    assert "k2" in out and "cnn" in out
+    assert run(["eta", "k2", "--json"], the_app=app) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["total_steps"] == 300 and d["remaining_s"] > 0
+
+
+def test_watch_follows_a_file_being_written(app, tmp_path, capsys):
+    import threading
+    import time as _time
+
+    log = tmp_path / "live.csv"
+    log.write_text("step,time_s,loss\n")
+
+    def writer():
+        for s in range(1, 201):
+            with log.open("a") as f:
+                row = f"{s},{s * 0.1:.3f},{1.0 / s:.4f}\n"
+                if s % 50 == 0:  # a row written in two parts: the reader may see half of it
+                    f.write(row[:3])
+                    f.flush()
+                    _time.sleep(0.01)
+                    f.write(row[3:])
+                else:
+                    f.write(row)
+            if s % 20 == 0:
+                _time.sleep(0.15)
+
+    th = threading.Thread(target=writer)
+    th.start()
+    code = run(["watch", str(log), "--total-steps", "200", "--interval", "0.02", "--timeout", "20", "--json"], the_app=app)
+    th.join()
+    assert code == 0
+    reads = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(reads) >= 3
+    assert reads[-1]["step"] == 200 and reads[-1]["remaining_steps"] == 0
+    with_est = [r for r in reads if "remaining_s" in r and r["remaining_steps"] > 0]
+    assert with_est and all(r["remaining_s"] == pytest.approx(r["remaining_steps"] * 0.1, rel=0.05) for r in with_est)

@@ -1,0 +1,128 @@
+from pathlib import Path
+
+import pytest
+
+from traincast.errors import ConfigError, DataError
+from traincast.online.parsers import detect_format, parse_log, parse_text
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_keras2_progress_log_with_carriage_returns_and_truncation():
+    p = parse_log(DATA / "keras2.log")
+    assert p.format == "keras"
+    assert p.steps_per_epoch == 100 and p.total_steps == 300
+    steps = [r.step for r in p.records]
+    assert steps == [20, 40, 60, 80, 100, 120, 140, 160, 180, 185, 200, 250]
+    # epoch 1 ends at 500 ms/step * 100 = 50 s, but the total printed (55 s, with validation) wins
+    by = {r.step: r for r in p.records}
+    assert by[100].time_s == pytest.approx(55.0)
+    assert by[20].time_s == pytest.approx(40 / 80 * 20)  # ETA 40 s for 80 steps left -> 0.5 s/step
+    assert by[200].time_s == pytest.approx(55.0 + 52.0)
+    assert by[100].loss == pytest.approx(1.2) and by[100].metric == pytest.approx(0.45)  # val_accuracy preferred
+    assert [e.step for e in p.events if e.kind == "epoch_end"] == [100, 200]
+    assert p.lines_skipped == 1  # the broken ' 9x/100 [=====' bar
+    times = [r.time_s for r in p.records]
+    assert times == sorted(times)
+
+
+
+def test_keras3_epoch_time_is_max_of_total_and_per_step():
+    p = parse_log(DATA / "keras3.log")
+    by = {r.step: r for r in p.records}
+    assert by[200].time_s == pytest.approx(3.0)
+    assert by[400].time_s == pytest.approx(3.0 + 200 * 0.011)
+
+
+def test_hf_console_log():
+    p = parse_log(DATA / "hf_console.log")
+    assert p.format == "hf" and p.total_steps == 500
+    by = {r.step: r for r in p.records}
+    assert by[100].time_s == pytest.approx(25.0) and by[100].loss == pytest.approx(1.0)
+    assert by[300].time_s == pytest.approx(90.0)
+    # the eval bar (x/63) is not a training step
+    assert all(r.step % 25 == 0 or r.step == 305 for r in p.records)
+    assert [e.kind for e in p.events] == ["eval_end"] and p.events[0].value == pytest.approx(0.81)
+    assert p.lines_skipped == 1  # the truncated dict
+
+
+def test_hf_trainer_state_json():
+    p = parse_log(DATA / "trainer_state.json")
+    assert p.format == "hf" and p.total_steps == 500 and p.steps_per_epoch == 250
+    assert [r.step for r in p.records] == [50, 100, 150, 250, 300]
+    assert all(r.time_s is None for r in p.records)
+    assert p.lines_skipped == 2
+    assert p.events[0].step == 250
+
+
+def test_hf_trainer_state_truncated_is_a_data_error(tmp_path):
+    f = tmp_path / "trainer_state.json"
+    f.write_text((DATA / "trainer_state.json").read_text()[:300])
+    with pytest.raises(DataError, match="not valid JSON"):
+        parse_log(f, "hf")
+
+
+def test_lightning_metrics_csv_sparse_rows_merged():
+    p = parse_log(DATA / "lightning_metrics.csv")
+    assert p.format == "csv"
+    by = {r.step: r for r in p.records}
+    assert by[99].loss == pytest.approx(2.0 / (1 + 99 / 50), abs=1e-4)
+    assert by[99].metric == pytest.approx(0.7)  # val_acc from the sparse row
+    assert p.lines_skipped == 2
+    assert [e.step for e in p.events] == [99]  # epoch 0 -> 1
+
+
+def test_tensorboard_export():
+    p = parse_log(DATA / "tensorboard_loss.csv")
+    assert p.format == "tensorboard"
+    assert len(p.records) == 10 and p.lines_skipped == 1
+    assert p.records[1].time_s - p.records[0].time_s == pytest.approx(50.0)
+    assert p.records[-1].loss == pytest.approx(0.25)
+
+
+def test_generic_csv_iso_timestamps():
+    p = parse_log(DATA / "generic.csv")
+    assert len(p.records) == 50 and p.lines_skipped == 2
+    assert p.records[1].time_s - p.records[0].time_s == pytest.approx(1.0)
+    assert p.records[-1].metric == pytest.approx(1.0)
+
+
+def test_jsonl_with_garbage():
+    p = parse_log(DATA / "metrics.jsonl")
+    assert p.format == "jsonl"
+    assert len(p.records) == 40 and p.lines_skipped == 4
+    assert p.records[-1].time_s == pytest.approx(103.9)
+
+
+def test_detect_and_errors(tmp_path):
+    assert detect_format("step,time_s,loss\n1,2,3\n") == "csv"
+    assert detect_format('{"step": 1, "time_s": 2}\n') == "jsonl"
+    assert detect_format("Epoch 1/5\n") == "keras"
+    with pytest.raises(DataError, match="--format"):
+        detect_format("hello world\n")
+    with pytest.raises(ConfigError, match="unknown log format"):
+        parse_text("x", "xml")
+    with pytest.raises(DataError, match="does not exist"):
+        parse_log(tmp_path / "nope.log")
+    with pytest.raises(DataError, match="folder"):
+        parse_log(tmp_path)
+    with pytest.raises(DataError, match="no step column"):
+        parse_text("a,b\n1,2\n", "csv")
+
+
+def test_partial_file_being_written(tmp_path):
+    full = (DATA / "metrics.jsonl").read_text().splitlines(keepends=True)[:20]
+    text = "".join(full) + '{"step": 20, "time_s": 10'
+    p = parse_text(text, "jsonl")
+    assert len(p.records) == 20 and p.lines_skipped == 1
+
+
+def test_binary_garbage_never_fatal():
+    import random
+
+    rng = random.Random(0)
+    junk = "".join(chr(rng.randrange(1, 0x2FF)) for _ in range(5000))
+    for fmt in ("keras", "hf", "csv", "jsonl"):
+        text = "step,time_s,loss\n" + junk if fmt == "csv" else junk
+        p = parse_text(text, fmt)
+        assert len(p.records) == 0 or fmt == "csv"

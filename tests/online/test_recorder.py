@@ -1,0 +1,142 @@
+from types import SimpleNamespace
+
+import pytest
+
+from traincast.errors import ConfigError, UnknownNameError
+from traincast.online import get_job, list_jobs, load_series, track
+from traincast.store import Store
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def _run(store, clock, n=300, job="j", **kw):
+    with track(job=job, total_steps=n, store=store, clock=clock, steps_per_epoch=100, **kw) as t:
+        for i in range(1, n + 1):
+            clock.t += 0.5
+            t.step(loss=1.0 / i, metric=i / n)
+            if i % 100 == 0 and i < n:
+                t.eval_start()
+                clock.t += 7.0
+                t.eval_end(metric=0.9)
+                t.epoch_end()
+            if i == 150:
+                est = t.eta()
+                assert est.remaining_steps == 150
+                # 150 steps at 0.5 s + one more eval pause (after 200) of 7 s
+                assert est.remaining_s == pytest.approx(150 * 0.5 + 7.0, rel=0.02)
+    return t
+
+
+def test_track_records_steps_events_and_metadata(tmp_path):
+    store = Store(tmp_path / "t.db")
+    _run(store, Clock(), model="resnet18", hardware="1xT4", batch_size=64)
+    s = load_series(store, "j")
+    assert list(s.steps) == list(range(0, 301))
+    assert s.loss[10] == pytest.approx(0.1)
+    assert sorted({e.kind for e in s.events}) == ["epoch_end", "eval_end", "eval_start"]
+    info = get_job(store, "j")
+    assert (info.model, info.hardware, info.batch_size, info.total_steps) == ("resnet18", "1xT4", 64, 300)
+    (row,) = list_jobs(store)
+    assert row[1] == 301 and row[2] == 300
+
+
+def test_resume_appends_and_marks_a_resume(tmp_path):
+    store = Store(tmp_path / "t.db")
+    clock = Clock()
+    with track("r", 100, store=store, clock=clock) as t:
+        for _ in range(40):
+            clock.t += 1
+            t.step()
+    clock.t += 3600  # down for an hour
+    with track("r", 100, store=store, clock=clock) as t:
+        assert t.current_step == 40
+        for _ in range(40):
+            clock.t += 1
+            t.step()
+        est = t.eta(estimator="mean")
+    assert est.remaining_s == pytest.approx(20.0, rel=0.01)
+    assert [e.kind for e in load_series(store, "r").events] == ["resume"]
+
+
+def test_tracker_input_errors(tmp_path):
+    store = Store(tmp_path / "t.db")
+    with pytest.raises(ConfigError, match="total_steps"):
+        track("x", total_steps=-5, store=store)
+    with pytest.raises(ConfigError, match="non-empty"):
+        track("", store=store)
+    with track("x", 10, store=store) as t:
+        t.step()
+        with pytest.raises(ConfigError, match="not after"):
+            t.step(step=1)
+        with pytest.raises(ConfigError, match="number"):
+            t.step(loss="abc")
+    with pytest.raises(ConfigError, match="closed"):
+        t.step()
+    with pytest.raises(UnknownNameError, match="did you mean"):
+        get_job(store, "xx")
+
+
+def test_record_every_and_tensor_loss(tmp_path):
+    torch = pytest.importorskip("torch")
+    store = Store(tmp_path / "t.db")
+    with track("e", 100, store=store, record_every=10) as t:
+        for _ in range(100):
+            t.step(loss=torch.tensor(0.5))
+    s = load_series(store, "e")
+    assert list(s.steps) == list(range(0, 101, 10))
+    assert s.loss[-1] == pytest.approx(0.5)
+
+
+def test_hf_trainer_callback_with_real_transformers_objects(tmp_path):
+    pytest.importorskip("transformers")
+    from transformers import TrainerControl, TrainerState
+
+    from traincast.online.adapters.huggingface import TraincastCallback
+
+    store = Store(tmp_path / "t.db")
+    cb = TraincastCallback(job="hf", store=store)
+    args = SimpleNamespace(num_train_epochs=2, per_device_train_batch_size=8)
+    state = TrainerState(max_steps=40, is_world_process_zero=True)
+    control = TrainerControl()
+    cb.on_train_begin(args, state, control)
+    for step in range(1, 41):
+        state.global_step = step
+        cb.on_step_end(args, state, control)
+        if step % 10 == 0:
+            cb.on_log(args, state, control, logs={"loss": 1.0 / step, "learning_rate": 1e-4})
+        if step == 20:
+            cb.on_epoch_end(args, state, control)
+            cb.on_evaluate(args, state, control, metrics={"eval_loss": 0.3, "eval_accuracy": 0.8})
+    cb.on_train_end(args, state, control)
+    s = load_series(store, "hf")
+    info = get_job(store, "hf")
+    assert info.total_steps == 40 and info.steps_per_epoch == 20 and info.batch_size == 8
+    assert list(s.steps) == list(range(41))
+    assert s.loss[20] == pytest.approx(0.05)
+    ev = {e.kind: e for e in s.events}
+    assert ev["eval_end"].value == pytest.approx(0.8) and ev["epoch_end"].step == 20
+
+
+def test_lightning_callback():
+    pytest.importorskip("lightning")
+    from traincast.online.adapters.lightning import TraincastCallback  # noqa: F401
+
+
+def test_keras_callback():
+    pytest.importorskip("keras")
+    from traincast.online.adapters.keras import TraincastCallback  # noqa: F401
+
+
+def test_importing_online_does_not_import_frameworks():
+    import subprocess
+    import sys
+
+    code = "import sys, traincast.online; print(any(m in sys.modules for m in ('transformers', 'lightning', 'keras', 'tensorflow')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
