@@ -124,3 +124,34 @@ def test_impossible_configurations_are_config_errors():
         forecast("resnet18", gpu="V100", batch_size=64, epochs=-1, dataset_size=100)
     with pytest.raises(ConfigError, match="carries"):
         forecast("resnet18", gpu="A100", instance="p3.2xlarge", batch_size=64, dataset_size=100)
+
+
+def test_parse_hardware_and_speed_ratio():
+    from traincast.predict.compose import parse_hardware, speed_ratio
+
+    assert parse_hardware("4xA100") == {"gpu": "A100-SXM4-40GB", "gpus": 4}
+    assert parse_hardware("V100x2") == {"gpu": "V100-SXM2-16GB", "gpus": 2}
+    assert parse_hardware("p4d.24xlarge") == {"instance": "p4d.24xlarge", "gpus": 8}
+    assert parse_hardware("2xp3.16xlarge") == {"instance": "p3.16xlarge", "gpus": 16}
+    r, price, label = speed_ratio("resnet18", batch_size=64, current="1xK80", target="4xA100")
+    assert r < 0.1 and price > 0 and "A100" in label
+    assert speed_ratio("resnet18", batch_size=64, current="T4", target="T4")[0] == pytest.approx(1.0)
+    with pytest.raises(UnknownNameError):
+        parse_hardware("4xZ100")
+
+
+def test_eta_move_to_other_hardware(tmp_path, capsys):
+    import json
+
+    from traincast.cli.main import _register_all, run
+
+    _register_all()
+    log = tmp_path / "run.csv"
+    log.write_text("step,time,loss\n" + "".join(f"{s},{0.5 * s:.2f},{1 / s:.4f}\n" for s in range(1, 201)))
+    code = run(["eta", str(log), "--total-steps", "1000", "--move-to", "4xA100", "--from", "1xT4",
+                "--model", "resnet18", "--batch-size", "128", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert d["move"]["remaining_s"] < 0.5 * d["remaining_s"]
+    assert run(["eta", str(log), "--total-steps", "1000", "--move-to", "4xA100"]) == 2
+    assert "--move-to needs" in capsys.readouterr().err

@@ -161,6 +161,10 @@ def register(app: typer.Typer) -> None:
         price_usd_per_hour: Optional[float] = typer.Option(None, "--price-usd-per-hour", help="price of the target (or current) hardware"),
         restart_s: float = typer.Option(0.0, "--restart-overhead-s", help="time to restart on the new hardware"),
         move_name: str = typer.Option("target", "--target-name", help="label of the target hardware"),
+        move_to: Optional[str] = typer.Option(None, "--move-to", help="forecast the rest on other hardware, e.g. 4xA100 or p4d.24xlarge"),
+        current_hw: Optional[str] = typer.Option(None, "--from", help="the job's hardware now (default: the job's metadata)"),
+        model_name: Optional[str] = typer.Option(None, "--model", help="the job's model (default: the job's metadata)"),
+        batch_size: Optional[int] = typer.Option(None, "--batch-size", help="the job's global batch (default: metadata)"),
         tests: bool = typer.Option(False, "--tests", help="run ADF/KPSS stationarity tests"),
         plot_path: Optional[str] = typer.Option(None, "--plot", help="PNG of the ETA history"),
         db: Optional[str] = typer.Option(None, "--db"),
@@ -173,6 +177,23 @@ def register(app: typer.Typer) -> None:
         est = estimate.estimate_remaining(series, total_steps, estimator, tests=tests)
         an = estimate.analyze(series, tests=False)
         mv = None
+        if move_to is not None:
+            if speed_ratio is not None:
+                raise ConfigError("--move-to and --speed-ratio exclude each other")
+            from traincast.online import jobs as _jobs_mod
+
+            info = None if store is None else _jobs_mod.get_job(store, target)
+            model_name = model_name or (info.model if info else None)
+            current_hw = current_hw or (info.hardware if info else None)
+            batch_size = batch_size or (info.batch_size if info else None)
+            missing = [n for n, v in (("--model", model_name), ("--from", current_hw), ("--batch-size", batch_size)) if not v]
+            if missing:
+                raise ConfigError(f"--move-to needs the job's {', '.join(missing)} (not in the job's metadata)")
+            from traincast.predict.compose import speed_ratio as _ratio
+
+            speed_ratio, target_price, move_name = _ratio(model_name, batch_size=batch_size, current=current_hw, target=move_to)
+            if price_usd_per_hour is None:
+                price_usd_per_hour = target_price
         if speed_ratio is not None:
             mv = move.remaining_on_other_hardware(est, speed_ratio, price_usd_per_hour, restart_overhead_s=restart_s, target=move_name)
         if plot_path:

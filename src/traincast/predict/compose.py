@@ -266,7 +266,7 @@ def _top_modules(wl: Workload, op_times: OpTimes, n: int = 10) -> tuple[dict, ..
 def forecast(
     model,
     *,
-    gpu: str | None = None,
+    gpu: str | Device | None = None,
     gpus: int = 1,
     nodes: int | None = None,
     batch_size: int,
@@ -309,9 +309,11 @@ def forecast(
     notes: list[str] = []
     inst = cat.instance(instance) if instance else None
     if inst is not None:
-        if gpu is not None and cat.device(gpu).name != inst.device.name:
+        if gpu is not None and (gpu if isinstance(gpu, Device) else cat.device(gpu)).name != inst.device.name:
             raise ConfigError(f"instance {inst.name} carries {inst.device.name}, not {gpu}")
         device = inst.device
+    elif isinstance(gpu, Device):  # e.g. a calibrated local device
+        device = gpu
     elif gpu is not None:
         device = cat.device(gpu)
     else:
@@ -419,3 +421,41 @@ def _default_dataset(model) -> int:
 
 
 
+
+
+def parse_hardware(text: str, catalog: Catalog | None = None) -> dict:
+    """'4xA100', 'A100x4', 'A100', 'p4d.24xlarge', '2xp4d.24xlarge' -> forecast keyword arguments."""
+    import re
+
+    cat = catalog or get_catalog()
+    t = str(text).strip()
+    m = re.fullmatch(r"(\d+)\s*[x×*]\s*(.+)", t) or None
+    count, name = (int(m.group(1)), m.group(2)) if m else (None, t)
+    if count is None:
+        m = re.fullmatch(r"(.+?)\s*[x×*]\s*(\d+)", t)
+        if m and not m.group(1).endswith("."):
+            count, name = int(m.group(2)), m.group(1)
+    name = name.strip()
+    if name.lower() in {k.lower() for k in cat.instances} or name in cat.instances:
+        inst = cat.instance(name)
+        return {"instance": inst.name, "gpus": inst.gpus * (count or 1)}
+    return {"gpu": cat.device(name).name, "gpus": count or 1}
+
+
+def speed_ratio(model, *, batch_size: int, current: str, target: str, per_gpu_batch: bool = False,
+                seq_len: int | None = None, precision: str = "fp32", optimizer: str = "sgd",
+                catalog: Catalog | None = None) -> tuple[float, float | None, str]:
+    """(target time per sample / current time per sample, target $/h, target label) by the predictor.
+
+    For moving a running job: the measured speed scaled by this ratio is the
+    forecast speed on the target hardware.
+    """
+    fam = WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len)
+    kw = dict(batch_size=batch_size, per_gpu_batch=per_gpu_batch, dataset_size=batch_size, epochs=1,
+              precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=catalog, scaling=False, family=fam)
+    a = forecast(model, **parse_hardware(current, catalog), **kw)
+    b = forecast(model, **parse_hardware(target, catalog), **kw)
+    # per sample, so weak-scaling moves (more samples per step) compare fairly
+    ratio = (b.iteration_s / b.global_batch) / (a.iteration_s / a.global_batch)
+    label = f"{b.gpus}x {b.device}" + (f" ({b.instance})" if b.instance else "")
+    return ratio, b.usd_per_hour, label
