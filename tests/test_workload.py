@@ -177,3 +177,15 @@ def test_module_with_callable_inputs():
 
     wl = trace(Two(), batch_size=6, inputs=lambda b, dev: (torch.randn(b, 5, device=dev), torch.randn(b, 3, device=dev)))
     assert sum(o.flops for o in wl.ops if o.phase == "forward" and o.op_class == "matmul") == 2 * 6 * (5 * 4 + 3 * 4)
+
+
+def test_depthwise_convolution_backward_counts_groups():
+    # torch's registered conv-backward formula ignores groups (C-fold overcount); ours does not
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False))
+    wl = trace(model, batch_size=2, inputs=(3, 16, 16))
+    dw = [o for o in wl.ops if o.op_class == "conv" and o.args and o.args[-1] == 32 or
+          (o.aten == "convolution_backward" and o.args[6] == 32)]
+    fwd = next(o for o in dw if o.aten == "convolution")
+    bwd = next(o for o in dw if o.aten == "convolution_backward")
+    assert fwd.flops == 2 * 2 * 32 * 16 * 16 * 9
+    assert bwd.flops == 2 * fwd.flops  # grad input + grad weight

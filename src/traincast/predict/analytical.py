@@ -27,6 +27,26 @@ from traincast.workload.records import Workload
 _TENSOR_CLASSES = ("matmul", "conv", "attention")
 
 
+def conv_groups(op) -> int:
+    """Groups of a traced convolution (1 for ordinary, = channels for depthwise)."""
+    try:
+        if op.aten == "convolution":
+            return int(op.args[-1])
+        if op.aten == "convolution_backward":
+            return int(op.args[6])
+    except (IndexError, TypeError, ValueError):
+        pass
+    return 1
+
+
+def compute_key(op) -> str:
+    """The efficiency key of an op: its class, or ``conv_grouped`` for grouped/depthwise convolutions,
+    which reach a small fraction of the peak of dense ones."""
+    if op.op_class == "conv" and conv_groups(op) > 1:
+        return "conv_grouped"
+    return op.op_class
+
+
 def _merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in (over or {}).items():
@@ -80,10 +100,12 @@ class AnalyticalPredictor:
         bound: list[str] = []
         cache: dict[tuple, tuple[float, str]] = {}
         for op in workload.ops:
-            key = (op.op_class, op.dtype)
+            ck = compute_key(op)
+            key = (ck, op.dtype)
             if key not in cache:
                 dt, unit = self._compute_dtype(op.op_class, op.dtype, device, precision)
-                eff_c = p["compute"][unit].get(op.op_class, p["compute"][unit].get("other", 0.5))
+                effs = p["compute"][unit]
+                eff_c = effs.get(ck) or effs.get(op.op_class) or effs.get("other", 0.5)
                 peak = device.peak_flops_per_s(dt) * eff_c
                 eff_m = mem.get(op.op_class, mem["default"])
                 cache[key] = (peak, bw * eff_m)

@@ -295,9 +295,28 @@ def base_name(name: str) -> str:
     return name
 
 
+def conv_backward_flops(args, kwargs, out) -> int:
+    """FLOPs of ``convolution_backward`` for the gradients it computes.
+
+    Each of grad-input and grad-weight costs what the forward convolution
+    does: 2 x (output elements) x (input channels per group) x kernel area for
+    an ordinary convolution, 2 x (input elements) x (output channels per
+    group) x kernel area for a transposed one. torch's registered formula
+    ignores ``groups`` in the weight gradient and overcounts depthwise
+    convolutions by the channel count; this one does not.
+    """
+    grad_out, x, w = args[0], args[1], args[2]
+    transposed = bool(args[7])
+    mask = args[10] if len(args) > 10 else kwargs.get("output_mask", [True, True, True])
+    fwd = 2 * (x.numel() if transposed else grad_out.numel()) * math.prod(w.shape[1:])
+    return int(fwd * (bool(mask[0]) + bool(mask[1])) + (grad_out.numel() if mask[2] else 0))
+
+
 def flops_of(func, args, kwargs, out) -> tuple[int, bool]:
     """FLOPs of one call and whether a formula (rather than the fallback) was used."""
     name = base_name(op_name(func))
+    if name == "convolution_backward":
+        return conv_backward_flops(args, kwargs, out), True
     tf = _torch_formula(func)
     if tf is not None:
         return int(tf(*args, **kwargs, out_val=out)), True
