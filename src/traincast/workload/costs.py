@@ -125,6 +125,8 @@ _FORMULAS: dict[str, tuple[str, Callable]] = {
     "sum": ("reduction", _per_input(1)),
     "mean": ("reduction", _per_input(1)),
     "amax": ("reduction", _per_input(1)),
+    "all": ("reduction", _per_input(1)),
+    "any": ("reduction", _per_input(1)),
     "max": ("reduction", _per_input(1)),
     "var_mean": ("reduction", _per_input(3)),
     "var": ("reduction", _per_input(3)),
@@ -247,6 +249,7 @@ FREE_OPS = {
     "_local_scalar_dense", "is_same_size", "sym_size", "sym_stride", "sym_numel",
     "_to_copy_meta", "_has_compatible_shallow_copy_type", "zeros", "ones", "full",
     "_record_function_enter_new", "_record_function_exit", "randint", "randn", "rand",
+    "split", "unsafe_split", "split_with_sizes", "unsafe_split_with_sizes", "unbind", "chunk",
 }
 
 

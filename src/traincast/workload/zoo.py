@@ -196,6 +196,49 @@ def _transformer(entry: ZooEntry, *, batch_size, device, optimizer, precision, f
     )
 
 
+# --- Mozilla DeepSpeech (TensorFlow DeepSpeech of the Ardagna talk's job JJ1) ----
+class DeepSpeech(nn.Module):
+    """Mozilla DeepSpeech v0.x: 26 MFCC x 19 frames of context in, three clipped-ReLU
+    dense layers of 2048, one LSTM of 2048, a dense layer, 29 characters out."""
+
+    def __init__(self, n_input: int = 494, hidden: int = 2048, n_out: int = 29):
+        super().__init__()
+        self.dense1 = nn.Linear(n_input, hidden)
+        self.dense2 = nn.Linear(hidden, hidden)
+        self.dense3 = nn.Linear(hidden, hidden)
+        self.lstm = nn.LSTM(hidden, hidden, batch_first=True)
+        self.dense5 = nn.Linear(hidden, hidden)
+        self.out = nn.Linear(hidden, n_out)
+
+    def forward(self, x):
+        for layer in (self.dense1, self.dense2, self.dense3):
+            x = torch.clamp(F.relu(layer(x)), max=20.0)
+        x, _ = self.lstm(x)
+        x = torch.clamp(F.relu(self.dense5(x)), max=20.0)
+        return self.out(x)
+
+
+def _deepspeech(entry: ZooEntry, *, batch_size, device, optimizer, precision, freeze, seq_len=None, **_):
+    frames = seq_len or entry.default_seq_len
+    with torch.device(device):
+        model = DeepSpeech()
+
+    def make_batch(dev):
+        x = torch.randn(batch_size, frames, 494, device=dev)
+        y = torch.randint(1, 29, (batch_size, frames), device=dev)
+        return (x,), {}, y
+
+    def loss_fn(out, y):
+        # CTC has no meta kernel; its dynamic programme (frames x label length x batch)
+        # is negligible beside the LSTM, so a frame-wise log-softmax loss stands in
+        return F.nll_loss(F.log_softmax(out, -1).flatten(0, 1), y.flatten())
+
+    return supervised_step(
+        entry.name, model, make_batch, loss_fn, batch_size=batch_size, device=device, optimizer=optimizer,
+        precision=precision, freeze=freeze, input_description=f"{batch_size}x{frames} frames of 494 MFCC features",
+    )
+
+
 def _spec_example(entry: ZooEntry, **kw):
     from traincast.workload.spec import build_spec_step, example_path
 
@@ -227,6 +270,7 @@ _ENTRIES = [
     ZooEntry("gpt2-large", "transformer", "GPT-2 large (774M)", 1000000, default_seq_len=1024),
     ZooEntry("gpt3-xl", "transformer", "GPT-3 XL shape: GPT-2 architecture, 2048 hidden, 24 layers, 16 heads (1.3B)", 1000000, default_seq_len=2048),
     ZooEntry("llama-7b", "transformer", "LLaMA-7B shape: 32 layers, 4096 hidden, 11008 MLP, 32 heads", 1000000, default_seq_len=2048),
+    ZooEntry("deepspeech", "audio", "Mozilla DeepSpeech (TensorFlow DeepSpeech shape): 3x dense 2048, LSTM 2048; --seq-len frames", 281241, default_seq_len=300),
     ZooEntry("mnist-cnn", "spec", "MNIST CNN of the practicum report (24,330 params)", 60000, input_hw=28),
     ZooEntry("pcam-cnn", "spec", "PatchCamelyon CNN of the practicum report (19.9M params)", 262144, input_hw=96),
 ]
@@ -239,10 +283,13 @@ ALIASES = {
     "mobilenet-v2": "mobilenet_v2",
     "vit-b16": "vit_b_16",
     "gpt3_xl": "gpt3-xl",
+    "deepspeech2": "deepspeech",
+    "deep-speech": "deepspeech",
 }
 _BUILDERS: dict[str, Callable] = {}
 for _e in _ENTRIES:
-    _BUILDERS[_e.name] = {"vision": _torchvision, "gan": _dcgan, "transformer": _transformer, "spec": _spec_example}[_e.family]
+    _BUILDERS[_e.name] = {"vision": _torchvision, "gan": _dcgan, "transformer": _transformer, "spec": _spec_example,
+                          "audio": _deepspeech}[_e.family]
 ZOO: dict[str, ZooEntry] = {e.name: e for e in _ENTRIES}
 
 
