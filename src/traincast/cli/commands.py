@@ -74,13 +74,27 @@ def register(app: typer.Typer) -> None:
         instance: Optional[str] = typer.Option(None, "--instance", help="cloud instance (see `traincast instances`)"),
         seq_len: Optional[int] = typer.Option(None, "--seq-len", help="sequence length of transformer models"),
         network: Optional[float] = typer.Option(None, "--network-gbit", help="inter-node network, Gb/s"),
+        device: Optional[str] = typer.Option(None, "--device", help="'local': this machine, as calibrated"),
+        profile: Optional[str] = typer.Option(None, "--profile", help="a device profile from `traincast calibrate`"),
         catalog: Catalogs = typer.Option(None, "--catalog", help="extra catalog YAML file(s)"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     ):
         """Forecast iteration, epoch and total time, cost and memory of a training job."""
+        from traincast.errors import ConfigError
         from traincast.predict import forecast
 
-        f = forecast(model, gpu=gpu, gpus=gpus, nodes=nodes, batch_size=batch_size, per_gpu_batch=per_gpu_batch,
+        predictor = None
+        if device is not None or profile is not None:
+            from traincast.fit.calibration import find_profile
+
+            if device not in (None, "local"):
+                raise ConfigError(f"--device takes 'local' (this machine, calibrated), got {device!r}; "
+                                  "for catalog hardware use --gpu")
+            if gpu is not None or instance is not None:
+                raise ConfigError("--device/--profile and --gpu/--instance exclude each other")
+            prof = find_profile(profile or "local")
+            gpu, predictor = prof.device_record(), prof.predictor()
+        f = forecast(model, gpu=gpu, gpus=gpus, predictor=predictor, nodes=nodes, batch_size=batch_size, per_gpu_batch=per_gpu_batch,
                      epochs=epochs, dataset_size=dataset_size, precision=precision, optimizer=optimizer,
                      instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap, freeze=freeze,
                      network_gbit_per_s=network, catalog=_catalog(catalog))

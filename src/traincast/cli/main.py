@@ -26,7 +26,7 @@ def _register_all() -> None:
     from traincast.cli import commands
 
     commands.register(app)
-    for name in ("bench", "online", "plan"):
+    for name in ("bench", "calibrate", "online", "plan", "learn"):
         try:
             module = __import__(f"traincast.cli.{name}", fromlist=["register"])
         except ModuleNotFoundError as exc:  # a group not built yet
@@ -43,7 +43,7 @@ def run(argv: list[str] | None = None, the_app: typer.Typer | None = None) -> in
     """
     the_app = the_app or app
     try:
-        the_app(args=argv, standalone_mode=False, prog_name="traincast")
+        rv = the_app(args=argv, standalone_mode=False, prog_name="traincast")
     except TraincastError as exc:
         typer.echo(f"error: {exc}", err=True)
         return exc.exit_code
@@ -60,7 +60,8 @@ def run(argv: list[str] | None = None, the_app: typer.Typer | None = None) -> in
             exc.show()
             return exc.exit_code
         raise
-    return 0
+    # without standalone mode click returns the code of a typer.Exit instead of raising it
+    return rv if isinstance(rv, int) else 0
 
 
 def main() -> None:

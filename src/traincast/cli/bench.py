@@ -1,0 +1,216 @@
+"""``traincast bench layers|model|ddp``: measure this machine (thin wrappers over traincast.measure)."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from traincast.errors import ConfigError
+
+
+def _parse_set(text: Optional[str]) -> dict:
+    """``batch=8,kernel=3,causal=true`` -> dict of ints/floats/bools."""
+    out: dict = {}
+    if not text:
+        return out
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise ConfigError(f"--set takes key=value pairs separated by commas, got {part!r} (e.g. --set batch=8,kernel=3)")
+        k, v = (s.strip() for s in part.split("=", 1))
+        low = v.lower()
+        if low in ("true", "false"):
+            out[k] = low == "true"
+            continue
+        try:
+            out[k] = int(v)
+        except ValueError:
+            try:
+                out[k] = float(v)
+            except ValueError:
+                raise ConfigError(f"--set {k}={v}: the value must be a number or true/false") from None
+    return out
+
+
+def _fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    if ms >= 1000:
+        return f"{ms / 1000:.3f} s"
+    if ms >= 1:
+        return f"{ms:.2f} ms"
+    return f"{ms * 1000:.1f} us"
+
+
+def register(app: typer.Typer) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    bench = typer.Typer(help="Measure this machine: single layers, whole training steps, data-parallel runs.",
+                        no_args_is_help=True)
+    app.add_typer(bench, name="bench")
+    console = Console()
+    err_console = Console(stderr=True)
+
+    @bench.command("layers")
+    def layers(
+        ops: str = typer.Option("all", "--ops", help="comma list of ops or groups (cnn, transformer, pool, norm, elementwise, all)"),
+        samples: int = typer.Option(300, "--samples", "-n", help="successful samples wanted in the campaign (earlier runs count)"),
+        phase: str = typer.Option("forward", "--phase", help="forward | train (forward + backward + SGD step)"),
+        device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N"),
+        dtype: str = typer.Option("fp32", "--dtype", help="fp32 | fp16 | bf16"),
+        size: str = typer.Option("auto", "--size", help="shape caps: small | medium | large (auto: small on cpu, large on cuda)"),
+        seed: int = typer.Option(0, "--seed"),
+        campaign: Optional[str] = typer.Option(None, "--campaign", help="campaign name (default: derived from the settings)"),
+        fixed: Optional[str] = typer.Option(None, "--set", help="pin op parameters, e.g. batch=8,kernel=3"),
+        threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: torch's)"),
+        max_new: Optional[int] = typer.Option(None, "--max-new", help="stop after this many new samples"),
+        db: Optional[str] = typer.Option(None, "--db", help="database file (default $TRAINCAST_DB)"),
+        as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+    ) -> None:
+        """Justus-style single-layer campaign, stored sample by sample (resumable)."""
+        from dataclasses import asdict
+
+        from traincast.measure import CampaignConfig, open_store, run_campaign
+        from traincast.measure.ops import resolve_ops
+
+        if size == "auto":
+            size = "large" if device.strip().lower().startswith(("cuda", "gpu")) else "small"
+        cfg = CampaignConfig(ops=resolve_ops(ops), n_samples=samples, phase=phase, device=device, dtype=dtype,
+                             size=size, seed=seed, fixed=_parse_set(fixed), threads=threads, campaign_id=campaign)
+        store = open_store(db)
+        show = err_console.is_terminal and not as_json
+        if show:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[rate]:.0f}/min"), TextColumn("{task.fields[op]:>16}"),
+                                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err_console)
+        else:
+            progress = None
+        state: dict = {"task": None, "new": 0}
+        import time as _time
+
+        t0 = _time.perf_counter()
+
+        def on_sample(sample, n_done, n_target):
+            state["new"] += 1
+            if progress is None:
+                return
+            if state["task"] is None:
+                state["task"] = progress.add_task("layers", total=n_target, completed=n_done, rate=0.0, op="")
+            rate = 60.0 * state["new"] / max(1e-9, _time.perf_counter() - t0)
+            progress.update(state["task"], completed=n_done, rate=rate, op=sample.op)
+
+        try:
+            if progress is not None:
+                with progress:
+                    res = run_campaign(store.conn, cfg, on_sample=on_sample, max_new=max_new)
+            else:
+                res = run_campaign(store.conn, cfg, on_sample=on_sample, max_new=max_new)
+        finally:
+            store.close()
+        if as_json:
+            typer.echo(json.dumps(asdict(res)))
+        else:
+            typer.echo(
+                f"campaign {res.campaign_id}: {res.n_new} new samples ({res.n_failed_new} failed) in {res.elapsed_s:.1f} s "
+                f"= {res.samples_per_min:.0f} samples/min; {res.n_total}/{samples} stored in {store.path}"
+            )
+        if res.interrupted:
+            typer.echo("interrupted: finished samples are saved; rerun the same command to continue", err=True)
+            raise typer.Exit(130)
+
+    @bench.command("model")
+    def model(
+        model_name: str = typer.Argument(..., metavar="MODEL", help="zoo name or spec file"),
+        batch_size: int = typer.Option(..., "--batch-size", "-b"),
+        device: str = typer.Option("cpu", "--device"),
+        steps: int = typer.Option(10, "--steps", help="timed steps"),
+        warmup: int = typer.Option(3, "--warmup", help="untimed steps first"),
+        profile_steps: int = typer.Option(2, "--profile-steps", help="steps under torch.profiler for the breakdown (0: none)"),
+        optimizer: str = typer.Option("sgd", "--optimizer"),
+        precision: str = typer.Option("fp32", "--precision"),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len"),
+        threads: Optional[int] = typer.Option(None, "--threads"),
+        top: int = typer.Option(10, "--top", help="rows of the module and op tables"),
+        out: Optional[str] = typer.Option(None, "--out", help="write the full result (breakdown included) as JSON here"),
+        db: Optional[str] = typer.Option(None, "--db", help="database file (default $TRAINCAST_DB)"),
+        no_save: bool = typer.Option(False, "--no-save", help="do not store the result"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Time real training steps of MODEL, with a per-module / per-op breakdown."""
+        from traincast.measure import open_store, save_model_timing, time_model
+
+        if batch_size < 1:
+            raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
+        mt = time_model(model_name, batch_size=batch_size, device=device, steps=steps, warmup=warmup,
+                        profile_steps=profile_steps, optimizer=optimizer, precision=precision, seq_len=seq_len,
+                        threads=threads)
+        d = mt.as_dict()
+        if not no_save:
+            with open_store(db) as store:
+                d["id"] = save_model_timing(store.conn, mt)
+        if out:
+            with open(out, "w") as f:
+                json.dump(d, f, indent=1)
+        if as_json:
+            typer.echo(json.dumps(d))
+            return
+        t = mt.timing
+        console.print(f"[bold]{mt.model}[/] batch {batch_size} on {mt.device} ({mt.threads} threads): step "
+                      f"{_fmt_ms(t.median_ms)} median, IQR {_fmt_ms(t.iqr_ms)}, CoV {t.cov:.1%}, {t.n_repeats} steps")
+        b = mt.breakdown
+        if b is None:
+            return
+        console.print(f"profiled: {_fmt_ms(b.profiled_step_ms)} per step; phases: "
+                      + ", ".join(f"{k} {_fmt_ms(v)}" for k, v in b.per_phase_ms.items()))
+        for title, rows, key in (("module", b.per_module, "total_ms"), ("aten op", b.per_aten, "total_ms")):
+            tab = Table(title=f"top {top} by {title} (ms per step)")
+            tab.add_column(title)
+            for col in ("forward", "backward", "optimizer", "total"):
+                tab.add_column(col, justify="right")
+            for name, v in sorted(rows.items(), key=lambda kv: -kv[1].get(key, 0.0))[:top]:
+                tab.add_row(name, *(f"{v.get(c + '_ms', 0.0):.2f}" for c in ("forward", "backward", "optimizer", "total")))
+            console.print(tab)
+
+    @bench.command("ddp")
+    def ddp(
+        model_name: str = typer.Argument(..., metavar="MODEL", help="zoo name or spec file"),
+        procs: int = typer.Option(2, "--procs", "-p", help="processes (one per GPU on cuda)"),
+        batch_size: int = typer.Option(8, "--batch-size", "-b", help="per process"),
+        steps: int = typer.Option(10, "--steps"),
+        warmup: int = typer.Option(3, "--warmup"),
+        device: str = typer.Option("cpu", "--device"),
+        backend: Optional[str] = typer.Option(None, "--backend", help="gloo | nccl (default: gloo on cpu, nccl on cuda)"),
+        optimizer: str = typer.Option("sgd", "--optimizer"),
+        precision: str = typer.Option("fp32", "--precision"),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len"),
+        threads_per_proc: Optional[int] = typer.Option(None, "--threads-per-proc"),
+        db: Optional[str] = typer.Option(None, "--db"),
+        no_save: bool = typer.Option(False, "--no-save"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Data-parallel training of MODEL in P processes: iteration and all-reduce times."""
+        from traincast.measure import open_store, save_ddp_timing, time_ddp
+
+        r = time_ddp(model_name, procs=procs, batch_size=batch_size, steps=steps, warmup=warmup, device=device,
+                     backend=backend, optimizer=optimizer, precision=precision, seq_len=seq_len,
+                     threads_per_proc=threads_per_proc)
+        d = r.as_dict()
+        if not no_save:
+            with open_store(db) as store:
+                d["id"] = save_ddp_timing(store.conn, r)
+        if as_json:
+            typer.echo(json.dumps(d))
+            return
+        it, ar = r.iteration, r.allreduce
+        console.print(f"[bold]{r.model}[/] DDP {r.procs} x batch {r.batch_size} ({r.backend}, {r.device}, "
+                      f"{r.threads_per_proc} threads/proc): iteration {_fmt_ms(it.median_ms)} median, IQR {_fmt_ms(it.iqr_ms)}, CoV {it.cov:.1%}")
+        console.print(f"gradients {r.grad_bytes / 2**20:.2f} MiB in {len(r.bucket_bytes)} buckets; all-reduce in DDP hook "
+                      f"{_fmt_ms(r.comm_hook_ms)} per step (overlaps backward); standalone all-reduce "
+                      f"{_fmt_ms(ar.median_ms if ar else None)} (IQR {_fmt_ms(ar.iqr_ms if ar else None)})")

@@ -1,0 +1,148 @@
+"""Calibration commands: calibrate, validate, devices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from traincast.cli.render import console, dur, print_json, table
+
+
+def _split(s: str, what: str, cast=str) -> tuple:
+    from traincast.errors import ConfigError
+
+    try:
+        vals = tuple(cast(x.strip()) for x in s.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"{what} must be a comma-separated list, got {s!r}") from None
+    if not vals:
+        raise ConfigError(f"{what} is empty")
+    return vals
+
+
+def _progress(label: str, total: int):
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    prog = Progress(TextColumn(label), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True,
+                    disable=not console.is_terminal)
+    task = prog.add_task(label, total=total)
+    return prog, (lambda _m: prog.advance(task))
+
+
+def _check_models(models) -> None:
+    from traincast.workload import zoo
+
+    for m in models:
+        if not str(m).endswith((".yaml", ".yml", ".json")):
+            zoo.get(m)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def calibrate(
+        device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
+        models: str = typer.Option("resnet18,vgg11,mobilenet_v2", "--models"),
+        batch_sizes: str = typer.Option("2,8,16", "--batch-sizes"),
+        steps: int = typer.Option(5, "--steps", help="timed steps per (model, batch)"),
+        threads: Optional[int] = typer.Option(None, "--threads"),
+        name: str = typer.Option("local", "--name", help="profile name (`--profile NAME` uses it)"),
+        out: Optional[Path] = typer.Option(None, "--out", help="write the profile here instead"),
+        as_json: bool = typer.Option(False, "--json"),
+    ):
+        """Time real steps here, fit the analytical predictor to them, save a device profile."""
+        from traincast.errors import positive
+        from traincast.fit.calibration import calibrate as run_calibration
+        from traincast.fit.calibration import measure_steps
+        from traincast.measure.timing import check_device
+
+        check_device(device)
+        ms, bs = _split(models, "--models"), _split(batch_sizes, "--batch-sizes", int)
+        for b in bs:
+            positive("--batch-sizes entries", b)
+        positive("--steps", steps)
+        _check_models(ms)
+        prog, tick = _progress("measuring", len(ms) * len(bs))
+        with prog:
+            meas = measure_steps(ms, bs, device=device, steps=steps, threads=threads, progress=tick)
+        prof = run_calibration(ms, bs, device=device, threads=threads, name=name, measured=meas)
+        path = prof.save(out)
+        if as_json:
+            print_json({"profile": str(path), "fit": prof.fit, "overrides": prof.overrides})
+            return
+        rows = [[r["model"], r["batch_size"], dur(r["measured_s"]), dur(r["predicted_s"]),
+                 f"{(r['predicted_s'] - r['measured_s']) / r['measured_s'] * 100:+.1f}%"] for r in prof.fit["steps"]]
+        console.print(table(f"calibration on {prof.device['name']}", ["model", "batch", "measured", "fitted", "error"], rows))
+        console.print("parameters: " + ", ".join(f"{k}={v:.3g}" for k, v in prof.fit["parameters"].items()))
+        console.print(f"profile saved: {path}  (use: traincast predict MODEL --device local ...)")
+
+    @app.command()
+    def validate(
+        device: str = typer.Option("cpu", "--device", help="cpu | cuda (must be present)"),
+        calibration_models: str = typer.Option("resnet18,vgg11,mobilenet_v2", "--calibrate-on"),
+        models: str = typer.Option("resnet50,densenet121,googlenet,alexnet,bert-tiny", "--models",
+                                   help="held-out models"),
+        batch_sizes: str = typer.Option("2,8,16", "--batch-sizes"),
+        steps: int = typer.Option(5, "--steps"),
+        threads: Optional[int] = typer.Option(None, "--threads"),
+        plot_path: Optional[Path] = typer.Option(Path("validation.png"), "--plot"),
+        as_json: bool = typer.Option(False, "--json"),
+    ):
+        """Calibrate on some models, forecast held-out ones, compare with measured steps (MAPE)."""
+        from traincast.errors import positive
+        from traincast.fit.calibration import calibrate as run_calibration
+        from traincast.fit.calibration import mape, measure_steps, plot_validation, predict_measured
+        from traincast.measure.timing import check_device
+
+        check_device(device)
+        cal, held, bs = (_split(calibration_models, "--calibrate-on"), _split(models, "--models"),
+                         _split(batch_sizes, "--batch-sizes", int))
+        for b in bs:
+            positive("--batch-sizes entries", b)
+        _check_models(cal + held)
+        overlap = set(cal) & set(held)
+        if overlap:
+            from traincast.errors import ConfigError
+
+            raise ConfigError(f"held-out models must not be calibration models: {', '.join(sorted(overlap))}")
+        prog, tick = _progress("measuring", (len(cal) + len(held)) * len(bs))
+        with prog:
+            m_cal = measure_steps(cal, bs, device=device, steps=steps, threads=threads, progress=tick)
+            m_held = measure_steps(held, bs, device=device, steps=steps, threads=threads, progress=tick)
+        prof = run_calibration(cal, bs, device=device, threads=threads, measured=m_cal, name="validation")
+        cal_rows, held_rows = predict_measured(prof, m_cal, device), predict_measured(prof, m_held, device)
+        if plot_path:
+            plot_validation(cal_rows, held_rows, str(plot_path))
+        result = {"device": prof.device["name"], "calibration": cal_rows, "held_out": held_rows,
+                  "mape_held_out_pct": mape(held_rows), "mape_calibration_pct": mape(cal_rows),
+                  "parameters": prof.fit["parameters"]}
+        if as_json:
+            print_json(result)
+            return
+        for label, rows in (("calibration models (fitted on)", cal_rows), ("held-out models", held_rows)):
+            console.print(table(label, ["model", "batch", "measured", "IQR", "predicted", "error",
+                                        "fwd meas/pred", "bwd meas/pred", "opt meas/pred"], [
+                [r["model"], r["batch_size"], dur(r["measured_s"]), dur(r["iqr_s"]), dur(r["predicted_s"]),
+                 f"{r['error_pct']:+.1f}%"] + [
+                    f"{dur(r['measured_phases_s'].get(p))} / {dur(r['predicted_phases_s'][p])}"
+                    for p in ("forward", "backward", "optimizer")] for r in rows]))
+        console.print(f"MAPE on calibration models: {mape(cal_rows):.1f}%")
+        console.print(f"MAPE on held-out models: {mape(held_rows):.1f}%" + (f"  (plot: {plot_path})" if plot_path else ""))
+
+    @app.command()
+    def devices(as_json: bool = typer.Option(False, "--json")):
+        """Device profiles made by `traincast calibrate`."""
+        from traincast.fit.calibration import list_profiles, profiles_dir
+
+        profs = list_profiles()
+        if as_json:
+            print_json([{"name": p.name, "device": p.device["name"], "date": p.date, "fit": p.fit} for p in profs])
+            return
+        if not profs:
+            console.print(f"no profiles in {profiles_dir()}; run `traincast calibrate`")
+            return
+        rows = [[p.name, p.device["name"], p.date, f"{p.fit.get('rms_log_error', float('nan')):.3f}",
+                 ", ".join(p.fit.get("models", []))] for p in profs]
+        console.print(table("device profiles", ["name", "device", "date", "rms log err", "calibrated on"], rows, 9))

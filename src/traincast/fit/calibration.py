@@ -1,0 +1,356 @@
+"""Calibrate the analytical predictor to the local device, and validate it.
+
+``calibrate`` times real training steps of a few models at a few batch sizes
+on this machine (CPU or CUDA, through ``traincast.measure``), traces the same
+steps on the meta device, and fits the roofline's free parameters by least
+squares on log step time:
+
+    compute efficiency of matmuls, convolutions and attention/other,
+    memory efficiency (one factor on the per-class table),
+    per-op overhead (dispatch, launch) and per-step fixed overhead.
+
+The result is a device profile (YAML: the device, the fitted overrides, the
+measurement fingerprint, the date and the fit residuals) that ``traincast
+predict --profile FILE`` or ``--device local`` uses.
+
+``validate`` measures held-out models, predicts them with a profile fitted on
+the calibration models only, and reports error and MAPE on the held-out ones.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from traincast.errors import ConfigError, DataError
+from traincast.hardware.records import GIB, Device, Link
+from traincast.predict.analytical import AnalyticalPredictor, efficiencies_for
+from traincast.workload.records import Workload
+
+PARAM_NAMES = ("eff_matmul", "eff_conv", "eff_conv_grouped", "eff_other", "mem_scale", "op_overhead_us",
+               "step_overhead_ms")
+_BOUNDS = {
+    "eff_matmul": (0.02, 1.0),
+    "eff_conv": (0.02, 1.0),
+    "eff_conv_grouped": (0.002, 1.0),
+    "eff_other": (0.02, 1.0),
+    "mem_scale": (0.05, 2.0),
+    "op_overhead_us": (0.0, 500.0),
+    "step_overhead_ms": (0.0, 500.0),
+}
+
+
+def profiles_dir() -> Path:
+    base = os.environ.get("TRAINCAST_HOME") or os.path.join(
+        os.environ.get("XDG_DATA_HOME", os.path.expanduser("~/.local/share")), "traincast")
+    return Path(base) / "profiles"
+
+
+# --- the local device ---------------------------------------------------------
+def _cpu_info() -> tuple[str, float, set[str]]:
+    name, mhz, flags = "cpu", 0.0, set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            k, _, v = line.partition(":")
+            k, v = k.strip(), v.strip()
+            if k == "model name" and name == "cpu":
+                name = v
+            elif k == "cpu MHz" and not mhz:
+                mhz = float(v)
+            elif k == "flags" and not flags:
+                flags = set(v.split())
+    except OSError:
+        pass
+    return name, mhz or 2500.0, flags
+
+
+def local_device(device: str = "cpu", threads: int | None = None) -> Device:
+    """A Device record for this machine's CPU (nominal peaks) or its CUDA GPU (from the catalog)."""
+    import torch
+
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda was asked for but no CUDA GPU is present here; use --device cpu")
+        from traincast.hardware import get_catalog
+
+        return get_catalog().device(torch.cuda.get_device_name(0))
+    name, mhz, flags = _cpu_info()
+    cores = threads or torch.get_num_threads()
+    per_cycle = 64 if "avx512f" in flags else 32 if ("avx2" in flags and "fma" in flags) else 16
+    return Device(
+        name=f"local-cpu ({name}, {cores} threads)", kind="cpu", vendor="", generation="cpu",
+        fp32_tflops=cores * mhz * 1e6 * per_cycle / 1e12, tf32_tflops=None, fp16_tflops=None, bf16_tflops=None,
+        memory_bytes=int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) if hasattr(os, "sysconf") else 8 * GIB,
+        memory_bandwidth_gb_per_s=20.0, sm_count=cores, boost_clock_mhz=mhz, link=Link("none", 0.0),
+        source=f"this machine: {cores} threads x {mhz:.0f} MHz x {per_cycle} FLOP/cycle (nominal)",
+        date=_dt.date.today().isoformat(),
+    )
+
+
+# --- the model to fit -------------------------------------------------------------
+class _Arrays:
+    """One workload as arrays, for fast repeated prediction."""
+
+    def __init__(self, wl: Workload, dev: Device):
+        base = efficiencies_for(dev)
+        self.flops = np.array([o.flops for o in wl.ops], dtype=float)
+        self.bytes = np.array([o.bytes_total for o in wl.ops], dtype=float)
+        from traincast.predict.analytical import compute_key
+
+        cls = [o.op_class for o in wl.ops]
+        keys = [compute_key(o) for o in wl.ops]
+        self.kind = np.array([{"matmul": 0, "conv": 1, "conv_grouped": 2}.get(k, 3) for k in keys])
+        self.mem_eff = np.array([base["memory"].get(c, base["memory"]["default"]) for c in cls])
+        chunk = max(1, int(base.get("foreach_chunk", 64)))
+        self.launches = np.array([math.ceil(o.n_tensors / chunk) if o.n_tensors > 1 else 1 for o in wl.ops], dtype=float)
+        self.peak = dev.peak_flops_per_s("fp32")
+        self.bw = dev.memory_bandwidth_bytes_per_s
+        self.phase = np.array([o.phase for o in wl.ops])
+
+    def op_times(self, th: np.ndarray) -> np.ndarray:
+        eff = th[:4][self.kind]
+        t = np.maximum(self.flops / (self.peak * eff), self.bytes / (self.bw * self.mem_eff * th[4]))
+        return t + th[5] * 1e-6 * self.launches
+
+    def predict_s(self, th: np.ndarray) -> float:
+        return float(self.op_times(th).sum() + th[6] * 1e-3)
+
+    def phases_s(self, th: np.ndarray) -> dict[str, float]:
+        t = self.op_times(th)
+        return {p: float(t[self.phase == p].sum()) for p in ("forward", "backward", "optimizer")}
+
+
+def overrides_from(theta, dev: Device) -> dict:
+    th = dict(zip(PARAM_NAMES, (float(x) for x in theta)))
+    base = efficiencies_for(dev)
+    return {
+        "compute": {"simt": {"matmul": th["eff_matmul"], "conv": th["eff_conv"],
+                             "conv_grouped": th["eff_conv_grouped"], "attention": th["eff_other"],
+                             "other": th["eff_other"]}},
+        "memory": {k: v * th["mem_scale"] for k, v in base["memory"].items()},
+        "op_overhead_us": th["op_overhead_us"],
+        "kernel_floor_us": 0.0,
+        "step_overhead_ms": th["step_overhead_ms"],
+    }
+
+
+def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Device,
+                   phases: list[dict] | None = None, phase_weight: float = 0.5) -> tuple[np.ndarray, float]:
+    """Least squares on log step time (and, where the profiler gave them, on log
+    forward and backward shares of it); returns (theta, rms log error of steps)."""
+    from scipy.optimize import least_squares
+
+    if len(workloads) < 2:
+        raise ConfigError("calibration needs at least 2 measured (model, batch) steps")
+    arrs = [_Arrays(w, dev) for w in workloads]
+    y = np.log(np.asarray(measured_s))
+    # measured phase shares (profiler times carry profiler overhead: use them as fractions)
+    share = []
+    for i, ph in enumerate(phases or [{}] * len(arrs)):
+        tot = sum(ph.get(p, 0.0) for p in ("forward", "backward", "optimizer"))
+        share.append({p: ph[p] / tot * measured_s[i] for p in ("forward", "backward") if tot > 0 and ph.get(p, 0) > 0})
+    lo = np.array([_BOUNDS[n][0] for n in PARAM_NAMES])
+    hi = np.array([_BOUNDS[n][1] for n in PARAM_NAMES])
+    # fit in log space of the parameters (overheads may be 0: offset)
+    off = np.array([0, 0, 0, 0, 0, 1.0, 0.1])
+
+    def unpack(z):
+        return np.clip(np.exp(z) - off, lo, hi)
+
+    def resid(z, with_phases=True):
+        th = unpack(z)
+        r = [np.log(a.predict_s(th)) - yy for a, yy in zip(arrs, y)]
+        if with_phases:
+            for a, sh in zip(arrs, share):
+                if sh:
+                    pr = a.phases_s(th)
+                    r += [phase_weight * (np.log(max(pr[p], 1e-9)) - np.log(v)) for p, v in sh.items()]
+        return np.asarray(r)
+
+    best = None
+    for start in ([0.5, 0.3, 0.05, 0.3, 0.5, 20.0, 1.0], [0.2, 0.6, 0.02, 0.1, 1.0, 5.0, 5.0],
+                  [0.8, 0.8, 0.2, 0.5, 0.3, 50.0, 0.5]):
+        z0 = np.log(np.asarray(start) + off)
+        r = least_squares(resid, z0, bounds=(np.log(lo + off), np.log(hi + off)), method="trf")
+        if best is None or r.cost < best.cost:
+            best = r
+    th = unpack(best.x)
+    rms = float(np.sqrt(np.mean(resid(best.x, with_phases=False) ** 2)))
+    return th, rms
+
+
+# --- profiles -------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    device: dict  # Device fields
+    overrides: dict
+    fingerprint: dict
+    date: str
+    fit: dict = field(default_factory=dict)  # residuals, parameters, the measurements used
+
+    def device_record(self) -> Device:
+        d = dict(self.device)
+        d["link"] = Link(**d["link"])
+        d["aliases"] = tuple(d.get("aliases", ()))
+        return Device(**d)
+
+    def predictor(self) -> AnalyticalPredictor:
+        return AnalyticalPredictor(overrides=self.overrides, name=f"analytical (profile {self.name})")
+
+    def save(self, path: str | Path | None = None) -> Path:
+        path = Path(path) if path else profiles_dir() / f"{self.name}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        import json
+
+        plain = json.loads(json.dumps(asdict(self), default=str))  # str subclasses, tuples -> plain YAML
+        path.write_text(yaml.safe_dump(plain, sort_keys=False))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> DeviceProfile:
+        p = Path(path)
+        if not p.exists():
+            raise DataError(f"device profile {str(p)!r} does not exist; run `traincast calibrate` first")
+        try:
+            d = yaml.safe_load(p.read_text())
+            return cls(**d)
+        except Exception as exc:  # malformed YAML or fields
+            raise DataError(f"{p}: not a traincast device profile ({str(exc).splitlines()[0]})") from None
+
+
+def find_profile(name: str = "local") -> DeviceProfile:
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        return DeviceProfile.load(p)
+    cand = profiles_dir() / f"{name}.yaml"
+    if not cand.exists():
+        raise DataError(f"no device profile {name!r} in {profiles_dir()}; run `traincast calibrate` "
+                        "or pass --profile FILE")
+    return DeviceProfile.load(cand)
+
+
+def list_profiles() -> list[DeviceProfile]:
+    d = profiles_dir()
+    return [DeviceProfile.load(p) for p in sorted(d.glob("*.yaml"))] if d.exists() else []
+
+
+# --- measuring and fitting ------------------------------------------------------
+@dataclass(frozen=True)
+class Measured:
+    model: str
+    batch_size: int
+    measured_s: float
+    iqr_s: float
+    cov: float
+    phases_s: dict  # forward/backward/optimizer from the profiler, when available
+
+
+def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threads=None, seq_len=None,
+                  progress=None) -> list[Measured]:
+    from traincast.measure.model import time_model
+
+    out = []
+    for m in models:
+        for b in batch_sizes:
+            mt = time_model(m, batch_size=b, device=device, steps=steps, warmup=warmup, profile_steps=1,
+                            threads=threads, seq_len=seq_len)
+            ph = {}
+            if mt.breakdown is not None:
+                ph = {k: v / 1e3 for k, v in mt.breakdown.per_phase_ms.items()}
+            out.append(Measured(str(m), b, mt.timing.median_ms / 1e3, mt.timing.iqr_ms / 1e3, mt.timing.cov, ph))
+            if progress:
+                progress(out[-1])
+    return out
+
+
+def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 16), *, device="cpu",
+              steps=5, warmup=2, threads=None, name="local", measured: list[Measured] | None = None,
+              progress=None) -> DeviceProfile:
+    """Measure, trace, fit; return (not save) the profile."""
+    from traincast.measure.fingerprint import fingerprint
+    from traincast.workload import trace
+
+    dev = local_device(device, threads)
+    meas = measured or measure_steps(models, batch_sizes, device=device, steps=steps, warmup=warmup,
+                                     threads=threads, progress=progress)
+    # on CPUs PyTorch runs attention as its math decomposition, not a fused kernel
+    fused = None if device.startswith("cuda") else False
+    wls = [trace(m.model, batch_size=m.batch_size, fused_attention=fused) for m in meas]
+    theta, rms = fit_parameters(wls, [m.measured_s for m in meas], dev, [m.phases_s for m in meas])
+    ov = overrides_from(theta, dev)
+    pred = AnalyticalPredictor(overrides=ov)
+    rows = []
+    for m, w in zip(meas, wls):
+        p = pred.predict(w, dev).total_s()
+        rows.append({"model": m.model, "batch_size": m.batch_size, "measured_s": m.measured_s, "predicted_s": p})
+    fp = fingerprint(device, threads).as_dict()
+    return DeviceProfile(
+        name=name, device=asdict(dev), overrides=ov, fingerprint=fp, date=_dt.datetime.now().isoformat(timespec="seconds"),
+        fit={"parameters": dict(zip(PARAM_NAMES, map(float, theta))), "rms_log_error": rms,
+             "models": sorted({m.model for m in meas}), "steps": rows},
+    )
+
+
+def predict_measured(profile: DeviceProfile, meas: list[Measured], device: str = "cpu") -> list[dict]:
+    """Predicted vs measured for each measurement, with the per-phase split."""
+    from traincast.predict.compose import step_time
+    from traincast.hardware.records import Cluster
+    from traincast.workload import trace
+
+    dev = profile.device_record()
+    pred = profile.predictor()
+    rows = []
+    fused = None if device.startswith("cuda") else False
+    for m in meas:
+        wl = trace(m.model, batch_size=m.batch_size, fused_attention=fused)
+        st = step_time(wl, Cluster(dev), pred)
+        rows.append({
+            "model": m.model, "batch_size": m.batch_size, "measured_s": m.measured_s, "iqr_s": m.iqr_s,
+            "predicted_s": st.iteration_s, "error_pct": (st.iteration_s - m.measured_s) / m.measured_s * 100,
+            "predicted_phases_s": {"forward": st.forward_s, "backward": st.backward_s, "optimizer": st.optimizer_s},
+            "measured_phases_s": m.phases_s,
+        })
+    return rows
+
+
+def mape(rows: list[dict]) -> float:
+    if not rows:
+        return float("nan")
+    return float(np.mean([abs(r["error_pct"]) for r in rows]))
+
+
+def plot_validation(cal_rows: list[dict], held_rows: list[dict], path: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for rows, label, mk in ((cal_rows, "calibration models", "o"), (held_rows, "held-out models", "s")):
+        if rows:
+            ax.scatter([r["measured_s"] * 1e3 for r in rows], [r["predicted_s"] * 1e3 for r in rows], marker=mk,
+                       label=label)
+            for r in rows:
+                ax.annotate(f"{r['model']}/{r['batch_size']}", (r["measured_s"] * 1e3, r["predicted_s"] * 1e3),
+                            fontsize=6, xytext=(2, 2), textcoords="offset points")
+    allv = [r["measured_s"] * 1e3 for r in cal_rows + held_rows] + [r["predicted_s"] * 1e3 for r in cal_rows + held_rows]
+    lo, hi = min(allv) * 0.7, max(allv) * 1.4
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="exact")
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey", alpha=0.15, label="±10%")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured step (ms)")
+    ax.set_ylabel("predicted step (ms)")
+    ax.set_title(f"held-out MAPE {mape(held_rows):.1f}%")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,85 @@
+"""Calibration: the fit recovers known parameters; a real tiny calibration and
+validation run end to end on this CPU and give forecasts within 3x of measured steps."""
+
+import json
+
+import numpy as np
+import pytest
+
+from traincast.fit.calibration import (
+    PARAM_NAMES,
+    DeviceProfile,
+    Measured,
+    _Arrays,
+    calibrate,
+    fit_parameters,
+    local_device,
+    predict_measured,
+)
+from traincast.workload import trace
+
+
+def test_fit_recovers_parameters_from_steps_it_generated():
+    dev = local_device("cpu", threads=2)
+    wls = [trace(m, batch_size=b) for m in ("resnet18", "mobilenet_v2", "alexnet") for b in (2, 8)]
+    true = np.array([0.55, 0.35, 0.03, 0.2, 0.6, 12.0, 3.0])
+    y = [_Arrays(w, dev).predict_s(true) for w in wls]
+    ph = [_Arrays(w, dev).phases_s(true) for w in wls]
+    th, rms = fit_parameters(wls, y, dev, ph)
+    assert rms < 0.01
+    pred = [_Arrays(w, dev).predict_s(th) for w in wls]
+    assert np.allclose(pred, y, rtol=0.02)
+    # convolutions dominate these models, so their efficiency is identified (the matmul one is not)
+    assert dict(zip(PARAM_NAMES, th))["eff_conv"] == pytest.approx(0.35, rel=0.15)
+
+
+def test_profile_round_trip(tmp_path):
+    dev = local_device("cpu", threads=2)
+    wls = [trace("mnist-cnn", batch_size=b) for b in (4, 16)]
+    meas = [Measured("mnist-cnn", b, 0.002 * b, 0.0, 0.01, {}) for b in (4, 16)]
+    prof = calibrate(("mnist-cnn",), (4, 16), measured=meas, name="t")
+    p = prof.save(tmp_path / "t.yaml")
+    back = DeviceProfile.load(p)
+    assert back.overrides == prof.overrides
+    assert back.device_record().fp32_tflops == dev.fp32_tflops
+    rows = predict_measured(back, meas)
+    assert all(abs(r["error_pct"]) < 60 for r in rows)
+
+
+def test_real_calibration_and_validation_smoke(tmp_path, capsys, monkeypatch):
+    """1-minute smoke: tiny models, few steps; the forecast must be within 3x of the measured step."""
+    from traincast.cli.main import _register_all, run
+
+    _register_all()
+    monkeypatch.setenv("TRAINCAST_HOME", str(tmp_path))
+    code = run(["calibrate", "--models", "mnist-cnn,resnet18", "--batch-sizes", "1,2", "--steps", "2", "--threads", "1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and (tmp_path / "profiles" / "local.yaml").exists()
+    assert out["fit"]["rms_log_error"] < 1.0
+    code = run(["predict", "alexnet", "--device", "local", "--batch-size", "2", "--dataset-size", "10", "--json"])
+    assert code == 0
+    f = json.loads(capsys.readouterr().out)
+    code = run(["validate", "--calibrate-on", "mnist-cnn,resnet18", "--models", "alexnet", "--batch-sizes", "1,2",
+                "--steps", "2", "--threads", "1", "--plot", str(tmp_path / "v.png"), "--json"])
+    v = json.loads(capsys.readouterr().out)
+    assert code == 0 and (tmp_path / "v.png").exists()
+    for r in v["held_out"]:
+        assert 1 / 3 < r["predicted_s"] / r["measured_s"] < 3
+    assert f["iteration_ms"] > 0
+    assert run(["devices", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["name"] == "local"
+
+
+def test_calibration_bad_input(capsys, tmp_path, monkeypatch):
+    from traincast.cli.main import _register_all, run
+
+    _register_all()
+    monkeypatch.setenv("TRAINCAST_HOME", str(tmp_path))
+    assert run(["calibrate", "--device", "cuda"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+    assert run(["calibrate", "--models", "resnet5"]) == 2
+    assert "did you mean" in capsys.readouterr().err
+    assert run(["validate", "--calibrate-on", "resnet18", "--models", "resnet18"]) == 2
+    assert "must not be calibration models" in capsys.readouterr().err
+    assert run(["predict", "resnet18", "--device", "local", "--batch-size", "2"]) == 2
+    assert "run `traincast calibrate`" in capsys.readouterr().err
