@@ -83,3 +83,16 @@ def test_calibration_bad_input(capsys, tmp_path, monkeypatch):
     assert "must not be calibration models" in capsys.readouterr().err
     assert run(["predict", "resnet18", "--device", "local", "--batch-size", "2"]) == 2
     assert "run `traincast calibrate`" in capsys.readouterr().err
+
+
+def test_layer_sum_of_a_small_cnn_and_its_correction():
+    from traincast.fit.calibration import LayerSum, fit_layer_sum_correction, layer_sum
+
+    ls = layer_sum("mnist-cnn", 8, measured_s=0.01, threads=1)
+    assert ls.n_layers == 13  # 3 conv + 3 relu + 3 pool + flatten + dense + relu + dense
+    assert ls.layer_sum_s > ls.harness_s > 0
+    assert ls.ratio_before == pytest.approx(ls.layer_sum_s / 0.01)
+    # the correction recovers a known linear relation
+    sums = [LayerSum("m", 1, 10, 0.5 * s + 0.002, s, 0.0, 0.0) for s in (0.01, 0.05, 0.2)]
+    a, b = fit_layer_sum_correction(sums)
+    assert a == pytest.approx(0.5, rel=1e-6) and b == pytest.approx(0.002, rel=1e-6)

@@ -48,6 +48,7 @@ def register(app: typer.Typer) -> None:
         batch_sizes: str = typer.Option("2,8,16", "--batch-sizes"),
         steps: int = typer.Option(5, "--steps", help="timed steps per (model, batch)"),
         threads: Optional[int] = typer.Option(None, "--threads"),
+        budget: Optional[str] = typer.Option(None, "--budget", help="time for measuring, e.g. 10m; the rest is skipped"),
         name: str = typer.Option("local", "--name", help="profile name (`--profile NAME` uses it)"),
         out: Optional[Path] = typer.Option(None, "--out", help="write the profile here instead"),
         as_json: bool = typer.Option(False, "--json"),
@@ -64,9 +65,12 @@ def register(app: typer.Typer) -> None:
             positive("--batch-sizes entries", b)
         positive("--steps", steps)
         _check_models(ms)
+        from traincast.plan.pareto import parse_duration_s
+
+        budget_s = parse_duration_s(budget) if budget else None
         prog, tick = _progress("measuring", len(ms) * len(bs))
         with prog:
-            meas = measure_steps(ms, bs, device=device, steps=steps, threads=threads, progress=tick)
+            meas = measure_steps(ms, bs, device=device, steps=steps, threads=threads, progress=tick, budget_s=budget_s)
         prof = run_calibration(ms, bs, device=device, threads=threads, name=name, measured=meas)
         path = prof.save(out)
         if as_json:
@@ -88,6 +92,8 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(5, "--steps"),
         threads: Optional[int] = typer.Option(None, "--threads"),
         plot_path: Optional[Path] = typer.Option(Path("validation.png"), "--plot"),
+        with_layer_sum: bool = typer.Option(False, "--layer-sum", help="also time every layer alone (CPU): "
+                                            "the summed-layer ratio before and after the fitted correction"),
         as_json: bool = typer.Option(False, "--json"),
     ):
         """Calibrate on some models, forecast held-out ones, compare with measured steps (MAPE)."""
@@ -113,11 +119,29 @@ def register(app: typer.Typer) -> None:
             m_held = measure_steps(held, bs, device=device, steps=steps, threads=threads, progress=tick)
         prof = run_calibration(cal, bs, device=device, threads=threads, measured=m_cal, name="validation")
         cal_rows, held_rows = predict_measured(prof, m_cal, device), predict_measured(prof, m_held, device)
-        if plot_path:
+        if plot_path and str(plot_path) not in ("", "."):
             plot_validation(cal_rows, held_rows, str(plot_path))
+        else:
+            plot_path = None
         result = {"device": prof.device["name"], "calibration": cal_rows, "held_out": held_rows,
                   "mape_held_out_pct": mape(held_rows), "mape_calibration_pct": mape(cal_rows),
                   "parameters": prof.fit["parameters"]}
+        sums_held = []
+        if with_layer_sum:
+            from traincast.fit.calibration import fit_layer_sum_correction, layer_sum
+
+            if device != "cpu":
+                from traincast.errors import ConfigError
+
+                raise ConfigError("--layer-sum times layers on the CPU only; drop it for --device cuda")
+            sums_cal = [layer_sum(m.model, m.batch_size, m.measured_s, threads=threads) for m in m_cal]
+            sums_held = [layer_sum(m.model, m.batch_size, m.measured_s, threads=threads) for m in m_held]
+            a, b = fit_layer_sum_correction(sums_cal)
+            result["layer_sum"] = {
+                "correction": {"a": a, "b_s": b},
+                "held_out": [s.to_dict() | {"ratio_after_fit": (a * (s.layer_sum_s - s.harness_s) + b) / s.measured_s}
+                             for s in sums_held],
+            }
         if as_json:
             print_json(result)
             return
@@ -128,6 +152,15 @@ def register(app: typer.Typer) -> None:
                  f"{r['error_pct']:+.1f}%"] + [
                     f"{dur(r['measured_phases_s'].get(p))} / {dur(r['predicted_phases_s'][p])}"
                     for p in ("forward", "backward", "optimizer")] for r in rows]))
+        if sums_held:
+            a, b = result["layer_sum"]["correction"]["a"], result["layer_sum"]["correction"]["b_s"]
+            console.print(table(f"summed single-layer times / whole step (held-out; fitted: step = {a:.3f} x "
+                                f"(sum - harness) + {b * 1e3:.1f} ms)",
+                                ["model", "batch", "layers", "step", "layer sum", "harness", "ratio before",
+                                 "ratio after"],
+                                [[d["model"], d["batch_size"], d["n_layers"], dur(d["measured_s"]), dur(d["layer_sum_s"]),
+                                  dur(d["harness_s"]), f"{d['ratio_before']:.2f}", f"{d['ratio_after_fit']:.2f}"]
+                                 for d in result["layer_sum"]["held_out"]]))
         console.print(f"MAPE on calibration models: {mape(cal_rows):.1f}%")
         console.print(f"MAPE on held-out models: {mape(held_rows):.1f}%" + (f"  (plot: {plot_path})" if plot_path else ""))
 
