@@ -91,3 +91,14 @@ def test_console_script_end_to_end():
     r = subprocess.run([sys.executable, "-m", "traincast", "predict", "nosuchnet", "--gpu", "T4", "--batch-size",
                         "8"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("error: unknown model")
+
+
+def test_predictor_choice(capsys):
+    code, out, _ = cli(capsys, "predict", "gpt2", "--gpu", "T4", "--batch-size", "1", "--seq-len", "128",
+                       "--dataset-size", "10", "--predictor", "learned", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["predictor"] == "learned"
+    assert any("ops learned" in n for n in d["notes"])
+    code, out, _ = cli(capsys, "predict", "gpt2", "--gpu", "EPYC-7763", "--batch-size", "1", "--seq-len", "128",
+                       "--dataset-size", "10", "--predictor", "auto", "--json")
+    assert code == 0 and json.loads(out)["predictor"] == "analytical"  # no learned model for CPUs

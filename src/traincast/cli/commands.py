@@ -76,22 +76,28 @@ def register(app: typer.Typer) -> None:
         network: Optional[float] = typer.Option(None, "--network-gbit", help="inter-node network, Gb/s"),
         device: Optional[str] = typer.Option(None, "--device", help="'local': this machine, as calibrated"),
         profile: Optional[str] = typer.Option(None, "--profile", help="a device profile from `traincast calibrate`"),
+        predictor_name: str = typer.Option("analytical", "--predictor",
+                                           help="analytical | learned | auto (learned where it covers the GPU)"),
         catalog: Catalogs = typer.Option(None, "--catalog", help="extra catalog YAML file(s)"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     ):
         """Forecast iteration, epoch and total time, cost and memory of a training job."""
         from traincast.errors import ConfigError
-        from traincast.predict import forecast
+        from traincast.predict import forecast, make_predictor
 
         predictor = None
+        if predictor_name != "analytical":
+            cat = _catalog(catalog)
+            dev = cat.instance(instance).device if instance else cat.device(gpu) if gpu else None
+            predictor = make_predictor(predictor_name, dev)
         if device is not None or profile is not None:
             from traincast.fit.calibration import find_profile
 
             if device not in (None, "local"):
                 raise ConfigError(f"--device takes 'local' (this machine, calibrated), got {device!r}; "
                                   "for catalog hardware use --gpu")
-            if gpu is not None or instance is not None:
-                raise ConfigError("--device/--profile and --gpu/--instance exclude each other")
+            if gpu is not None or instance is not None or predictor is not None:
+                raise ConfigError("--device/--profile exclude --gpu, --instance and --predictor")
             prof = find_profile(profile or "local")
             gpu, predictor = prof.device_record(), prof.predictor()
         f = forecast(model, gpu=gpu, gpus=gpus, predictor=predictor, nodes=nodes, batch_size=batch_size, per_gpu_batch=per_gpu_batch,

@@ -349,6 +349,10 @@ def forecast(
 
     predictor = predictor or AnalyticalPredictor()
     st = step_time(wl, cluster_for(gpn, n_nodes), predictor, precision, sync, overlap)
+    if hasattr(predictor, "coverage") and getattr(predictor, "covers", lambda d: True)(device):
+        cov = predictor.coverage(wl, precision)
+        notes.append(f"{predictor.name} predictor: {cov['learned']} of {cov['ops']} ops learned, "
+                     f"{cov['fallback']} analytical")
     steps = math.ceil(dataset_size / global_batch)
     epoch_s = steps * st.iteration_s
     total_s = epoch_s * epochs

@@ -1,0 +1,132 @@
+"""Whole-model training-iteration time: analytical vs learned per-op predictor vs real GPUs.
+
+Measured rows (never fitted on here; the learned model is fitted on layer/kernel data only):
+- Habitat, RTX 2080 Ti (``models/habitat_rtx2080ti_iterations.csv``): resnet50, inception (=inception_v3),
+  dcgan at 3 batch sizes; full iteration (forward, backward, SGD step). gnmt and transformer have no zoo
+  entry and are skipped.
+- NeuSight labels (``models/neusight_labels.csv``), mode=train, no parallelism, NVIDIA GPUs: bert_large,
+  gpt2_large, gpt3_xl at their sequence length. Their iteration_ms is forward + backward (no optimizer), so
+  the predictions sum the forward and backward phases. gpt3_27, opt_13 and switchxl4 have no zoo entry.
+
+Columns: ``analytical`` (roofline, catalog efficiencies), ``learned`` (the shipped model, fitted on all layer
+and kernel GPUs), ``learned-LOGO`` (a model refitted without any layer/kernel rows of the target GPU: the
+honest held-out-GPU figure; RTX 2080 Ti and L4 are never in the kernel data, so there it equals ``learned``).
+
+Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_models.py [--data ../shared/data] [--rows-per-file 1500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from traincast.fit.datasets import default_data_dir  # noqa: E402
+from traincast.fit.features import gpu_group  # noqa: E402
+from traincast.hardware.catalog import get_catalog  # noqa: E402
+from traincast.predict.analytical import AnalyticalPredictor  # noqa: E402
+from traincast.predict.learned import LearnedPredictor  # noqa: E402
+from traincast.workload import trace  # noqa: E402
+
+HABITAT_ZOO = {"resnet50": "resnet50", "inception": "inception_v3", "dcgan": "dcgan"}
+NEUSIGHT_ZOO = {"bert_large": "bert-large", "gpt2_large": "gpt2-large", "gpt3_xl": "gpt3-xl"}
+
+
+def cases(data: Path) -> tuple[list[dict], list[str]]:
+    out, skipped = [], []
+    h = pd.read_csv(data / "models" / "habitat_rtx2080ti_iterations.csv")
+    for r in h.itertuples():
+        if r.model not in HABITAT_ZOO:
+            skipped.append(f"habitat {r.model} b{r.batch_size}: no zoo entry")
+            continue
+        out.append(dict(src="habitat", gpu="RTX2080Ti", model=HABITAT_ZOO[r.model], batch=int(r.batch_size),
+                        seq=None, measured_ms=float(r.iteration_ms), phases=("forward", "backward", "optimizer")))
+    n = pd.read_csv(data / "models" / "neusight_labels.csv")
+    n = n[(n["mode"] == "train") & n["parallel"].isna() & ~n["gpu"].str.startswith("AMD")]
+    for r in n.itertuples():
+        if r.model not in NEUSIGHT_ZOO:
+            skipped.append(f"neusight {r.model} {r.gpu} b{r.batch_size}: no zoo entry")
+            continue
+        out.append(dict(src="neusight", gpu=r.gpu, model=NEUSIGHT_ZOO[r.model], batch=int(r.batch_size),
+                        seq=int(r.seq_len), measured_ms=float(r.iteration_ms), phases=("forward", "backward")))
+    return out, skipped
+
+
+def phase_ms(workload, ot, phases) -> float:
+    s = sum(t for op, t in zip(workload.ops, ot.times_s) if op.phase in phases)
+    return (s + ot.step_overhead_s) * 1e3
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(default_data_dir()))
+    ap.add_argument("--rows-per-file", type=int, default=1500)
+    ap.add_argument("--no-logo", action="store_true", help="skip the leave-target-GPU-out refits")
+    args = ap.parse_args(argv)
+    data = Path(args.data)
+    cat = get_catalog()
+    todo, skipped = cases(data)
+    analytical = AnalyticalPredictor()
+    learned = LearnedPredictor.load_default()
+    print(f"shipped model trained on GPU groups: {', '.join(getattr(learned.model, 'trained_on_groups_', ()))}")
+    # leave-target-GPU-out models, one per target group that the layer/kernel data holds
+    logo: dict[str, LearnedPredictor] = {}
+    if not args.no_logo:
+        from traincast.fit.train import fit_layers
+
+        for g in sorted({gpu_group(c["gpu"]) for c in todo}):
+            if g in learned.model.trained_on_groups_:
+                t0 = time.perf_counter()
+                m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, exclude_groups=(g,))
+                logo[g] = LearnedPredictor(m)
+                print(f"refitted without {g} kernels/layers ({time.perf_counter() - t0:.0f} s)")
+    traces: dict = {}
+    rows = []
+    for c in todo:
+        key = (c["model"], c["batch"], c["seq"])
+        if key not in traces:
+            traces[key] = trace(c["model"], batch_size=c["batch"], seq_len=c["seq"], optimizer="sgd")
+        w = traces[key]
+        dev = cat.device(c["gpu"])
+        g = gpu_group(c["gpu"])
+        a = phase_ms(w, analytical.predict(w, dev), c["phases"])
+        lp = learned.predict(w, dev)
+        l_ = phase_ms(w, lp, c["phases"])
+        lo = phase_ms(w, logo[g].predict(w, dev), c["phases"]) if g in logo else l_
+        cov = learned.coverage(w)
+        rows.append(dict(src=c["src"], gpu=dev.name, model=c["model"], batch=c["batch"], seq=c["seq"] or "",
+                         measured_ms=c["measured_ms"], analytical_ms=a, learned_ms=l_, logo_ms=lo,
+                         covered=f"{cov['learned']}/{cov['ops']}"))
+    df = pd.DataFrame(rows)
+    for col in ("analytical", "learned", "logo"):
+        df[f"{col}_err_pct"] = (df[f"{col}_ms"] / df["measured_ms"] - 1) * 100
+    pd.set_option("display.width", 200)
+    print()
+    print(df[["src", "gpu", "model", "batch", "seq", "measured_ms", "analytical_ms", "analytical_err_pct",
+              "learned_ms", "learned_err_pct", "logo_ms", "logo_err_pct", "covered"]]
+          .to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    print("\nMAPE (%) per model (learned-LOGO: the target GPU's layers/kernels left out of the fit)")
+    by = df.groupby(["src", "model"])
+    summ = pd.DataFrame({k: by[f"{k}_err_pct"].apply(lambda s: s.abs().mean()) for k in ("analytical", "learned", "logo")})
+    print(summ.round(1).to_string())
+    print("\nMAPE (%) per source and GPU")
+    by = df.groupby(["src", "gpu"])
+    print(pd.DataFrame({k: by[f"{k}_err_pct"].apply(lambda s: s.abs().mean()) for k in ("analytical", "learned", "logo")}).round(1).to_string())
+    for src in ("habitat", "neusight"):
+        s = df[df.src == src]
+        print(f"\n{src}: n={len(s)}  MAPE analytical {s.analytical_err_pct.abs().mean():.1f}%  "
+              f"learned {s.learned_err_pct.abs().mean():.1f}%  learned-LOGO {s.logo_err_pct.abs().mean():.1f}%")
+    if skipped:
+        print("\nskipped (no zoo entry): " + "; ".join(skipped))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

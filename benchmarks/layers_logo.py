@@ -1,0 +1,63 @@
+"""Leave-one-GPU-out accuracy of the learned per-op model on the Justus 2018 layers and NeuSight kernels.
+
+For every GPU model in a dataset: fit on all rows (both datasets) of the other GPU models, predict the
+held-out GPU's rows of that dataset from its catalog specs alone, print MAPE and RMSE (and the analytical
+roofline's MAPE on the same rows). P100 is in both datasets and is held out of both at once; the A100
+rows (40 GB for most kernels, 80 GB for conv) are one group. Then the batch-range extrapolation test of the
+issue: fit on batch <= 32, predict batch 33-64 (Justus rows, all GPUs).
+
+Reference: Justus et al. 2018 report 39.6% MAPE leaving the V100 out.
+
+Usage: PYTHONPATH=src .venv/bin/python benchmarks/layers_logo.py [--rows-per-file 1000] [--dataset justus2018|neusight]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from traincast.fit.learn import OpTimeRegressor, leave_one_gpu_out, mape, training_rows  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--rows-per-file", type=int, default=1000, help="rows sampled per GPU x op file (train and test)")
+    ap.add_argument("--dataset", action="append", choices=("justus2018", "neusight"))
+    ap.add_argument("--max-iter", type=int, default=200)
+    ap.add_argument("--skip-batch-range", action="store_true")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    rows = training_rows(args.data, max_rows_per_file=args.rows_per_file)
+    print(f"{len(rows)} rows ({args.rows_per_file} per GPU x op file) loaded in {time.perf_counter() - t0:.0f} s")
+    est = OpTimeRegressor(max_iter=args.max_iter)
+    for ds in args.dataset or ("justus2018", "neusight"):
+        print(f"\n{ds}: leave one GPU out")
+        res = leave_one_gpu_out(rows, ds, estimator=est)
+        print(f"  {'held out':<12} {'n':>6} {'MAPE %':>7} {'RMSE ms':>9} {'analytical %':>13}  per op MAPE %")
+        for r in res:
+            per = "  ".join(f"{k} {v:.1f}" for k, v in r.per_kind_mape_pct.items())
+            print(f"  {r.gpu:<12} {r.n_rows:6d} {r.mape_pct:7.1f} {r.rmse_ms:9.3f} {r.analytical_mape_pct:13.1f}  {per}")
+        print(f"  mean over held-out GPUs: learned {np.mean([r.mape_pct for r in res]):.1f}%  "
+              f"analytical {np.mean([r.analytical_mape_pct for r in res]):.1f}%  (paper, V100 out: 39.6%)")
+    if not args.skip_batch_range:
+        j = rows[rows["source"] == "justus2018"]
+        batch = np.where(j["kind"] == "conv", j["cn"], j["m"])
+        train, test = j[batch <= 32], j[(batch > 32) & (batch <= 64)]
+        m = OpTimeRegressor(max_iter=args.max_iter).fit(train, train["time_ms"].to_numpy())
+        p = m.predict(test)
+        print(f"\nJustus batch-range extrapolation (fit batch <= 32, predict 33-64, all GPUs): "
+              f"n={len(test)} MAPE {mape(p, test['time_ms'].to_numpy()):.1f}%")
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Build the shipped learned op-time model (``traincast fit layers``)."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+
+from traincast.errors import DataError
+from traincast.fit.learn import OpTimeRegressor, training_rows
+
+MAX_MODEL_BYTES = 20 * 1024 * 1024
+DEFAULT_ROWS_PER_FILE = 1500
+
+
+def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: int = DEFAULT_ROWS_PER_FILE,
+               exclude_groups=(), store=None, seed: int = 0, log=None, **params) -> tuple[OpTimeRegressor, Path | None]:
+    """Fit an :class:`OpTimeRegressor` on the Justus + NeuSight rows (files, or an imported ``store``)
+    and save it whole with pickle to ``out`` (default: the shipped model path)."""
+    from traincast.fit import features as F
+
+    t0 = time.perf_counter()
+    if store is not None:
+        from traincast.fit.importer import load_from_store
+
+        rows = load_from_store(store)
+        rows = rows.groupby(["source", "gpu", "op"], group_keys=False).apply(
+            lambda g: g.sample(min(len(g), max_rows_per_file), random_state=seed))
+        rows = F.attach_devices(rows.reset_index(drop=True))
+        rows["gpu_group"] = rows["gpu"].map(F.gpu_group)
+        if exclude_groups:
+            rows = rows[~rows["gpu_group"].isin(exclude_groups)]
+    else:
+        rows = training_rows(data_dir, max_rows_per_file=max_rows_per_file, seed=seed, exclude_groups=exclude_groups)
+    if rows.empty:
+        raise DataError("no training rows left (every GPU excluded?)")
+    model = OpTimeRegressor(**params).fit(rows, rows["time_ms"].to_numpy())
+    neu = rows[rows["source"] == "neusight"]["time_ms"]
+    model.min_time_ms_ = float(neu.min()) if len(neu) else 0.0
+    model.n_rows_ = int(len(rows))
+    model.trained_on_groups_ = tuple(sorted(rows["gpu_group"].unique()))
+    model.fit_seconds_ = time.perf_counter() - t0
+    if log:
+        log(f"fitted on {len(rows)} rows of {', '.join(model.trained_on_groups_)} in {model.fit_seconds_:.0f} s")
+    path = None
+    if out is not None or not exclude_groups:
+        from traincast.predict.learned import default_model_path
+
+        path = Path(out) if out is not None else default_model_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        blob = pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL)
+        if len(blob) > MAX_MODEL_BYTES:
+            raise DataError(f"the model is {len(blob) / 2**20:.1f} MiB, over the 20 MiB limit; lower max_iter or max_leaf_nodes")
+        path.write_bytes(blob)
+        if log:
+            log(f"saved {path} ({len(blob) / 2**20:.2f} MiB)")
+    return model, path

@@ -1,0 +1,138 @@
+"""The learned per-op predictor: per-op times from a model fitted on real GPU kernel/layer timings.
+
+Behind the one predictor interface (``predict(workload, device, precision)
+-> OpTimes``). Each traced op is mapped onto canonical op rows
+(:func:`traincast.fit.features.op_rows`: matmul/linear/bmm, conv and its
+backward, layer norm, softmax, elementwise, fused attention as its eager
+decomposition); the :class:`~traincast.fit.learn.OpTimeRegressor` predicts
+their kernel times on the device from its catalog specs, so the device need
+not be one the model saw. Ops it does not cover (batch norm, pooling,
+embeddings, reductions, optimizer updates, copies, half-precision ops) fall
+back to the analytical predictor; :meth:`LearnedPredictor.coverage` says how
+many.
+
+The measured kernel latencies include the timing harness's launch and event
+cost (about ``MEASUREMENT_FLOOR_MS``: no op in the data is shorter); inside a
+training step kernels queue back to back, so that floor is taken off each
+learned op and the analytical per-op overhead put back.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import ClassVar
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from traincast.errors import DataError
+from traincast.hardware.records import Device
+from traincast.predict.analytical import AnalyticalPredictor
+from traincast.predict.base import OpTimes
+from traincast.workload.records import Workload
+
+DEFAULT_MODEL_FILE = "learned_ops.pkl"
+_TENSOR_CORE_KINDS = ("matmul", "conv")
+
+
+def default_model_path() -> Path:
+    return Path(str(resources.files("traincast.predict").joinpath("data", DEFAULT_MODEL_FILE)))
+
+
+@dataclass
+class LearnedPredictor:
+    """Learned per-op times where covered, analytical elsewhere.
+
+    ``measurement_floor_ms`` is subtracted from each learned kernel time (never
+    below the analytical kernel floor); ``None`` takes the value stored with
+    the model (the smallest latency in its training data, minus the
+    analytical floor).
+    """
+
+    needs_shapes: ClassVar[bool] = True  # reads op shapes: exact traces, not interpolated ones
+
+    model: object  # traincast.fit.learn.OpTimeRegressor
+    fallback: AnalyticalPredictor = field(default_factory=AnalyticalPredictor)
+    measurement_floor_ms: float | None = None
+    name: str = "learned"
+
+    # --- loading ---------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | Path, **kw) -> "LearnedPredictor":
+        path = Path(path)
+        try:
+            with open(path, "rb") as fh:
+                model = pickle.load(fh)
+        except FileNotFoundError:
+            raise DataError(f"no learned model at {str(path)!r}; build one with `traincast fit layers`") from None
+        except (pickle.UnpicklingError, EOFError, AttributeError, ModuleNotFoundError) as exc:
+            raise DataError(f"{str(path)!r} is not a traincast learned model ({exc}); rebuild it with `traincast fit layers`") from None
+        if not hasattr(model, "predict") or not hasattr(model, "models_"):
+            raise DataError(f"{str(path)!r} holds a {type(model).__name__}, not a fitted OpTimeRegressor")
+        return cls(model=model, **kw)
+
+    @classmethod
+    def load_default(cls, **kw) -> "LearnedPredictor":
+        """The model shipped in ``traincast/predict/data/`` (rebuilt by ``traincast fit layers``)."""
+        return cls.load(default_model_path(), **kw)
+
+    # --- coverage --------------------------------------------------------------------
+    def covers(self, device: Device) -> bool:
+        """True for NVIDIA GPUs (the data is NVIDIA fp32; other vendors get the analytical predictor)."""
+        return device.kind == "gpu" and device.vendor.lower() == "nvidia" and bool(device.sm_count)
+
+    def _map(self, workload: Workload, precision: str):
+        from traincast.fit.features import op_rows
+
+        rows, owner, mult = [], [], []
+        covered = np.zeros(len(workload.ops), dtype=bool)
+        for i, op in enumerate(workload.ops):
+            mapped = op_rows(op)
+            if mapped is None:
+                continue
+            rs, ms = mapped
+            if precision not in ("fp32", "fp32-strict") and any(r["kind"] in _TENSOR_CORE_KINDS for r in rs):
+                continue  # TF32 tensor-core math: not in the fp32 data
+            covered[i] = True
+            rows.extend(rs)
+            owner.extend([i] * len(rs))
+            mult.extend(ms)
+        return rows, np.array(owner, dtype=int), np.array(mult, dtype=float), covered
+
+    def coverage(self, workload: Workload, precision: str = "fp32") -> dict:
+        """How many ops the learned model times and which fall back to the analytical predictor."""
+        _, _, _, covered = self._map(workload, precision)
+        fb = Counter(op.aten for op, c in zip(workload.ops, covered) if not c)
+        return {"ops": len(workload.ops), "learned": int(covered.sum()), "fallback": int((~covered).sum()),
+                "fallback_by_aten": dict(fb.most_common())}
+
+    # --- the interface ---------------------------------------------------------------
+    def predict(self, workload: Workload, device: Device, precision: str = "fp32") -> OpTimes:
+        from traincast.fit.features import attach_devices
+
+        base = self.fallback.predict(workload, device, precision)
+        if not self.covers(device) or not workload.ops:
+            return OpTimes(self.name + "(analytical)", base.times_s, base.bound, base.step_overhead_s)
+        rows, owner, mult, covered = self._map(workload, precision)
+        times = list(base.times_s)
+        bound = list(base.bound)
+        if rows:
+            p = self.fallback.params(device)
+            floor_ms = self.measurement_floor_ms
+            if floor_ms is None:
+                floor_ms = max(getattr(self.model, "min_time_ms_", 0.0) - p["kernel_floor_us"] * 1e-3, 0.0)
+            df = attach_devices(pd.DataFrame(rows), device)
+            pred_ms = self.model.predict(df)
+            kernel_ms = np.maximum(pred_ms - floor_ms, p["kernel_floor_us"] * 1e-3)
+            per_op = np.zeros(len(workload.ops))
+            np.add.at(per_op, owner, np.nan_to_num(kernel_ms, nan=0.0) * mult)
+            bad = np.zeros(len(workload.ops), dtype=bool)
+            np.logical_or.at(bad, owner, ~np.isfinite(pred_ms))
+            over_s = p["op_overhead_us"] * 1e-6
+            for i in np.flatnonzero(covered & ~bad):
+                times[i] = per_op[i] * 1e-3 + over_s
+        return OpTimes(self.name, tuple(times), tuple(bound), base.step_overhead_s)
