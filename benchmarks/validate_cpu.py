@@ -33,6 +33,8 @@ def main() -> None:
     ap.add_argument("--batch-sizes", default="2,8,32")
     ap.add_argument("--cache", default="out/validate_cpu.json")
     ap.add_argument("--plot", default="out/validate_cpu.png")
+    ap.add_argument("--layer-samples", type=int, default=120, help="single-op samples for the per-class fit")
+    ap.add_argument("--no-layers", action="store_true", help="fit on whole-model steps only")
     args = ap.parse_args()
     bs = tuple(int(x) for x in args.batch_sizes.split(","))
     cache = Path(args.cache)
@@ -53,7 +55,12 @@ def main() -> None:
         return out
 
     m_cal, m_held = get(CAL), get(HELD)
-    prof = calibrate(CAL, bs, measured=m_cal, name="validate-cpu")
+    from traincast.fit.calibration import run_layer_campaign
+    from traincast.store import Store
+
+    layers = [] if args.no_layers else run_layer_campaign(args.layer_samples, store=Store(cache.with_suffix(".db")))
+    print(f"layer campaign: {len(layers)} forward single-op samples")
+    prof = calibrate(CAL, bs, measured=m_cal, name="validate-cpu", layer_samples=layers)
     print("fitted parameters:", ", ".join(f"{k}={v:.3g}" for k, v in prof.fit["parameters"].items()))
     cal_rows, held_rows = predict_measured(prof, m_cal), predict_measured(prof, m_held)
     for label, rows in (("calibration", cal_rows), ("held-out", held_rows)):

@@ -25,7 +25,7 @@ def test_fit_recovers_parameters_from_steps_it_generated():
     true = np.array([0.55, 0.35, 0.03, 0.2, 0.6, 12.0, 3.0])
     y = [_Arrays(w, dev).predict_s(true) for w in wls]
     ph = [_Arrays(w, dev).phases_s(true) for w in wls]
-    th, rms = fit_parameters(wls, y, dev, ph)
+    th, rms = fit_parameters(wls, y, dev, ph, prior_weight=0.0)
     assert rms < 0.01
     pred = [_Arrays(w, dev).predict_s(th) for w in wls]
     assert np.allclose(pred, y, rtol=0.02)
@@ -52,15 +52,18 @@ def test_real_calibration_and_validation_smoke(tmp_path, capsys, monkeypatch):
 
     _register_all()
     monkeypatch.setenv("TRAINCAST_HOME", str(tmp_path))
-    code = run(["calibrate", "--models", "mnist-cnn,resnet18", "--batch-sizes", "1,2", "--steps", "2", "--threads", "1", "--json"])
+    monkeypatch.setenv("TRAINCAST_DB", str(tmp_path / "t.db"))
+    code = run(["calibrate", "--models", "mnist-cnn,resnet18", "--batch-sizes", "1,2", "--steps", "2", "--threads", "1",
+                "--layer-samples", "30", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and (tmp_path / "profiles" / "local.yaml").exists()
     assert out["fit"]["rms_log_error"] < 1.0
+    assert out["fit"]["layer_samples"] == 30
     code = run(["predict", "alexnet", "--device", "local", "--batch-size", "2", "--dataset-size", "10", "--json"])
     assert code == 0
     f = json.loads(capsys.readouterr().out)
     code = run(["validate", "--calibrate-on", "mnist-cnn,resnet18", "--models", "alexnet", "--batch-sizes", "1,2",
-                "--steps", "2", "--threads", "1", "--plot", str(tmp_path / "v.png"), "--json"])
+                "--steps", "2", "--threads", "1", "--layer-samples", "30", "--plot", str(tmp_path / "v.png"), "--json"])
     v = json.loads(capsys.readouterr().out)
     assert code == 0 and (tmp_path / "v.png").exists()
     for r in v["held_out"]:
@@ -75,12 +78,15 @@ def test_calibration_bad_input(capsys, tmp_path, monkeypatch):
 
     _register_all()
     monkeypatch.setenv("TRAINCAST_HOME", str(tmp_path))
+    monkeypatch.setenv("TRAINCAST_DB", str(tmp_path / "t.db"))
     assert run(["calibrate", "--device", "cuda"]) == 2
     assert "no CUDA GPU" in capsys.readouterr().err
     assert run(["calibrate", "--models", "resnet5"]) == 2
     assert "did you mean" in capsys.readouterr().err
     assert run(["validate", "--calibrate-on", "resnet18", "--models", "resnet18"]) == 2
     assert "must not be calibration models" in capsys.readouterr().err
+    assert run(["calibrate", "--layer-samples", "-1", "--models", "mnist-cnn", "--batch-sizes", "1", "--steps", "1"]) == 2
+    assert "--layer-samples must be" in capsys.readouterr().err
     assert run(["predict", "resnet18", "--device", "local", "--batch-size", "2"]) == 2
     assert "run `traincast calibrate`" in capsys.readouterr().err
 
@@ -96,3 +102,24 @@ def test_layer_sum_of_a_small_cnn_and_its_correction():
     sums = [LayerSum("m", 1, 10, 0.5 * s + 0.002, s, 0.0, 0.0) for s in (0.01, 0.05, 0.2)]
     a, b = fit_layer_sum_correction(sums)
     assert a == pytest.approx(0.5, rel=1e-6) and b == pytest.approx(0.002, rel=1e-6)
+
+
+def test_layer_samples_identify_a_class_the_models_cannot():
+    """CNN steps say little about matmul efficiency; single-op matmul samples fix it."""
+    from traincast.fit.calibration import prior_theta
+
+    dev = local_device("cpu", threads=2)
+    wls = [trace(m, batch_size=b) for m in ("resnet18", "mobilenet_v2") for b in (2, 8)]
+    true = np.array([0.25, 0.5, 0.05, 0.3, 0.8, 10.0, 1.0])
+    y = [_Arrays(w, dev).predict_s(true) for w in wls]
+    peak, bw = dev.peak_flops_per_s("fp32"), dev.memory_bandwidth_bytes_per_s
+    samples = []
+    for n in (256, 512, 1024):  # square matmuls: compute-bound at the true efficiency
+        f, b = 2 * n**3, 3 * n * n * 4
+        t = max(f / (peak * 0.25), b / (bw * 0.75 * 0.8)) + 10e-6
+        samples.append({"phase": "forward", "op_class": "matmul", "flops": f, "bytes_read": 2 * n * n * 4,
+                        "bytes_written": n * n * 4, "median_ms": t * 1e3, "params": {}})
+    th, _ = fit_parameters(wls, y, dev, layer_samples=samples)
+    assert th[0] == pytest.approx(0.25, rel=0.1)
+    th0, _ = fit_parameters(wls, y, dev)
+    assert th0[0] == pytest.approx(prior_theta(dev)[0], rel=0.2)  # without samples the prior holds it

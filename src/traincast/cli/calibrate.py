@@ -40,6 +40,18 @@ def _check_models(models) -> None:
             zoo.get(m)
 
 
+def _layers(n: int, device: str, threads) -> list[dict]:
+    from traincast.errors import ConfigError
+
+    if n < 0:
+        raise ConfigError(f"--layer-samples must be >= 0, got {n}")
+    if n == 0:
+        return []
+    from traincast.fit.calibration import run_layer_campaign
+
+    return run_layer_campaign(n, device=device, threads=threads)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def calibrate(
@@ -49,6 +61,8 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(5, "--steps", help="timed steps per (model, batch)"),
         threads: Optional[int] = typer.Option(None, "--threads"),
         budget: Optional[str] = typer.Option(None, "--budget", help="time for measuring, e.g. 10m; the rest is skipped"),
+        layer_samples: int = typer.Option(120, "--layer-samples", help="single-op campaign samples for the "
+                                          "per-op-class fit (stored, resumable); 0: whole steps only"),
         name: str = typer.Option("local", "--name", help="profile name (`--profile NAME` uses it)"),
         out: Optional[Path] = typer.Option(None, "--out", help="write the profile here instead"),
         as_json: bool = typer.Option(False, "--json"),
@@ -71,7 +85,8 @@ def register(app: typer.Typer) -> None:
         prog, tick = _progress("measuring", len(ms) * len(bs))
         with prog:
             meas = measure_steps(ms, bs, device=device, steps=steps, threads=threads, progress=tick, budget_s=budget_s)
-        prof = run_calibration(ms, bs, device=device, threads=threads, name=name, measured=meas)
+        layers = _layers(layer_samples, device, threads)
+        prof = run_calibration(ms, bs, device=device, threads=threads, name=name, measured=meas, layer_samples=layers)
         path = prof.save(out)
         if as_json:
             print_json({"profile": str(path), "fit": prof.fit, "overrides": prof.overrides})
@@ -92,6 +107,7 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(5, "--steps"),
         threads: Optional[int] = typer.Option(None, "--threads"),
         plot_path: Optional[Path] = typer.Option(Path("validation.png"), "--plot"),
+        layer_samples: int = typer.Option(120, "--layer-samples", help="single-op samples for the per-class fit"),
         with_layer_sum: bool = typer.Option(False, "--layer-sum", help="also time every layer alone (CPU): "
                                             "the summed-layer ratio before and after the fitted correction"),
         as_json: bool = typer.Option(False, "--json"),
@@ -117,7 +133,8 @@ def register(app: typer.Typer) -> None:
         with prog:
             m_cal = measure_steps(cal, bs, device=device, steps=steps, threads=threads, progress=tick)
             m_held = measure_steps(held, bs, device=device, steps=steps, threads=threads, progress=tick)
-        prof = run_calibration(cal, bs, device=device, threads=threads, measured=m_cal, name="validation")
+        prof = run_calibration(cal, bs, device=device, threads=threads, measured=m_cal, name="validation",
+                               layer_samples=_layers(layer_samples, device, threads))
         cal_rows, held_rows = predict_measured(prof, m_cal, device), predict_measured(prof, m_held, device)
         if plot_path and str(plot_path) not in ("", "."):
             plot_validation(cal_rows, held_rows, str(plot_path))

@@ -140,10 +140,70 @@ def overrides_from(theta, dev: Device) -> dict:
     }
 
 
+def prior_theta(dev: Device) -> np.ndarray:
+    """The catalog's defaults for ``dev``'s generation, as a parameter vector."""
+    p = efficiencies_for(dev)
+    c = p["compute"]["simt"]
+    return np.array([c["matmul"], c["conv"], c.get("conv_grouped", c["conv"]), c.get("other", 0.5), 1.0,
+                     p["op_overhead_us"], p["step_overhead_ms"]], dtype=float)
+
+
+class _LayerArrays:
+    """Forward single-op samples of a layer campaign (``measure_layer_samples`` rows)."""
+
+    def __init__(self, samples: list[dict], dev: Device):
+        base = efficiencies_for(dev)
+        keep = [r for r in samples if r.get("phase") == "forward" and r.get("median_ms") and r.get("flops") is not None]
+        self.n = len(keep)
+        self.flops = np.array([float(r["flops"] or 0) for r in keep])
+        self.bytes = np.array([float((r["bytes_read"] or 0) + (r["bytes_written"] or 0)) for r in keep])
+        kinds = []
+        for r in keep:
+            k = r["op_class"]
+            if k == "conv" and int((r.get("params") or {}).get("groups", 1) or 1) > 1:
+                k = "conv_grouped"
+            kinds.append(k)
+        self.kind = np.array([{"matmul": 0, "conv": 1, "conv_grouped": 2}.get(k, 3) for k in kinds])
+        self.mem_eff = np.array([base["memory"].get(r["op_class"], base["memory"]["default"]) for r in keep])
+        self.y = np.log(np.array([float(r["median_ms"]) / 1e3 for r in keep]))
+        self.peak = dev.peak_flops_per_s("fp32")
+        self.bw = dev.memory_bandwidth_bytes_per_s
+
+    def resid(self, th: np.ndarray) -> np.ndarray:
+        eff = th[:4][self.kind]
+        t = np.maximum(self.flops / (self.peak * eff), self.bytes / (self.bw * self.mem_eff * th[4])) + th[5] * 1e-6
+        return np.log(t) - self.y
+
+
+def run_layer_campaign(n_samples: int = 120, *, device: str = "cpu", threads: int | None = None,
+                       store=None, size: str = "medium", ops: tuple[str, ...] = ("linear", "matmul", "bmm", "conv2d", "layernorm",
+                                                           "softmax", "relu", "add")) -> list[dict]:
+    """Forward samples of a small single-op campaign, stored (resumable) and returned."""
+    from traincast.measure.layers import CampaignConfig, load_samples, run_campaign
+    from traincast.store import Store
+
+    st = store or Store()
+    cfg = CampaignConfig(ops=ops, n_samples=n_samples, phase="forward", device=device, size=size,
+                         threads=threads, campaign_id=f"calibrate-{device}-{size}-{n_samples}")
+    run_campaign(st.conn, cfg)
+    return load_samples(st.conn, cfg.resolved_id())
+
+
 def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Device,
-                   phases: list[dict] | None = None, phase_weight: float = 0.5) -> tuple[np.ndarray, float]:
+                   phases: list[dict] | None = None, phase_weight: float = 0.5,
+                   prior_weight: float = 0.1, layer_samples: list[dict] | None = None,
+                   layer_weight: float = 1.0) -> tuple[np.ndarray, float]:
     """Least squares on log step time (and, where the profiler gave them, on log
-    forward and backward shares of it); returns (theta, rms log error of steps)."""
+    forward and backward shares of it); returns (theta, rms log error of steps).
+
+    A weak prior (``prior_weight`` per parameter, in log space) holds parameters
+    that the measured models cannot tell apart at the catalog's defaults: a set
+    of CNNs says little about matmul efficiency, and would otherwise let it
+    drift to whatever absorbs noise.
+
+    ``layer_samples`` (forward single-op samples of a layer campaign) identify
+    the per-class efficiencies directly, as Justus et al.'s layer benchmarks do;
+    together they weigh ``layer_weight`` times one model step."""
     from scipy.optimize import least_squares
 
     if len(workloads) < 2:
@@ -163,9 +223,17 @@ def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Devi
     def unpack(z):
         return np.clip(np.exp(z) - off, lo, hi)
 
+    prior = np.log(np.clip(prior_theta(dev), lo, hi) + off)
+    layers = _LayerArrays(layer_samples, dev) if layer_samples else None
+    lw = layer_weight / np.sqrt(layers.n) if layers is not None and layers.n else 0.0
+
     def resid(z, with_phases=True):
         th = unpack(z)
         r = [np.log(a.predict_s(th)) - yy for a, yy in zip(arrs, y)]
+        if with_phases and prior_weight:
+            r += list(prior_weight * (z - prior))
+        if with_phases and lw:
+            r += list(lw * layers.resid(th))
         if with_phases:
             for a, sh in zip(arrs, share):
                 if sh:
@@ -278,7 +346,7 @@ def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threa
 
 def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 16), *, device="cpu",
               steps=5, warmup=2, threads=None, name="local", measured: list[Measured] | None = None,
-              progress=None) -> DeviceProfile:
+              progress=None, layer_samples: list[dict] | None = None) -> DeviceProfile:
     """Measure, trace, fit; return (not save) the profile."""
     from traincast.measure.fingerprint import fingerprint
     from traincast.workload import trace
@@ -289,7 +357,8 @@ def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 1
     # on CPUs PyTorch runs attention as its math decomposition, not a fused kernel
     fused = None if device.startswith("cuda") else False
     wls = [trace(m.model, batch_size=m.batch_size, fused_attention=fused) for m in meas]
-    theta, rms = fit_parameters(wls, [m.measured_s for m in meas], dev, [m.phases_s for m in meas])
+    theta, rms = fit_parameters(wls, [m.measured_s for m in meas], dev, [m.phases_s for m in meas],
+                                layer_samples=layer_samples)
     ov = overrides_from(theta, dev)
     pred = AnalyticalPredictor(overrides=ov)
     rows = []
@@ -300,6 +369,7 @@ def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 1
     return DeviceProfile(
         name=name, device=asdict(dev), overrides=ov, fingerprint=fp, date=_dt.datetime.now().isoformat(timespec="seconds"),
         fit={"parameters": dict(zip(PARAM_NAMES, map(float, theta))), "rms_log_error": rms,
+             "layer_samples": len(layer_samples or []),
              "models": sorted({m.model for m in meas}), "steps": rows},
     )
 

@@ -153,14 +153,17 @@ class Catalog:
         return [i for i in self.instances.values() if i.device.name == device.name]
 
     def cheapest_instance(self, device: Device, gpus: int) -> Instance | None:
-        """The cheapest priced instance with this device and at least ``gpus`` GPUs
-        (or the largest one, for multi-node jobs)."""
+        """The instance to run and price ``gpus`` of ``device`` on: whole instances that
+        make up exactly that many (fewest nodes first, then cheapest per GPU), else
+        the largest one (pro rata when fewer GPUs than it has are asked for)."""
         cands = [i for i in self.instances_with(device) if i.usd_per_hour is not None]
         if not cands:
             return None
-        fits = [i for i in cands if i.gpus >= gpus and gpus % i.gpus == 0 or i.gpus == gpus]
+        # whole instances that make up exactly ``gpus``: the fewest nodes, then the cheapest per GPU
+        fits = [i for i in cands if gpus % i.gpus == 0]
         if fits:
-            return min(fits, key=lambda i: (i.usd_per_hour / i.gpus, i.gpus))
+            return min(fits, key=lambda i: (gpus // i.gpus, i.usd_per_hour / i.gpus))
+        # else the largest one (rented whole, or pro rata when ``gpus`` is smaller)
         return min(cands, key=lambda i: (-i.gpus, i.usd_per_hour / i.gpus))
 
 
