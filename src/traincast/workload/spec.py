@@ -172,6 +172,19 @@ def build_spec_module(spec: dict, device: torch.device | str = "meta") -> tuple[
         counts[kind] = n + 1
         mods.append((kind if n == 0 else f"{kind}_{n}", m))
 
+    def window(where: str, what: str, k, s, padding: str) -> tuple[int, int, int]:
+        """(C, H, W) a sliding window sees after TensorFlow SAME padding (zero padding:
+        the same cost as the max-pool's -inf padding); checks the window fits."""
+        c, h, w = cur
+        if padding == "same":
+            pad = _same_pad((h, w), k, s)
+            if any(pad):
+                add("zero_padding2d", nn.ZeroPad2d(pad))
+            h, w = h + pad[2] + pad[3], w + pad[0] + pad[1]
+        if k[0] > h or k[1] > w:
+            raise SpecError(f"{where}: {what} {list(k)} is larger than its input {h}x{w}")
+        return c, h, w
+
     def act(name):
         cls = _ACTIVATIONS.get(name)
         if cls is not None:
@@ -188,28 +201,14 @@ def build_spec_module(spec: dict, device: torch.device | str = "meta") -> tuple[
             if kind == "conv2d":
                 k = _pair(f["kernel_size"], f"{where}: kernel_size")
                 s = _pair(f["strides"], f"{where}: strides")
-                c, h, w = cur
-                if f["padding"] == "same":
-                    pad = _same_pad((h, w), k, s)
-                    if any(pad):
-                        add("zero_padding2d", nn.ZeroPad2d(pad))
-                    h, w = h + pad[2] + pad[3], w + pad[0] + pad[1]
-                if k[0] > h or k[1] > w:
-                    raise SpecError(f"{where}: kernel {list(k)} is larger than its input {h}x{w}")
+                c, h, w = window(where, "kernel", k, s, f["padding"])
                 add("conv2d", nn.Conv2d(c, f["filters"], k, s, bias=f["use_bias"]))
                 cur = (f["filters"], (h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1)
                 act(f["activation"])
             elif kind in ("maxpool", "avgpool"):
                 k = _pair(f["pool_size"], f"{where}: pool_size")
                 s = _pair(f["strides"] if f["strides"] is not None else list(k), f"{where}: strides")
-                c, h, w = cur
-                if f["padding"] == "same":
-                    pad = _same_pad((h, w), k, s)
-                    if any(pad):
-                        add("zero_padding2d", nn.ZeroPad2d(pad))
-                    h, w = h + pad[2] + pad[3], w + pad[0] + pad[1]
-                if k[0] > h or k[1] > w:
-                    raise SpecError(f"{where}: pool {list(k)} is larger than its input {h}x{w}")
+                c, h, w = window(where, "pool", k, s, f["padding"])
                 cls = nn.MaxPool2d if kind == "maxpool" else nn.AvgPool2d
                 add("max_pooling2d" if kind == "maxpool" else "average_pooling2d", cls(k, s))
                 cur = (c, (h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1)
