@@ -33,11 +33,12 @@ def main(argv=None) -> int:
     ap.add_argument("--dataset", action="append", choices=("justus2018", "neusight"))
     ap.add_argument("--max-iter", type=int, default=200)
     ap.add_argument("--skip-batch-range", action="store_true")
+    ap.add_argument("--estimator", choices=("hgb", "mlp"), default="hgb", help="the regressor (mlp: as Justus et al.)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     rows = training_rows(args.data, max_rows_per_file=args.rows_per_file)
     print(f"{len(rows)} rows ({args.rows_per_file} per GPU x op file) loaded in {time.perf_counter() - t0:.0f} s")
-    est = OpTimeRegressor(max_iter=args.max_iter)
+    est = OpTimeRegressor(max_iter=args.max_iter, estimator=args.estimator)
     for ds in args.dataset or ("justus2018", "neusight"):
         print(f"\n{ds}: leave one GPU out")
         res = leave_one_gpu_out(rows, ds, estimator=est)
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
         j = rows[rows["source"] == "justus2018"]
         batch = np.where(j["kind"] == "conv", j["cn"], j["m"])
         train, test = j[batch <= 32], j[(batch > 32) & (batch <= 64)]
-        m = OpTimeRegressor(max_iter=args.max_iter).fit(train, train["time_ms"].to_numpy())
+        m = OpTimeRegressor(max_iter=args.max_iter, estimator=args.estimator).fit(train, train["time_ms"].to_numpy())
         p = m.predict(test)
         print(f"\nJustus batch-range extrapolation (fit batch <= 32, predict 33-64, all GPUs): "
               f"n={len(test)} MAPE {mape(p, test['time_ms'].to_numpy()):.1f}%")

@@ -197,3 +197,31 @@ def test_leave_v100_out_beats_the_paper_on_a_subsample():
         m = OpTimeRegressor(max_iter=60, loss="squared_error").fit(train, train["time_ms"].to_numpy())
     err = mape(m.predict(test), test["time_ms"].to_numpy())
     assert err < 30.0, err  # Justus et al. 2018: 39.6% leaving V100 out
+
+
+def test_mlp_estimator_fits_and_predicts_like_the_default():
+    """The paper's model (an MLP) behind the same estimator; unknown estimators are refused."""
+    import numpy as np
+    import pandas as pd
+    import pytest
+
+    from traincast.errors import DataError
+    from traincast.fit import features as F
+    from traincast.fit.learn import OpTimeRegressor
+    from traincast.hardware import get_catalog
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(300):
+        m, n, k = (int(x) for x in rng.integers(64, 2048, 3))
+        rows.append({"kind": "matmul", "b": 1, "m": m, "n": n, "k": k, "gpu": "V100"})
+    df = pd.DataFrame(rows)
+    if not F.valid_mask(df).all():
+        pytest.skip("feature schema needs more columns than this synthetic table has")
+    df = F.attach_devices(df, get_catalog().device("V100"))
+    X, roof = F.featurize(df)
+    y = roof * 1.7  # a constant factor over the roofline: any sane regressor learns it
+    mlp = OpTimeRegressor(estimator="mlp", max_iter=300).fit(df, y)
+    assert -mlp.score(df, y) < 10.0
+    with pytest.raises(DataError, match="estimator must be"):
+        OpTimeRegressor(estimator="svm").fit(df, y)

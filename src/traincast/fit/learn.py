@@ -34,11 +34,14 @@ def mape(pred, true) -> float:
 
 
 class OpTimeRegressor:
-    """Per-family HistGradientBoostingRegressor on log(time / roofline)."""
+    """Per-family regressor on log(time / roofline): HistGradientBoosting (``estimator="hgb"``,
+    the default) or a multi-layer perceptron as in Justus et al. (``estimator="mlp"``: the op
+    kind one-hot, other features standardised)."""
 
     def __init__(self, max_iter: int = 300, learning_rate: float = 0.08, max_leaf_nodes: int = 48,
                  min_samples_leaf: int = 40, l2_regularization: float = 1.0, loss: str = "absolute_error",
-                 hardware_features: bool = True, random_state: int = 0):
+                 hardware_features: bool = True, random_state: int = 0, estimator: str = "hgb"):
+        self.estimator = estimator
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.max_leaf_nodes = max_leaf_nodes
@@ -51,7 +54,8 @@ class OpTimeRegressor:
     # sklearn-style parameter access ------------------------------------------------
     def get_params(self, deep: bool = True) -> dict:
         return {k: getattr(self, k) for k in ("max_iter", "learning_rate", "max_leaf_nodes", "min_samples_leaf",
-                                              "l2_regularization", "loss", "hardware_features", "random_state")}
+                                              "l2_regularization", "loss", "hardware_features", "random_state",
+                                              "estimator")}
 
     def set_params(self, **params) -> "OpTimeRegressor":
         for k, v in params.items():
@@ -79,13 +83,18 @@ class OpTimeRegressor:
         fam = rows["kind"].map(FAMILY_OF).to_numpy()
         self.models_ = {}
         self.n_train_ = {}
+        if getattr(self, "estimator", "hgb") not in ("hgb", "mlp"):
+            raise DataError(f"estimator must be 'hgb' or 'mlp', got {self.estimator!r}")
         for f in sorted(set(fam)):
             sel = fam == f
-            m = HistGradientBoostingRegressor(
-                max_iter=self.max_iter, learning_rate=self.learning_rate, max_leaf_nodes=self.max_leaf_nodes,
-                min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization, loss=self.loss,
-                categorical_features=[0], random_state=self.random_state, early_stopping=False,
-            )
+            if getattr(self, "estimator", "hgb") == "mlp":
+                m = self._mlp()
+            else:
+                m = HistGradientBoostingRegressor(
+                    max_iter=self.max_iter, learning_rate=self.learning_rate, max_leaf_nodes=self.max_leaf_nodes,
+                    min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
+                    loss=self.loss, categorical_features=[0], random_state=self.random_state, early_stopping=False,
+                )
             m.fit(X[sel][:, cols], target[sel])
             self.models_[f] = m
             self.n_train_[f] = int(sel.sum())
@@ -93,6 +102,19 @@ class OpTimeRegressor:
         self.gpus_ = tuple(sorted(map(str, rows["gpu"].unique()))) if "gpu" in rows.columns else ()
         self.kinds_ = tuple(sorted(set(rows["kind"])))
         return self
+
+    def _mlp(self):
+        from sklearn.compose import ColumnTransformer
+        from sklearn.neural_network import MLPRegressor
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+        n = len(self._columns())
+        prep = ColumnTransformer([("kind", OneHotEncoder(handle_unknown="ignore"), [0]),
+                                  ("num", StandardScaler(), list(range(1, n)))])
+        net = MLPRegressor(hidden_layer_sizes=(128, 64, 32), alpha=1e-3, learning_rate_init=1e-3,
+                           max_iter=self.max_iter, early_stopping=True, random_state=self.random_state)
+        return make_pipeline(prep, net)
 
     def predict(self, rows: pd.DataFrame) -> np.ndarray:
         """Predicted ms per row (NaN where the row is invalid or its family was not fitted)."""
