@@ -93,3 +93,85 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError(f"--data {data_dir!r} is not a folder")
             fit_layers(data_dir, out=out, max_rows_per_file=rows_per_file, exclude_groups=groups,
                        log=console.print, max_iter=max_iter)
+
+    # ------------------------------------------------------------------ end-to-end job regression
+
+    @data.command("jobs")
+    def data_jobs_cmd(
+        out: str = typer.Option(..., "--out", help="CSV file to write the job records to"),
+        source: str = typer.Option("vtrain", "--source", help="vtrain (Megatron GPT on A100, target iteration_ms) | mlperf (time to train, target ttt_min)"),
+        data_dir: Optional[str] = typer.Option(None, "--data", help="shared data folder (default ../shared/data)"),
+    ):
+        """Write tidy job-level records (features + target) built from the shared data, for `traincast fit jobs`."""
+        from traincast.fit.datasets import default_data_dir
+        from traincast.fit.jobs import build_job_records
+
+        frame, target = build_job_records(data_dir or default_data_dir(), source.lower())
+        try:
+            frame.to_csv(out, index=False)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {out!r}: {exc.strerror}") from None
+        console.print(f"wrote {len(frame)} {source} job records to {out} (target column {target!r})")
+
+    @fit.command("jobs")
+    def fit_jobs_cmd(
+        csv: str = typer.Argument(..., help="job records: numeric/categorical feature columns and the target column"),
+        target: str = typer.Option(..., "--target", help="the column to predict (e.g. epoch_s, iteration_ms)"),
+        select: str = typer.Option("none", "--select", help="sfs (forward selection by CV MAPE, linear models) | none"),
+        extrapolate: Optional[str] = typer.Option(None, "--extrapolate", help="COL:THRESHOLD: train on COL <= THRESHOLD, test above"),
+        holdout_group: Optional[str] = typer.Option(None, "--holdout-group", help="COL: leave each value of COL out in turn (e.g. gpu)"),
+        models: Optional[str] = typer.Option(None, "--models", help="comma list among linear_plain, linear, ridge, tree, forest, boosting, mlp"),
+        drop: Optional[str] = typer.Option(None, "--drop", help="comma list of columns that are not features"),
+        cv: int = typer.Option(5, "--cv", help="cross-validation folds"),
+        as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+    ):
+        """Rank end-to-end job-time regressors by K-fold CV (MAPE, RMSE); optionally test extrapolation."""
+        from traincast.cli.render import print_json, table
+        from traincast.errors import positive
+        from traincast.fit import jobs as J
+
+        positive("--cv", cv)
+        if cv < 2:
+            raise ConfigError("--cv must be at least 2")
+        select = select.lower()
+        if select not in ("sfs", "none"):
+            raise ConfigError(f"--select must be sfs or none, got {select!r}")
+        names = [m.strip() for m in models.split(",") if m.strip()] if models else None
+        dropped = [c.strip() for c in drop.split(",") if c.strip()] if drop else ()
+        rec = J.load_jobs(csv, target, drop=dropped)
+        ext = J.parse_extrapolation(extrapolate) if extrapolate else None
+        if ext:
+            J.check_extrapolation_column(rec, ext[0])
+        if holdout_group and holdout_group not in rec.frame.columns:
+            raise J.DataError(f"--holdout-group: unknown column {holdout_group!r}; features: {', '.join(rec.features)}")
+        reg = J.JobRegressor(models=names, select=select, cv=cv).fit(rec)
+        result = {"rows": len(rec.frame), "skipped_rows": rec.skipped_rows, "target": target,
+                  "numeric": list(rec.numeric), "categorical": list(rec.categorical),
+                  "augmented_features": len(reg.features_.feature_names_),
+                  "selected_features": list(reg.selected_features_) if select == "sfs" else None,
+                  "best": reg.best_.model, "ranking": J.ranking_rows(reg.ranking_)}
+        holdouts = []
+        if ext:
+            holdouts.append(J.extrapolate(rec, ext[0], ext[1], models=names, select=select, cv=cv))
+        if holdout_group:
+            holdouts.extend(J.leave_one_group_out(rec, holdout_group, models=names, select=select, cv=cv))
+        result["holdouts"] = [{"description": h.description, "n_train": h.n_train, "n_test": h.n_test,
+                               "scores": J.ranking_rows(h.scores)} for h in holdouts]
+        if as_json:
+            print_json(result)
+            return
+
+        def show(title, scores):
+            console.print(table(title, ["model", "RMSE", "MAPE %", "log y", "features", "params"],
+                                [[s.label, f"{s.rmse:.4g}", f"{s.mape_pct:.2f}", "yes" if s.log_target else "no",
+                                  s.n_features, s.params] for s in scores]))
+
+        console.print(f"{len(rec.frame)} rows" + (f" ({rec.skipped_rows} skipped)" if rec.skipped_rows else "")
+                      + f"; target {target}; numeric: {', '.join(rec.numeric) or '-'}; "
+                      f"categorical: {', '.join(rec.categorical) or '-'}; "
+                      f"{len(reg.features_.feature_names_)} augmented features")
+        if select == "sfs":
+            console.print(f"forward selection kept {len(reg.selected_features_)}: {', '.join(reg.selected_features_)}")
+        show(f"{cv}-fold cross-validation, best first", reg.ranking_)
+        for h in holdouts:
+            show(f"{h.description} ({h.n_train} train / {h.n_test} test rows)", h.scores)
