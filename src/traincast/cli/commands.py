@@ -260,11 +260,11 @@ def register(app: typer.Typer) -> None:
             print_json([f.to_dict() for f in res])
             return
         console.print("[bold]ResNet-50, ImageNet-1k (1,281,167 images), 90 epochs, global batch 256, fp32, SGD-momentum[/bold]")
-        rows = [[f"8x {f.device}", f.instance, dur(f.iteration_s), dur(f.epoch_s), dur(f.total_s),
+        rows = [[f"8x {f.device.split('-')[0]}", f.instance, dur(f.iteration_s), dur(f.total_s),
                  usd(f.usd_per_hour), usd(f.cost_usd), f"{f.scaling[-1].efficiency * 100:.0f}%" if f.scaling else "-",
-                 size(f.peak_memory_bytes), f.bottleneck] for f in res]
-        console.print(table("forecast", ["hardware", "instance", "iteration", "epoch", "total", "$/h", "cost",
-                                         "scaling eff.", "memory/GPU", "bottleneck"], rows, 2))
+                 f.bottleneck] for f in res]
+        console.print(table("forecast", ["GPUs", "instance", "iteration", "total", "$/h", "cost", "scaling",
+                                         "bound"], rows, 2, compact=True))
         best = min(res, key=lambda f: f.cost_usd or float("inf"))
         fast = min(res, key=lambda f: f.total_s)
         console.print(f"fastest: {fast.device} ({dur(fast.total_s)}); cheapest: {best.device} ({usd(best.cost_usd)})")

@@ -57,10 +57,15 @@ def print_json(obj) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
 
-def table(title: str, columns: list[str], rows: list[list], justify_right_from: int = 1) -> Table:
-    t = Table(title=title, title_justify="left", header_style="bold")
+def table(title: str, columns: list[str], rows: list[list], justify_right_from: int = 1,
+          compact: bool = False) -> Table:
+    from rich import box
+
+    t = Table(title=title, title_justify="left", header_style="bold",
+              box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD, pad_edge=not compact,
+              collapse_padding=compact)
     for i, c in enumerate(columns):
-        t.add_column(c, justify="right" if i >= justify_right_from else "left")
+        t.add_column(c, justify="right" if i >= justify_right_from else "left", no_wrap=compact)
     for r in rows:
         t.add_row(*[str(x) for x in r])
     return t
