@@ -158,7 +158,7 @@ class _CommClock:
         return total
 
 
-def _worker(rank: int, world: int, port: int, cfg: dict, out_path: str) -> None:
+def _worker(rank: int, world: int, port: int, cfg: dict, out_path: str, destroy: bool = True) -> None:
     import torch
     import torch.distributed as dist
 
@@ -247,8 +247,10 @@ def _worker(rank: int, world: int, port: int, cfg: dict, out_path: str) -> None:
         if rank == 0:
             with open(out_path, "w") as f:
                 json.dump(gathered, f)
+        dist.barrier()  # every rank is done communicating before any tears down
     finally:
-        dist.destroy_process_group()
+        if destroy:
+            dist.destroy_process_group()
 
 
 def _launch(procs: int, cfg: dict) -> list[dict]:
