@@ -7,19 +7,7 @@ from typing import Optional
 
 import typer
 
-from traincast.cli.render import console, dur, print_json, table
-
-
-def _split(s: str, what: str, cast=str) -> tuple:
-    from traincast.errors import ConfigError
-
-    try:
-        vals = tuple(cast(x.strip()) for x in s.split(",") if x.strip())
-    except ValueError:
-        raise ConfigError(f"{what} must be a comma-separated list, got {s!r}") from None
-    if not vals:
-        raise ConfigError(f"{what} is empty")
-    return vals
+from traincast.cli.render import console, dur, print_json, split_list as _split, table
 
 
 def _progress(label: str, total: int):

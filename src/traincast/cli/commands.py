@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from traincast.cli.render import console, count, dur, flops, print_json, size, table, usd
+from traincast.cli.render import console, count, dur, flops, print_json, size, split_list, table, usd
 
 Catalogs = Optional[list[Path]]
 
@@ -216,16 +216,13 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ):
         """Which hardware? Every (instance x count): Pareto front of time vs cost, deadline and budget."""
-        from traincast.errors import ConfigError
         from traincast.plan.pareto import parse_duration_s, plan, plot
 
-        try:
-            counts = tuple(int(x) for x in gpus.split(",") if x.strip())
-        except ValueError:
-            raise ConfigError(f"--gpus must be comma-separated integers, got {gpus!r}") from None
-        split = lambda s: tuple(x.strip() for x in s.split(",") if x.strip()) if s else None  # noqa: E731
+        counts = split_list(gpus, "--gpus", int)
+        types = split_list(gpu_types, "--gpu-types") if gpu_types else None
+        insts = split_list(instances, "--instances") if instances else None
         res = plan(model, epochs=epochs, dataset_size=dataset_size, batch_size=batch_size,
-                   per_gpu_batch=per_gpu_batch, gpus=counts, gpu_types=split(gpu_types), instances=split(instances),
+                   per_gpu_batch=per_gpu_batch, gpus=counts, gpu_types=types, instances=insts,
                    deadline_s=parse_duration_s(deadline) if deadline else None, budget_usd=budget,
                    precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog))
         if plot_path:

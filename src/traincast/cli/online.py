@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from traincast.errors import ConfigError, DataError
+from traincast.errors import ConfigError, DataError, positive
 
 
 def fmt_duration(s: float | None) -> str:
@@ -55,8 +55,9 @@ def _store(db: Optional[str]):
 
 
 def _positive(name, v):
-    if v is not None and not v > 0:
-        raise ConfigError(f"{name} must be positive, got {v}")
+    """Optional options: checked only when given (traincast.errors.positive does the check)."""
+    if v is not None:
+        positive(name, v)
 
 
 def register(app: typer.Typer) -> None:

@@ -53,6 +53,19 @@ def count(n: float) -> str:
     return str(int(n))
 
 
+def split_list(s: str, what: str, cast=str) -> tuple:
+    """A comma-separated option value as a tuple; ConfigError naming the option when it is bad."""
+    from traincast.errors import ConfigError
+
+    try:
+        vals = tuple(cast(x.strip()) for x in s.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"{what} must be a comma-separated list, got {s!r}") from None
+    if not vals:
+        raise ConfigError(f"{what} is empty")
+    return vals
+
+
 def print_json(obj) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
