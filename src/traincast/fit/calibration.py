@@ -94,6 +94,14 @@ def local_device(device: str = "cpu", threads: int | None = None) -> Device:
 
 
 # --- the model to fit -------------------------------------------------------------
+# which of the fitted compute efficiencies (theta[0:4]) an op's compute key uses
+_KIND_INDEX = {"matmul": 0, "conv": 1, "conv_grouped": 2}
+
+
+def _fused_attention_for(device: str) -> bool | None:
+    """On CPUs PyTorch runs attention as its math decomposition, not a fused kernel."""
+    return None if device.startswith("cuda") else False
+
 class _Arrays:
     """One workload as arrays, for fast repeated prediction."""
 
@@ -105,7 +113,7 @@ class _Arrays:
 
         cls = [o.op_class for o in wl.ops]
         keys = [compute_key(o) for o in wl.ops]
-        self.kind = np.array([{"matmul": 0, "conv": 1, "conv_grouped": 2}.get(k, 3) for k in keys])
+        self.kind = np.array([_KIND_INDEX.get(k, 3) for k in keys])
         self.mem_eff = np.array([base["memory"].get(c, base["memory"]["default"]) for c in cls])
         chunk = max(1, int(base.get("foreach_chunk", 64)))
         self.launches = np.array([math.ceil(o.n_tensors / chunk) if o.n_tensors > 1 else 1 for o in wl.ops], dtype=float)
@@ -163,7 +171,7 @@ class _LayerArrays:
             if k == "conv" and int((r.get("params") or {}).get("groups", 1) or 1) > 1:
                 k = "conv_grouped"
             kinds.append(k)
-        self.kind = np.array([{"matmul": 0, "conv": 1, "conv_grouped": 2}.get(k, 3) for k in kinds])
+        self.kind = np.array([_KIND_INDEX.get(k, 3) for k in kinds])
         self.mem_eff = np.array([base["memory"].get(r["op_class"], base["memory"]["default"]) for r in keep])
         self.y = np.log(np.array([float(r["median_ms"]) / 1e3 for r in keep]))
         self.peak = dev.peak_flops_per_s("fp32")
@@ -354,8 +362,7 @@ def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 1
     dev = local_device(device, threads)
     meas = measured or measure_steps(models, batch_sizes, device=device, steps=steps, warmup=warmup,
                                      threads=threads, progress=progress)
-    # on CPUs PyTorch runs attention as its math decomposition, not a fused kernel
-    fused = None if device.startswith("cuda") else False
+    fused = _fused_attention_for(device)
     wls = [trace(m.model, batch_size=m.batch_size, fused_attention=fused) for m in meas]
     theta, rms = fit_parameters(wls, [m.measured_s for m in meas], dev, [m.phases_s for m in meas],
                                 layer_samples=layer_samples)
@@ -383,7 +390,7 @@ def predict_measured(profile: DeviceProfile, meas: list[Measured], device: str =
     dev = profile.device_record()
     pred = profile.predictor()
     rows = []
-    fused = None if device.startswith("cuda") else False
+    fused = _fused_attention_for(device)
     for m in meas:
         wl = trace(m.model, batch_size=m.batch_size, fused_attention=fused)
         st = step_time(wl, Cluster(dev), pred)
