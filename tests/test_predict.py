@@ -66,6 +66,54 @@ def test_roofline_per_op_is_max_of_compute_and_memory(resnet50_b8):
     assert {"compute", "memory"} <= bounds
 
 
+def test_gemm_dims_and_fresh_output_bytes_by_hand():
+    from traincast.predict.analytical import fresh_output_bytes, gemm_dims, gemm_factor
+
+    assert gemm_dims("mm", ((16, 9216), (9216, 4096))) == (16, 4096, 9216)
+    assert gemm_dims("addmm", ((4096,), (16, 9216), (9216, 4096))) == (16, 4096, 9216)
+    assert gemm_dims("bmm", ((12, 128, 64), (12, 64, 128))) == (128, 128, 64)
+    assert gemm_dims("linear", ((8, 128, 768), (3072, 768))) == (1024, 3072, 768)
+    assert gemm_dims("relu", ((8, 8),)) is None
+    assert gemm_factor(16, 16) == 0.5 and gemm_factor(math.inf, 16) == 1.0 and gemm_factor(4, 0) == 1.0
+    mib = 2**20
+    # two outputs of 64 MiB and 1 MiB: only the large one is fresh; in-place ops allocate nothing
+    shapes = ((16 * mib,), (mib // 4,))
+    assert fresh_output_bytes("convolution_backward", shapes, 65 * mib, 32 * mib) == 64 * mib
+    assert fresh_output_bytes("relu_", ((64 * mib,),), 256 * mib, 32 * mib) == 0
+    assert fresh_output_bytes("mm", ((8 * mib,),), 32 * mib, 0) == 0
+
+
+def test_skinny_gemms_and_fresh_pages_cost_more_on_cpu():
+    """A CPU's table charges a GEMM by its smallest dimension and large fresh outputs by page-in rate."""
+    from dataclasses import replace
+
+    from traincast.fit.calibration import local_device
+    from traincast.workload.records import OpRecord
+
+    dev = local_device("cpu", threads=2)
+    base = trace("mnist-cnn", batch_size=1)
+
+    def mm(m, k, n):
+        return OpRecord("mm", "forward", "x", "matmul", 2 * m * k * n, 4 * (m * k + k * n), 4 * m * n, "fp32",
+                        ((m, k), (k, n)), ((m, n),))
+
+    def time_of(*ops, **ov):
+        return sum(AnalyticalPredictor(overrides=ov).predict(replace(base, ops=ops), dev).times_s)
+
+    square, skinny = mm(1024, 1024, 1024), mm(4, 16384, 16384)  # equal FLOPs
+    assert skinny.flops == square.flops
+    half = AnalyticalPredictor().params(dev)["gemm_half_dim"]
+    assert half > 0
+    assert time_of(skinny) > 2 * time_of(square)
+    assert time_of(skinny, gemm_half_dim=0) < time_of(skinny)
+    big = mm(8192, 64, 8192)  # a 256 MiB output, fresh from the OS on every call
+    no_fresh = time_of(big, fresh_alloc={"min_bytes": 0, "gb_per_s": 0})
+    assert time_of(big, fresh_alloc={"min_bytes": 32 * 2**20, "gb_per_s": 2.0}) == pytest.approx(
+        no_fresh + 256 * 2**20 / 2e9)
+    gpu = get_catalog().device("A100")
+    assert "fresh_alloc" not in AnalyticalPredictor().params(gpu)
+
+
 def test_faster_gpus_are_faster_and_amp_helps_on_tensor_cores():
     t = {g: forecast("resnet50", gpu=g, batch_size=64, dataset_size=1000, scaling=False).iteration_s
          for g in ("K80", "V100", "A100", "H100")}

@@ -189,3 +189,14 @@ def test_depthwise_convolution_backward_counts_groups():
     bwd = next(o for o in dw if o.aten == "convolution_backward")
     assert fwd.flops == 2 * 2 * 32 * 16 * 16 * 9
     assert bwd.flops == 2 * fwd.flops  # grad input + grad weight
+
+
+def test_gathers_read_what_they_gather_not_the_whole_table():
+    """An embedding reads one row per index; nll_loss one logit per target (bert-tiny b8, seq 128)."""
+    wl = trace("bert-tiny", batch_size=8)
+    emb = next(o for o in wl.ops if o.aten == "embedding" and o.input_shapes[0][0] == 30522)
+    tokens = 8 * 128
+    assert emb.bytes_read == tokens * 8 + tokens * 128 * 4  # int64 ids + fp32 rows
+    nll = next(o for o in wl.ops if o.aten == "nll_loss_forward")
+    assert nll.input_shapes[0] == (tokens, 30522)
+    assert nll.bytes_read == tokens * (8 + 4)

@@ -34,16 +34,19 @@ from traincast.predict.analytical import AnalyticalPredictor, efficiencies_for
 from traincast.workload.records import Workload
 
 PARAM_NAMES = ("eff_matmul", "eff_conv", "eff_conv_grouped", "eff_other", "mem_scale", "op_overhead_us",
-               "step_overhead_ms")
+               "step_overhead_ms", "gemm_half_dim")
 _BOUNDS = {
     "eff_matmul": (0.02, 1.0),
     "eff_conv": (0.02, 1.0),
     "eff_conv_grouped": (0.002, 1.0),
     "eff_other": (0.02, 1.0),
-    "mem_scale": (0.05, 2.0),
+    "mem_scale": (0.05, 4.0),
     "op_overhead_us": (0.0, 500.0),
     "step_overhead_ms": (0.0, 500.0),
+    "gemm_half_dim": (0.0, 1024.0),
 }
+# fit in log space of the parameters; those that may be 0 get an offset
+_LOG_OFFSET = np.array([0, 0, 0, 0, 0, 1.0, 0.1, 1.0])
 
 
 def profiles_dir() -> Path:
@@ -70,8 +73,9 @@ def _cpu_info() -> tuple[str, float, set[str]]:
     return name, mhz or 2500.0, flags
 
 
-def local_device(device: str = "cpu", threads: int | None = None) -> Device:
-    """A Device record for this machine's CPU (nominal peaks) or its CUDA GPU (from the catalog)."""
+def local_device(device: str = "cpu", threads: int | None = None, bandwidth_gb_per_s: float | None = None) -> Device:
+    """A Device record for this machine's CPU (nominal peak; the memory bandwidth
+    measured where given, else a nominal 20 GB/s) or its CUDA GPU (from the catalog)."""
     import torch
 
     if device.startswith("cuda"):
@@ -87,8 +91,9 @@ def local_device(device: str = "cpu", threads: int | None = None) -> Device:
         name=f"local-cpu ({name}, {cores} threads)", kind="cpu", vendor="", generation="cpu",
         fp32_tflops=cores * mhz * 1e6 * per_cycle / 1e12, tf32_tflops=None, fp16_tflops=None, bf16_tflops=None,
         memory_bytes=int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) if hasattr(os, "sysconf") else 8 * GIB,
-        memory_bandwidth_gb_per_s=20.0, sm_count=cores, boost_clock_mhz=mhz, link=Link("none", 0.0),
-        source=f"this machine: {cores} threads x {mhz:.0f} MHz x {per_cycle} FLOP/cycle (nominal)",
+        memory_bandwidth_gb_per_s=round(bandwidth_gb_per_s, 2) if bandwidth_gb_per_s else 20.0, sm_count=cores, boost_clock_mhz=mhz, link=Link("none", 0.0),
+        source=f"this machine: {cores} threads x {mhz:.0f} MHz x {per_cycle} FLOP/cycle (nominal); bandwidth "
+               + ("measured (STREAM add)" if bandwidth_gb_per_s else "nominal"),
         date=_dt.date.today().isoformat(),
     )
 
@@ -102,11 +107,30 @@ def _fused_attention_for(device: str) -> bool | None:
     """On CPUs PyTorch runs attention as its math decomposition, not a fused kernel."""
     return None if device.startswith("cuda") else False
 
-class _Arrays:
-    """One workload as arrays, for fast repeated prediction."""
+def _gemm_factor(dmin: np.ndarray, half: float) -> np.ndarray:
+    """Vectorised ``analytical.gemm_factor`` (dmin is inf for ops that are not GEMMs)."""
+    inf = np.isinf(dmin)
+    d = np.where(inf, 1.0, dmin)
+    return np.where(inf, 1.0, d / (d + half))
 
-    def __init__(self, wl: Workload, dev: Device):
+
+def _fresh_rate(fresh_alloc: dict | None) -> tuple[float, float]:
+    fa = fresh_alloc or {}
+    return float(fa.get("min_bytes", 0) or 0), float(fa.get("gb_per_s", 0) or 0) * 1e9
+
+
+class _Arrays:
+    """One workload as arrays, for fast repeated prediction (the analytical
+    predictor's per-op formula, with the fitted parameters as a vector)."""
+
+    def __init__(self, wl: Workload, dev: Device, fresh_alloc: dict | None = None):
+        from traincast.predict.analytical import fresh_output_bytes, gemm_min_dim
+
         base = efficiencies_for(dev)
+        fa_min, fa_rate = _fresh_rate(fresh_alloc if fresh_alloc is not None else base.get("fresh_alloc"))
+        self.dmin = np.array([gemm_min_dim(o) for o in wl.ops], dtype=float)
+        self.fresh_s = np.array([fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, fa_min) / fa_rate
+                                 if fa_rate else 0.0 for o in wl.ops])
         self.flops = np.array([o.flops for o in wl.ops], dtype=float)
         self.bytes = np.array([o.bytes_total for o in wl.ops], dtype=float)
         from traincast.predict.analytical import compute_key
@@ -122,9 +146,9 @@ class _Arrays:
         self.phase = np.array([o.phase for o in wl.ops])
 
     def op_times(self, th: np.ndarray) -> np.ndarray:
-        eff = th[:4][self.kind]
+        eff = th[:4][self.kind] * _gemm_factor(self.dmin, th[7])
         t = np.maximum(self.flops / (self.peak * eff), self.bytes / (self.bw * self.mem_eff * th[4]))
-        return t + th[5] * 1e-6 * self.launches
+        return t + self.fresh_s + th[5] * 1e-6 * self.launches
 
     def predict_s(self, th: np.ndarray) -> float:
         return float(self.op_times(th).sum() + th[6] * 1e-3)
@@ -134,10 +158,11 @@ class _Arrays:
         return {p: float(t[self.phase == p].sum()) for p in ("forward", "backward", "optimizer")}
 
 
-def overrides_from(theta, dev: Device) -> dict:
+def overrides_from(theta, dev: Device, fresh_alloc: dict | None = None) -> dict:
     th = dict(zip(PARAM_NAMES, (float(x) for x in theta)))
     base = efficiencies_for(dev)
-    return {
+    fa = {"fresh_alloc": fresh_alloc} if fresh_alloc is not None else {}
+    return fa | {
         "compute": {"simt": {"matmul": th["eff_matmul"], "conv": th["eff_conv"],
                              "conv_grouped": th["eff_conv_grouped"], "attention": th["eff_other"],
                              "other": th["eff_other"]}},
@@ -145,6 +170,7 @@ def overrides_from(theta, dev: Device) -> dict:
         "op_overhead_us": th["op_overhead_us"],
         "kernel_floor_us": 0.0,
         "step_overhead_ms": th["step_overhead_ms"],
+        "gemm_half_dim": th["gemm_half_dim"],
     }
 
 
@@ -153,14 +179,19 @@ def prior_theta(dev: Device) -> np.ndarray:
     p = efficiencies_for(dev)
     c = p["compute"]["simt"]
     return np.array([c["matmul"], c["conv"], c.get("conv_grouped", c["conv"]), c.get("other", 0.5), 1.0,
-                     p["op_overhead_us"], p["step_overhead_ms"]], dtype=float)
+                     p["op_overhead_us"], p["step_overhead_ms"], p.get("gemm_half_dim", 0) or 0], dtype=float)
 
 
 class _LayerArrays:
     """Forward single-op samples of a layer campaign (``measure_layer_samples`` rows)."""
 
-    def __init__(self, samples: list[dict], dev: Device):
+    def __init__(self, samples: list[dict], dev: Device, fresh_alloc: dict | None = None):
+        import json
+
+        from traincast.predict.analytical import fresh_output_bytes, gemm_dims
+
         base = efficiencies_for(dev)
+        fa_min, fa_rate = _fresh_rate(fresh_alloc if fresh_alloc is not None else base.get("fresh_alloc"))
         keep = [r for r in samples if r.get("phase") == "forward" and r.get("median_ms") and r.get("flops") is not None]
         self.n = len(keep)
         self.flops = np.array([float(r["flops"] or 0) for r in keep])
@@ -173,14 +204,23 @@ class _LayerArrays:
             kinds.append(k)
         self.kind = np.array([_KIND_INDEX.get(k, 3) for k in kinds])
         self.mem_eff = np.array([base["memory"].get(r["op_class"], base["memory"]["default"]) for r in keep])
+        dmin, fresh = [], []
+        for r in keep:
+            ins = json.loads(r["input_shapes_json"]) if r.get("input_shapes_json") else None
+            d = gemm_dims(r.get("op", ""), ins) if ins and r["op_class"] == "matmul" else None
+            dmin.append(float(min(d)) if d else np.inf)
+            out = json.loads(r["output_shape_json"]) if r.get("output_shape_json") else None
+            fb = fresh_output_bytes(r.get("op", ""), [out], float(r["bytes_written"] or 0), fa_min) if out else 0.0
+            fresh.append(fb / fa_rate if fa_rate else 0.0)
+        self.dmin, self.fresh_s = np.array(dmin), np.array(fresh)
         self.y = np.log(np.array([float(r["median_ms"]) / 1e3 for r in keep]))
         self.peak = dev.peak_flops_per_s("fp32")
         self.bw = dev.memory_bandwidth_bytes_per_s
 
     def resid(self, th: np.ndarray) -> np.ndarray:
-        eff = th[:4][self.kind]
-        t = np.maximum(self.flops / (self.peak * eff), self.bytes / (self.bw * self.mem_eff * th[4])) + th[5] * 1e-6
-        return np.log(t) - self.y
+        eff = th[:4][self.kind] * _gemm_factor(self.dmin, th[7])
+        t = np.maximum(self.flops / (self.peak * eff), self.bytes / (self.bw * self.mem_eff * th[4]))
+        return np.log(t + self.fresh_s + th[5] * 1e-6) - self.y
 
 
 def run_layer_campaign(n_samples: int = 120, *, device: str = "cpu", threads: int | None = None,
@@ -200,7 +240,7 @@ def run_layer_campaign(n_samples: int = 120, *, device: str = "cpu", threads: in
 def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Device,
                    phases: list[dict] | None = None, phase_weight: float = 0.5,
                    prior_weight: float = 0.1, layer_samples: list[dict] | None = None,
-                   layer_weight: float = 1.0) -> tuple[np.ndarray, float]:
+                   layer_weight: float = 1.0, fresh_alloc: dict | None = None) -> tuple[np.ndarray, float]:
     """Least squares on log step time (and, where the profiler gave them, on log
     forward and backward shares of it); returns (theta, rms log error of steps).
 
@@ -216,7 +256,7 @@ def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Devi
 
     if len(workloads) < 2:
         raise ConfigError("calibration needs at least 2 measured (model, batch) steps")
-    arrs = [_Arrays(w, dev) for w in workloads]
+    arrs = [_Arrays(w, dev, fresh_alloc) for w in workloads]
     y = np.log(np.asarray(measured_s))
     # measured phase shares (profiler times carry profiler overhead: use them as fractions)
     share = []
@@ -225,14 +265,13 @@ def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Devi
         share.append({p: ph[p] / tot * measured_s[i] for p in ("forward", "backward") if tot > 0 and ph.get(p, 0) > 0})
     lo = np.array([_BOUNDS[n][0] for n in PARAM_NAMES])
     hi = np.array([_BOUNDS[n][1] for n in PARAM_NAMES])
-    # fit in log space of the parameters (overheads may be 0: offset)
-    off = np.array([0, 0, 0, 0, 0, 1.0, 0.1])
+    off = _LOG_OFFSET
 
     def unpack(z):
         return np.clip(np.exp(z) - off, lo, hi)
 
     prior = np.log(np.clip(prior_theta(dev), lo, hi) + off)
-    layers = _LayerArrays(layer_samples, dev) if layer_samples else None
+    layers = _LayerArrays(layer_samples, dev, fresh_alloc) if layer_samples else None
     lw = layer_weight / np.sqrt(layers.n) if layers is not None and layers.n else 0.0
 
     def resid(z, with_phases=True):
@@ -250,8 +289,8 @@ def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Devi
         return np.asarray(r)
 
     best = None
-    for start in ([0.5, 0.3, 0.05, 0.3, 0.5, 20.0, 1.0], [0.2, 0.6, 0.02, 0.1, 1.0, 5.0, 5.0],
-                  [0.8, 0.8, 0.2, 0.5, 0.3, 50.0, 0.5]):
+    for start in ([0.5, 0.3, 0.05, 0.3, 0.5, 20.0, 1.0, 16.0], [0.2, 0.6, 0.02, 0.1, 1.0, 5.0, 5.0, 4.0],
+                  [0.8, 0.8, 0.2, 0.5, 0.3, 50.0, 0.5, 64.0]):
         z0 = np.log(np.asarray(start) + off)
         r = least_squares(resid, z0, bounds=(np.log(lo + off), np.log(hi + off)), method="trf")
         if best is None or r.cost < best.cost:
@@ -329,8 +368,13 @@ class Measured:
 
 
 def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threads=None, seq_len=None,
-                  progress=None, budget_s: float | None = None) -> list[Measured]:
-    """Time each (model, batch); with ``budget_s``, stop starting new ones once it is spent."""
+                  progress=None, budget_s: float | None = None, retries: int = 2,
+                  max_cov: float = 0.10) -> list[Measured]:
+    """Time each (model, batch); with ``budget_s``, stop starting new ones once it is spent.
+
+    A measurement whose steps spread more than ``max_cov`` (robust CoV) was
+    disturbed (another process took the cores for part of it): it is taken
+    again, up to ``retries`` times, and the run with the lowest median kept."""
     import time
 
     from traincast.measure.model import time_model
@@ -341,8 +385,14 @@ def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threa
         for b in batch_sizes:
             if budget_s is not None and out and time.monotonic() - t0 > budget_s:
                 return out
-            mt = time_model(m, batch_size=b, device=device, steps=steps, warmup=warmup, profile_steps=1,
-                            threads=threads, seq_len=seq_len)
+            mt = None
+            for _ in range(1 + max(0, retries)):
+                run = time_model(m, batch_size=b, device=device, steps=steps, warmup=warmup, profile_steps=1,
+                                 threads=threads, seq_len=seq_len)
+                if mt is None or run.timing.median_ms < mt.timing.median_ms:
+                    mt = run
+                if run.timing.cov <= max_cov or (budget_s is not None and time.monotonic() - t0 > budget_s):
+                    break
             ph = {}
             if mt.breakdown is not None:
                 ph = {k: v / 1e3 for k, v in mt.breakdown.per_phase_ms.items()}
@@ -354,19 +404,33 @@ def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threa
 
 def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 16), *, device="cpu",
               steps=5, warmup=2, threads=None, name="local", measured: list[Measured] | None = None,
-              progress=None, layer_samples: list[dict] | None = None) -> DeviceProfile:
-    """Measure, trace, fit; return (not save) the profile."""
+              progress=None, layer_samples: list[dict] | None = None, bandwidth=None) -> DeviceProfile:
+    """Measure, trace, fit; return (not save) the profile.
+
+    On CPUs the memory bandwidth and the cost of writing fresh pages are measured
+    (``traincast.measure.memory``; pass ``bandwidth`` to reuse a measurement), not fitted."""
     from traincast.measure.fingerprint import fingerprint
     from traincast.workload import trace
 
-    dev = local_device(device, threads)
+    fresh = None
+    if device.startswith("cuda"):
+        dev = local_device(device, threads)
+    else:
+        if bandwidth is None:
+            from traincast.measure.memory import measure_bandwidth
+
+            bandwidth = measure_bandwidth(device, threads=threads)
+        dev = local_device(device, threads, bandwidth_gb_per_s=bandwidth.stream_gb_per_s)
+        rate = bandwidth.page_in_gb_per_s
+        fresh = dict(efficiencies_for(dev).get("fresh_alloc") or {"min_bytes": 32 * 2**20})
+        fresh["gb_per_s"] = round(rate, 3) if math.isfinite(rate) else 0.0
     meas = measured or measure_steps(models, batch_sizes, device=device, steps=steps, warmup=warmup,
                                      threads=threads, progress=progress)
     fused = _fused_attention_for(device)
     wls = [trace(m.model, batch_size=m.batch_size, fused_attention=fused) for m in meas]
     theta, rms = fit_parameters(wls, [m.measured_s for m in meas], dev, [m.phases_s for m in meas],
-                                layer_samples=layer_samples)
-    ov = overrides_from(theta, dev)
+                                layer_samples=layer_samples, fresh_alloc=fresh)
+    ov = overrides_from(theta, dev, fresh)
     pred = AnalyticalPredictor(overrides=ov)
     rows = []
     for m, w in zip(meas, wls):
@@ -377,6 +441,7 @@ def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 1
         name=name, device=asdict(dev), overrides=ov, fingerprint=fp, date=_dt.datetime.now().isoformat(timespec="seconds"),
         fit={"parameters": dict(zip(PARAM_NAMES, map(float, theta))), "rms_log_error": rms,
              "layer_samples": len(layer_samples or []),
+             "bandwidth": asdict(bandwidth) if bandwidth is not None else None,
              "models": sorted({m.model for m in meas}), "steps": rows},
     )
 

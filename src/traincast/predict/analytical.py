@@ -1,8 +1,20 @@
 """The analytical predictor: PALEO's per-op model, done as a roofline.
 
-Per op: ``max(FLOPs / (peak(dtype) x compute efficiency(class)), bytes /
-(bandwidth x memory efficiency(class)), kernel floor) + op overhead``; a fixed
-cost per step. Compute and memory are a roofline (the larger wins), not
+Per op: ``max(FLOPs / (peak(dtype) x compute efficiency(class) x g),
+bytes / (bandwidth x memory efficiency(class)), kernel floor) + fresh-page cost
++ op overhead``; a fixed cost per step.
+
+``g = d / (d + gemm_half_dim)`` with ``d`` the smallest of a GEMM's M, N, K:
+skinny matmuls (a fully connected layer at batch 4, a 128-wide transformer)
+keep the vector units or tensor cores busy for a small share of the time;
+``gemm_half_dim`` is the size at which a GEMM reaches half its class's
+efficiency (0 turns the term off).
+
+The fresh-page cost: an output tensor of at least ``fresh_alloc.min_bytes`` is
+written to memory the allocator has just taken from the operating system (on
+CPUs glibc maps and unmaps allocations above 32 MiB every time, so every write
+to them faults pages in), at ``fresh_alloc.gb_per_s``. GPUs' caching allocators
+reuse memory, so their table has no such term. Compute and memory are a roofline (the larger wins), not
 PALEO's sum. Efficiencies come per device generation from the catalog's
 ``efficiency.yaml`` and can be overridden by a calibrated device profile.
 
@@ -45,6 +57,51 @@ def compute_key(op) -> str:
     if op.op_class == "conv" and conv_groups(op) > 1:
         return "conv_grouped"
     return op.op_class
+
+
+def gemm_dims(aten: str, shapes) -> tuple[int, int, int] | None:
+    """(M, N, K) of a matmul-class op from its input shapes (per batch entry for
+    batched ones); ``linear`` and ``matmul`` name layer-campaign samples."""
+    try:
+        if aten in ("addmm", "baddbmm"):
+            a, b = shapes[1], shapes[2]
+        elif aten in ("mm", "bmm", "_scaled_mm", "matmul"):
+            a, b = shapes[0], shapes[1]
+        elif aten == "linear":  # input (..., K), weight (N, K)
+            a = shapes[0]
+            m = math.prod(a[:-1]) if len(a) > 1 else 1
+            return int(m), int(shapes[1][0]), int(a[-1])
+        else:
+            return None
+        m = a[-2] if len(a) > 1 else 1
+        n = b[-1] if len(b) > 1 else 1
+        return int(m), int(n), int(a[-1])
+    except (IndexError, TypeError, ValueError):
+        return None
+
+
+def gemm_min_dim(op) -> float:
+    """The smallest GEMM dimension of a matmul-class op (inf for other ops)."""
+    if op.op_class != "matmul":
+        return math.inf
+    d = gemm_dims(op.aten, op.input_shapes)
+    return float(min(d)) if d else math.inf
+
+
+def fresh_output_bytes(aten: str, output_shapes, bytes_written: float, min_bytes: float) -> float:
+    """Bytes an op writes into output tensors of at least ``min_bytes`` (0 for in-place ops)."""
+    if not min_bytes or aten.endswith("_") or not output_shapes:
+        return 0.0
+    numels = [math.prod(s) for s in output_shapes]
+    total = sum(numels)
+    if total <= 0:
+        return 0.0
+    per_elem = bytes_written / total
+    return float(sum(n * per_elem for n in numels if n * per_elem >= min_bytes))
+
+
+def gemm_factor(d: float, half: float) -> float:
+    return 1.0 if not half or math.isinf(d) else d / (d + half)
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -95,6 +152,10 @@ class AnalyticalPredictor:
         floor_s = p["kernel_floor_us"] * 1e-6
         over_s = p["op_overhead_us"] * 1e-6
         chunk = max(1, int(p.get("foreach_chunk", 64)))
+        half = float(p.get("gemm_half_dim", 0) or 0)
+        fa = p.get("fresh_alloc") or {}
+        fa_min = float(fa.get("min_bytes", 0) or 0)
+        fa_rate = float(fa.get("gb_per_s", 0) or 0) * 1e9
         mem = p["memory"]
         times: list[float] = []
         bound: list[str] = []
@@ -110,11 +171,12 @@ class AnalyticalPredictor:
                 eff_m = mem.get(op.op_class, mem["default"])
                 cache[key] = (peak, bw * eff_m)
             peak, eff_bw = cache[key]
-            t_c = op.flops / peak if op.flops else 0.0
+            t_c = op.flops / (peak * gemm_factor(gemm_min_dim(op), half)) if op.flops else 0.0
             t_m = op.bytes_total / eff_bw
             launches = math.ceil(op.n_tensors / chunk) if op.n_tensors > 1 else 1
             t_floor = floor_s * launches
             t = max(t_c, t_m, t_floor)
             bound.append("compute" if t == t_c and t_c > 0 else "memory" if t == t_m else "latency")
-            times.append(t + over_s * launches)
+            t_fresh = fresh_output_bytes(op.aten, op.output_shapes, op.bytes_written, fa_min) / fa_rate if fa_rate else 0.0
+            times.append(t + t_fresh + over_s * launches)
         return OpTimes(self.name, tuple(times), tuple(bound), p["step_overhead_ms"] * 1e-3)

@@ -242,6 +242,24 @@ _ONE_FLOP = {
     "bernoulli", "bernoulli_", "uniform_", "normal_", "rand_like", "randn_like", "arange",
 }
 
+def gathered_read_bytes(name: str, ins) -> int | None:
+    """Bytes a gathering op reads, where that is less than its whole inputs:
+    ``embedding`` reads one weight row per index, ``nll_loss`` one logit per
+    target (not the whole vocabulary). None for other ops. ``ins`` are its
+    input tensors in call order."""
+    try:
+        if name == "embedding":
+            w, idx = ins[0], ins[1]
+            return idx.numel() * idx.element_size() + idx.numel() * w.shape[-1] * w.element_size()
+        if name in ("nll_loss_forward", "nll_loss2d_forward"):
+            x, tgt = ins[0], ins[1]
+            rest = sum(t.numel() * t.element_size() for t in ins[2:])  # class weights, if any
+            return tgt.numel() * (tgt.element_size() + x.element_size()) + rest
+    except (IndexError, AttributeError):
+        return None
+    return None
+
+
 # Ops that allocate or alias but move no data through the memory system.
 FREE_OPS = {
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",

@@ -115,6 +115,9 @@ class _OpRecorder(TorchDispatchMode):
             if id(t) not in seen:
                 seen.add(id(t))
                 read += _nbytes(t)
+        gathered = costs.gathered_read_bytes(name, ins)
+        if gathered is not None:
+            read = min(read, gathered)
         written = sum(_nbytes(t) for t in outs)
         flops, known = costs.flops_of(func, args, kwargs, out)
         if not known:
