@@ -128,3 +128,181 @@ def test_cli_fit_jobs_json(cli, tmp_path, capsys):
     assert out["holdouts"][0]["scores"][0]["model"] == "linear"
     assert cli("fit", "jobs", str(p), "--target", "epoch_s", "--holdout-group", "nosuch") == 2
     assert cli("fit", "jobs", str(p), "--target", "epoch_s", "--extrapolate", "network:3") == 2
+
+
+# --------------------------------------------------------------------------- stepwise selection
+
+
+def _known(n: int, seed: int) -> pd.DataFrame:
+    """t = 2 + 0.8 * batch / gpus + 0.3 * layers, 1 % noise; noise_a and noise_b have no effect."""
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"batch": rng.choice([16, 32, 64, 128, 256], n), "gpus": rng.choice([1, 2, 4, 8], n),
+                       "layers": rng.integers(2, 40, n), "noise_a": rng.uniform(1, 10, n),
+                       "noise_b": rng.integers(1, 100, n)})
+    df["t"] = (2 + 0.8 * df.batch / df.gpus + 0.3 * df.layers) * (1 + 0.01 * rng.standard_normal(n))
+    return df
+
+
+def test_stepwise_select_keeps_true_columns_and_not_noise():
+    noise_runs = 0
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        X = rng.normal(size=(100, 5))  # columns 0, 1 matter; 2-4 are noise
+        y = 1 + 2 * X[:, 0] - 3 * X[:, 1] + 0.5 * rng.standard_normal(100)
+        chosen = J.stepwise_select(X, y)
+        assert {0, 1} <= set(chosen), (seed, chosen)
+        noise_runs += bool(set(chosen) - {0, 1})
+    # three null columns tested at alpha_in = 0.05: about 1 - 0.95^3 = 14 % of runs admit one
+    assert noise_runs <= 5
+
+
+def test_stepwise_select_drops_a_column_that_later_ones_make_redundant():
+    dropped = 0
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        x1, x2 = rng.normal(size=80), rng.normal(size=80)
+        x3 = x1 + x2 + 0.6 * rng.normal(size=80)  # the best single predictor of y, but only a noisy proxy
+        X, y = np.column_stack([x1, x2, x3]), x1 + x2 + 0.2 * rng.normal(size=80)
+        assert J.stepwise_select(X, y, max_steps=1) == [2]  # enters first
+        chosen = J.stepwise_select(X, y)
+        assert {0, 1} <= set(chosen)
+        dropped += 2 not in chosen
+    assert dropped >= 8  # x3's p-value is uniform once x1, x2 are in: it stays in ~10 % of runs
+
+
+def test_stepwise_select_bad_alphas():
+    X, y = np.random.default_rng(0).normal(size=(20, 2)), np.arange(1.0, 21.0)
+    with pytest.raises(TraincastError, match="must not exceed"):
+        J.stepwise_select(X, y, alpha_in=0.2, alpha_out=0.1)
+    with pytest.raises(TraincastError, match=r"\(0, 1\)"):
+        J.stepwise_select(X, y, alpha_in=0.0)
+
+
+def test_stepwise_job_regressor_finds_the_augmented_law():
+    clean = 0
+    for seed in range(8):
+        rec = J.records_from_frame(_known(120, seed), "t")
+        reg = J.JobRegressor(models=["linear"], select="stepwise", alpha_in=0.01, alpha_out=0.02).fit(rec)
+        sel = set(reg.selected_features_)
+        assert {"batch*1/gpus", "layers"} <= sel, (seed, sel)
+        clean += not any("noise" in s for s in sel)
+        assert reg.best_.n_features == len(sel)
+        assert reg.best_.mape_pct < 2.0
+    assert clean >= 6  # ~ 35 null augmented columns tested at 0.01 per step
+
+
+def test_stepwise_extrapolates_better_than_all_augmented_features():
+    rec = J.records_from_frame(_known(120, 0), "t")
+    none = J.extrapolate(rec, "batch", 64, models=["linear"])
+    step = J.extrapolate(rec, "batch", 64, models=["linear"], select="stepwise")
+    assert step.score_of("linear").mape_pct < 2.0
+    assert step.score_of("linear").mape_pct < none.score_of("linear").mape_pct
+    assert {"batch*1/gpus", "layers"} <= set(step.selected_features) and none.selected_features == ()
+
+
+def test_cli_fit_jobs_stepwise(cli, tmp_path, capsys):
+    p = tmp_path / "jobs.csv"
+    _known(120, 1).to_csv(p, index=False)
+    code = cli("fit", "jobs", str(p), "--target", "t", "--models", "linear", "--select", "stepwise",
+               "--alpha-in", "0.01", "--alpha-out", "0.02", "--extrapolate", "gpus:2", "--json")
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"batch*1/gpus", "layers"} <= set(out["selected_features"])
+    assert out["ranking"][0]["features"] == len(out["selected_features"])
+    assert {"batch*1/gpus", "layers"} <= set(out["holdouts"][0]["selected_features"])
+    assert cli("fit", "jobs", str(p), "--target", "t", "--select", "stepwise", "--alpha-in", "0.2") == 2
+    assert "alpha" in capsys.readouterr().err
+    assert cli("fit", "jobs", str(p), "--target", "t", "--select", "lasso") == 2
+
+
+# --------------------------------------------------------------------------- saved models
+
+
+def test_save_load_round_trip(law_records, tmp_path):
+    reg = J.JobRegressor(models=["linear", "tree"], select="sfs").fit(law_records)
+    path = reg.save(tmp_path / "m.pkl")
+    back = J.JobRegressor.load(path)
+    assert np.array_equal(back.predict(law_records.X), reg.predict(law_records.X))
+    assert back.target_ == "epoch_s" and back.feature_names_in_ == ("batch", "gpus", "network")
+    assert back.best_ == reg.best_ and back.ranking_ == reg.ranking_
+    assert back.selected_features_ == reg.selected_features_
+
+
+def test_save_drops_training_matrices_but_keeps_fitted_families(law_records, tmp_path):
+    reg = J.JobRegressor(models=["linear", "tree"]).fit_all(law_records)
+    back = J.JobRegressor.load(reg.save(tmp_path / "m.pkl"))
+    assert not hasattr(back, "_train_XA")
+    np.testing.assert_array_equal(back.predict(law_records.X, model="tree"), reg.predict(law_records.X, model="tree"))
+    only_best = J.JobRegressor(models=["linear", "tree"]).fit(law_records)
+    with pytest.raises(TraincastError, match="fit_all"):
+        only_best.predict(law_records.X, model="tree" if only_best.best_.model != "tree" else "linear")
+
+
+def test_predict_jobs_counts_skips_and_scores():
+    rec = J.records_from_frame(_law(120), "epoch_s")
+    reg = J.JobRegressor(models=["linear"]).fit(rec)
+    rows = _law(20, seed=5).astype(object)
+    rows.loc[0, "batch"] = None
+    rows.loc[1, "gpus"] = "many"
+    rows.loc[2, "gpus"] = 0  # 1/gpus is a feature: out of its domain
+    rows.loc[3, "network"] = "vgg"  # predicted, flagged as unseen
+    res = J.predict_jobs(reg, rows)
+    assert (res.rows, res.predicted_rows, res.skipped_rows, res.unseen_rows) == (20, 17, 3, 1)
+    assert res.frame["predicted_epoch_s"].isna().sum() == 3
+    assert res.target == "epoch_s" and res.scored_rows == 17
+    y = rows.epoch_s.to_numpy(float)[3:]
+    assert res.mape_pct == pytest.approx(J.mape_pct(y, res.frame["predicted_epoch_s"].to_numpy()[3:]))
+    with pytest.raises(DataError, match="missing feature column"):
+        J.predict_jobs(reg, rows.drop(columns=["gpus"]))
+    no_target = J.predict_jobs(reg, rows.drop(columns=["epoch_s"]))
+    assert no_target.mape_pct is None and no_target.predicted_rows == 17
+
+
+def test_cli_save_and_eval_jobs(cli, tmp_path, capsys):
+    train, rows = tmp_path / "jobs.csv", tmp_path / "rows.csv"
+    _law(120).to_csv(train, index=False)
+    _law(30, seed=7).to_csv(rows, index=False)
+    model, pred = tmp_path / "m.pkl", tmp_path / "pred.csv"
+    assert cli("fit", "jobs", str(train), "--target", "epoch_s", "--models", "linear,tree", "--save", str(model)) == 0
+    capsys.readouterr()
+    assert cli("eval-jobs", str(rows), "--model", str(model), "--out", str(pred)) == 0
+    text = capsys.readouterr().out
+    assert "30 predicted" in text and "MAPE" in text
+    got = pd.read_csv(pred)
+    expect = J.JobRegressor.load(model).predict(_law(30, seed=7))
+    np.testing.assert_allclose(got["predicted_epoch_s"].to_numpy(), expect, rtol=1e-12)
+    import re
+
+    mape = float(re.search(r"^MAPE ([\d.]+)%", text, re.M).group(1))
+    assert mape == pytest.approx(J.mape_pct(got.epoch_s, got.predicted_epoch_s), abs=0.006)
+
+
+def test_cli_eval_jobs_bad_inputs(cli, tmp_path, capsys):
+    import pickle
+
+    train, rows = tmp_path / "jobs.csv", tmp_path / "rows.csv"
+    _law(60).to_csv(train, index=False)
+    model = tmp_path / "m.pkl"
+    assert cli("fit", "jobs", str(train), "--target", "epoch_s", "--models", "linear", "--save", str(model)) == 0
+    capsys.readouterr()
+    _law(10).drop(columns=["network"]).to_csv(rows, index=False)
+    assert cli("eval-jobs", str(rows), "--model", str(model)) == 2
+    assert "missing feature column(s) 'network'" in capsys.readouterr().err
+    nan_rows = _law(10)
+    nan_rows.loc[[2, 5], "batch"] = np.nan
+    nan_rows.to_csv(rows, index=False)
+    assert cli("eval-jobs", str(rows), "--model", str(model), "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["skipped_rows"] == 2 and out["predicted_rows"] == 8 and out["scored_rows"] == 8
+    other = tmp_path / "other.pkl"
+    other.write_bytes(pickle.dumps({"not": "a model"}))
+    (tmp_path / "empty.pkl").write_bytes(b"")
+    for bad in (train, other, tmp_path / "empty.pkl", tmp_path / "none.pkl"):
+        assert cli("eval-jobs", str(rows), "--model", str(bad)) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    _law(10)[["batch"]].assign(gpus="x", network="alexnet").to_csv(rows, index=False)
+    assert cli("eval-jobs", str(rows), "--model", str(model)) == 2
+    assert "none of the 10 rows" in capsys.readouterr().err
+    assert cli("fit", "jobs", str(train), "--target", "epoch_s", "--save", str(tmp_path / "no" / "m.pkl")) == 2
+

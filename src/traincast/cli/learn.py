@@ -1,6 +1,7 @@
-"""``traincast eval-layers``, ``traincast data import``, ``traincast fit layers``: the learned per-op model.
+"""``traincast eval-layers``, ``traincast data import``, ``traincast fit layers``: the learned per-op model;
+``traincast data jobs``, ``traincast fit jobs``, ``traincast eval-jobs``: end-to-end job regression.
 
-Thin wrappers over :mod:`traincast.fit` (evaluate, importer, train).
+Thin wrappers over :mod:`traincast.fit` (evaluate, importer, train, jobs).
 """
 
 from __future__ import annotations
@@ -117,7 +118,11 @@ def register(app: typer.Typer) -> None:
     def fit_jobs_cmd(
         csv: str = typer.Argument(..., help="job records: numeric/categorical feature columns and the target column"),
         target: str = typer.Option(..., "--target", help="the column to predict (e.g. epoch_s, iteration_ms)"),
-        select: str = typer.Option("none", "--select", help="sfs (forward selection by CV MAPE, linear models) | none"),
+        select: str = typer.Option("none", "--select", help="feature selection of the augmented linear models: none | sfs (forward, by CV MAPE) | stepwise (Draper-Smith, by partial-F p-values)"),
+        alpha_in: float = typer.Option(0.05, "--alpha-in", help="--select stepwise: p-value to enter"),
+        alpha_out: float = typer.Option(0.10, "--alpha-out", help="--select stepwise: p-value to stay (>= --alpha-in)"),
+        max_features: int = typer.Option(20, "--max-features", help="cap of the sfs / stepwise selection"),
+        save: Optional[str] = typer.Option(None, "--save", help="save the fitted model (best by CV, refitted on all rows) to this file, for `traincast eval-jobs`"),
         extrapolate: Optional[str] = typer.Option(None, "--extrapolate", help="COL:THRESHOLD: train on COL <= THRESHOLD, test above"),
         holdout_group: Optional[str] = typer.Option(None, "--holdout-group", help="COL: leave each value of COL out in turn (e.g. gpu)"),
         models: Optional[str] = typer.Option(None, "--models", help="comma list among linear_plain, linear, ridge, tree, forest, boosting, mlp"),
@@ -131,11 +136,16 @@ def register(app: typer.Typer) -> None:
         from traincast.fit import jobs as J
 
         positive("--cv", cv)
+        positive("--max-features", max_features)
         if cv < 2:
             raise ConfigError("--cv must be at least 2")
         select = select.lower()
-        if select not in ("sfs", "none"):
-            raise ConfigError(f"--select must be sfs or none, got {select!r}")
+        if select not in J.SELECTIONS:
+            raise ConfigError(f"--select must be one of {', '.join(J.SELECTIONS)}, got {select!r}")
+        if not (0 < alpha_in < 1 and 0 < alpha_out < 1) or alpha_in > alpha_out:
+            raise ConfigError(f"--alpha-in and --alpha-out must lie in (0, 1) with --alpha-in <= --alpha-out, "
+                              f"got {alpha_in:g} and {alpha_out:g}")
+        kw = {"max_features": max_features, "alpha_in": alpha_in, "alpha_out": alpha_out}
         names = [m.strip() for m in models.split(",") if m.strip()] if models else None
         dropped = [c.strip() for c in drop.split(",") if c.strip()] if drop else ()
         rec = J.load_jobs(csv, target, drop=dropped)
@@ -144,18 +154,27 @@ def register(app: typer.Typer) -> None:
             J.check_extrapolation_column(rec, ext[0])
         if holdout_group and holdout_group not in rec.frame.columns:
             raise J.DataError(f"--holdout-group: unknown column {holdout_group!r}; features: {', '.join(rec.features)}")
-        reg = J.JobRegressor(models=names, select=select, cv=cv).fit(rec)
+        if save:  # fail before the fit on a folder that is not there
+            from pathlib import Path
+
+            if not Path(save).resolve().parent.is_dir():
+                raise ConfigError(f"--save {save!r}: folder {str(Path(save).resolve().parent)!r} does not exist")
+        reg = J.JobRegressor(models=names, select=select, cv=cv, **kw).fit(rec)
         result = {"rows": len(rec.frame), "skipped_rows": rec.skipped_rows, "target": target,
                   "numeric": list(rec.numeric), "categorical": list(rec.categorical),
                   "augmented_features": len(reg.features_.feature_names_),
-                  "selected_features": list(reg.selected_features_) if select == "sfs" else None,
+                  "selected_features": list(reg.selected_features_) if select != "none" else None,
                   "best": reg.best_.model, "ranking": J.ranking_rows(reg.ranking_)}
+        if save:
+            reg.save(save)
+            result["saved"] = save
         holdouts = []
         if ext:
-            holdouts.append(J.extrapolate(rec, ext[0], ext[1], models=names, select=select, cv=cv))
+            holdouts.append(J.extrapolate(rec, ext[0], ext[1], models=names, select=select, cv=cv, **kw))
         if holdout_group:
-            holdouts.extend(J.leave_one_group_out(rec, holdout_group, models=names, select=select, cv=cv))
+            holdouts.extend(J.leave_one_group_out(rec, holdout_group, models=names, select=select, cv=cv, **kw))
         result["holdouts"] = [{"description": h.description, "n_train": h.n_train, "n_test": h.n_test,
+                               "selected_features": list(h.selected_features) if select != "none" else None,
                                "scores": J.ranking_rows(h.scores)} for h in holdouts]
         if as_json:
             print_json(result)
@@ -170,8 +189,46 @@ def register(app: typer.Typer) -> None:
                       + f"; target {target}; numeric: {', '.join(rec.numeric) or '-'}; "
                       f"categorical: {', '.join(rec.categorical) or '-'}; "
                       f"{len(reg.features_.feature_names_)} augmented features")
-        if select == "sfs":
-            console.print(f"forward selection kept {len(reg.selected_features_)}: {', '.join(reg.selected_features_)}")
+        how = {"sfs": "forward selection", "stepwise": "stepwise selection"}
+        if select != "none":
+            console.print(f"{how[select]} kept {len(reg.selected_features_)}: {', '.join(reg.selected_features_) or '-'}")
         show(f"{cv}-fold cross-validation, best first", reg.ranking_)
+        if save:
+            console.print(f"saved the {reg.best_.label.lower()} model to {save}")
         for h in holdouts:
             show(f"{h.description} ({h.n_train} train / {h.n_test} test rows)", h.scores)
+
+    @app.command("eval-jobs")
+    def eval_jobs_cmd(
+        csv: str = typer.Argument(..., help="job rows with the saved model's feature columns (the target column optional)"),
+        model: str = typer.Option(..., "--model", help="a model file from `traincast fit jobs ... --save FILE`"),
+        out: Optional[str] = typer.Option(None, "--out", help="write the rows with a predicted_<target> column here"),
+        as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
+    ):
+        """Predict each job row with a saved job model; print MAPE/RMSE when the rows hold the measured target."""
+        from traincast.cli.render import print_json
+        from traincast.fit import jobs as J
+
+        reg = J.JobRegressor.load(model)
+        res = J.predict_jobs(reg, csv)
+        if out:
+            try:
+                res.frame.to_csv(out, index=False)
+            except OSError as exc:
+                raise ConfigError(f"cannot write {out!r}: {exc.strerror}") from None
+        if as_json:
+            print_json({"model": reg.best_.model, "target": reg.target_, "rows": res.rows,
+                        "predicted_rows": res.predicted_rows, "skipped_rows": res.skipped_rows,
+                        "unseen_category_rows": res.unseen_rows, "scored_rows": res.scored_rows,
+                        "mape_pct": res.mape_pct, "rmse": res.rmse, "out": out})
+            return
+        console.print(f"{res.rows} rows, {res.predicted_rows} predicted by the {reg.best_.label.lower()} model "
+                      f"(CV MAPE {reg.best_.mape_pct:.2f}%)"
+                      + (f", {res.skipped_rows} skipped (missing, non-numeric or non-positive features)" if res.skipped_rows else ""))
+        if res.unseen_rows:
+            console.print(f"{res.unseen_rows} row(s) have a category value the model never saw; their predictions "
+                          "are extrapolations")
+        if res.mape_pct is not None:
+            console.print(f"MAPE {res.mape_pct:.2f}%  RMSE {res.rmse:.4g}  (against {res.target}, {res.scored_rows} rows)")
+        if out:
+            console.print(f"wrote {out}")

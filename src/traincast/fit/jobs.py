@@ -8,7 +8,9 @@ count, batch sizes, parallelism...) with a measured time (``epoch_s``,
   positive numeric feature and the pairwise cross-over products of the
   numeric features and their inverses (so ``batch/gpus`` is one column);
   categorical features are one-hot encoded;
-* optional sequential forward selection by cross-validated MAPE;
+* optional feature selection for the linear models: sequential forward
+  selection by cross-validated MAPE, or Draper-Smith stepwise regression by
+  partial-F p-values (statsmodels);
 * model selection among linear regression (plain and augmented), ridge,
   decision tree, random forest, gradient boosting and an MLP, each with a small
   hyperparameter grid, by K-fold cross-validated mean absolute percentage
@@ -50,6 +52,8 @@ MODEL_LABELS = {
 }
 #: families fitted on the augmented (and possibly selected) features
 AUGMENTED_MODELS = ("linear", "ridge")
+#: feature selections of the augmented families (JobRegressor(select=...), `traincast fit jobs --select`)
+SELECTIONS = ("none", "sfs", "stepwise")
 
 
 # --------------------------------------------------------------------------- records
@@ -132,14 +136,17 @@ def records_from_frame(frame: pd.DataFrame, target: str, features: Optional[Sequ
 def load_jobs(path: str | Path, target: str, features: Optional[Sequence[str]] = None,
               drop: Sequence[str] = (), min_rows: int = MIN_ROWS) -> JobRecords:
     """Read job records from a CSV file (any numeric/categorical features plus ``target``)."""
+    return records_from_frame(read_csv(path), target, features, drop, min_rows)
+
+
+def read_csv(path: str | Path) -> pd.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise DataError(f"no such file: {str(path)!r}")
     try:
-        frame = pd.read_csv(p)
+        return pd.read_csv(p)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read {str(path)!r} as CSV: {exc}") from None
-    return records_from_frame(frame, target, features, drop, min_rows)
+        raise DataError(f"cannot read {str(path)!r} as CSV: {str(exc).strip().splitlines()[0]}") from None
 
 
 # --------------------------------------------------------------------------- shared data
@@ -440,6 +447,71 @@ def forward_select(X: np.ndarray, y: np.ndarray, folds, max_features: int = 20, 
     return chosen or [int(np.argmax(ok))]
 
 
+def stepwise_select(X: np.ndarray, y: np.ndarray, alpha_in: float = 0.05, alpha_out: float = 0.10,
+                    max_features: int = 20, weights: Optional[np.ndarray] = None,
+                    max_steps: Optional[int] = None) -> list[int]:
+    """Draper-Smith stepwise regression: the columns of ``X`` a linear model of ``y`` keeps.
+
+    Starting from the intercept alone, each step (1) adds the candidate column
+    whose partial F-test (the t-test of its coefficient in the model with it
+    added; F = t^2) has the smallest p-value, if that is below ``alpha_in`` and
+    fewer than ``max_features`` are in; then (2) drops, one at a time, the
+    included column with the largest p-value while it is above ``alpha_out``.
+    It stops when a step changes nothing. ``weights`` (e.g. ``1 / y**2``, the
+    relative-error weighting the linear job models are fitted with) make the
+    tests those of weighted least squares; the fits are statsmodels' OLS/WLS.
+    A candidate that is a linear combination of the included columns (rank
+    deficient design) is never added.
+    """
+    import statsmodels.api as sm
+
+    if not 0 < alpha_in < 1 or not 0 < alpha_out < 1:
+        raise ConfigError(f"alpha_in and alpha_out must lie in (0, 1), got {alpha_in} and {alpha_out}")
+    if alpha_in > alpha_out:  # Draper-Smith: entering must be harder than staying, or a column can cycle
+        raise ConfigError(f"alpha_in ({alpha_in}) must not exceed alpha_out ({alpha_out})")
+    n, p = X.shape
+    sd = X.std(0)
+    ok = np.flatnonzero(sd > 0)
+    Xs = (X - X.mean(0)) / np.where(sd > 0, sd, 1.0)  # p-values do not depend on the scale; conditioning does
+    w = np.ones(n) if weights is None else np.asarray(weights, float)
+
+    def fit(cols: list[int]):
+        exog = np.column_stack([np.ones(n), Xs[:, cols]])
+        res = sm.WLS(y, exog, weights=w).fit()
+        return res if res.model.rank == exog.shape[1] else None
+
+    chosen: list[int] = []
+    for _ in range(max_steps or 4 * p + 10):  # every step changes the set; a guard against any cycle
+        changed = False
+        if len(chosen) < min(max_features, n - 2):
+            best_j, best_p = None, alpha_in
+            for j in ok:
+                if j in chosen:
+                    continue
+                res = fit(chosen + [int(j)])
+                if res is None:
+                    continue
+                pv = float(res.pvalues[-1])
+                if np.isfinite(pv) and pv < best_p:
+                    best_j, best_p = int(j), pv
+            if best_j is not None:
+                chosen.append(best_j)
+                changed = True
+        while chosen:
+            res = fit(chosen)
+            if res is None:  # cannot happen (every addition kept the rank full); be safe
+                break
+            pv = np.nan_to_num(np.asarray(res.pvalues[1:], float), nan=1.0)
+            worst = int(np.argmax(pv))
+            if pv[worst] <= alpha_out:
+                break
+            chosen.pop(worst)
+            changed = True
+        if not changed:
+            break
+    return chosen
+
+
 @dataclass(frozen=True)
 class ModelScore:
     """Cross-validated (or held-out) error of one model family with its chosen hyperparameters."""
@@ -462,9 +534,12 @@ class JobRegressor:
     Parameters
     ----------
     models: families to try (default all of ``MODEL_NAMES``); the best by CV MAPE is refitted on all rows.
-    select: 'none' or 'sfs' (forward selection by CV MAPE of the augmented features, for the linear families).
+    select: which augmented features the linear families (``AUGMENTED_MODELS``) use: 'none' (all),
+        'sfs' (sequential forward selection by CV MAPE) or 'stepwise' (Draper-Smith stepwise regression
+        by partial-F p-values, ``stepwise_select``); the other families always see the plain features.
     cv: folds of the cross-validation.
-    max_features: cap of the forward selection.
+    max_features: cap of the forward / stepwise selection.
+    alpha_in, alpha_out: p-value to enter and to stay of the stepwise selection.
     fast: smaller forests.
 
     Learned: ``features_`` (JobFeatures, augmented), ``plain_features_`` (not augmented),
@@ -473,11 +548,14 @@ class JobRegressor:
     """
 
     def __init__(self, models: Optional[Sequence[str]] = None, select: str = "none", cv: int = 5,
-                 max_features: int = 20, random_state: int = 0, fast: bool = True):
+                 max_features: int = 20, random_state: int = 0, fast: bool = True,
+                 alpha_in: float = 0.05, alpha_out: float = 0.10):
         self.models = models
         self.select = select
         self.cv = cv
         self.max_features = max_features
+        self.alpha_in = alpha_in
+        self.alpha_out = alpha_out
         self.random_state = random_state
         self.fast = fast
 
@@ -486,9 +564,10 @@ class JobRegressor:
         return self.features_.transform(X), self.plain_features_.transform(X)
 
     def fit(self, X: pd.DataFrame | JobRecords, y=None, numeric: Optional[Sequence[str]] = None,
-            categorical: Optional[Sequence[str]] = None) -> "JobRegressor":
+            categorical: Optional[Sequence[str]] = None, target: Optional[str] = None) -> "JobRegressor":
         if isinstance(X, JobRecords):
-            numeric, categorical, y, X = X.numeric, X.categorical, X.y, X.X
+            numeric, categorical, y, target, X = X.numeric, X.categorical, X.y, X.target, X.X
+        self.target_ = target  # the name of the predicted column, when known (for saved models)
         y = np.asarray(y, dtype=float)
         if numeric is None:
             numeric = [c for c in X.columns if pd.api.types.is_numeric_dtype(X[c])]
@@ -498,8 +577,8 @@ class JobRegressor:
             raise DataError(f"too few rows to fit: {len(y)} (need at least {MIN_ROWS})")
         if not np.all(np.isfinite(y)) or np.any(y <= 0):
             raise DataError("the target must be positive and finite on every row")
-        if self.select not in ("none", "sfs"):
-            raise ConfigError(f"unknown feature selection {self.select!r}; known: none, sfs")
+        if self.select not in SELECTIONS:
+            raise ConfigError(f"unknown feature selection {self.select!r}; known: {', '.join(SELECTIONS)}")
         models = tuple(self.models or MODEL_NAMES)
         for m in models:
             _grid(m, 0, True)  # raises on an unknown name
@@ -510,6 +589,15 @@ class JobRegressor:
         folds = _folds(len(y), self.cv, self.random_state)
         if self.select == "sfs":
             self.selected_ = np.array(forward_select(XA, y, folds, self.max_features))
+        elif self.select == "stepwise":
+            # the tests of the relative-error-weighted least squares the linear families fit
+            chosen = stepwise_select(XA, y, self.alpha_in, self.alpha_out, self.max_features, weights=1.0 / y ** 2)
+            self.selected_ = np.array(chosen, dtype=int)
+            if not chosen:  # no augmented feature is significant: the linear families would be a constant
+                models = tuple(m for m in models if m not in AUGMENTED_MODELS)
+                if not models:
+                    raise DataError(f"stepwise selection found no feature with p < {self.alpha_in:g}, so the "
+                                    "linear models have nothing to fit; raise alpha_in or use another selection")
         else:
             self.selected_ = np.arange(XA.shape[1])
         self.selected_features_ = tuple(self.features_.feature_names_[i] for i in self.selected_)
@@ -571,6 +659,9 @@ class JobRegressor:
     def _fitted_family(self, m: str) -> _Fitted:
         cache = self.__dict__.setdefault("_family_fits", {})
         if m not in cache:
+            if not hasattr(self, "_train_y"):
+                raise ConfigError(f"only the best family ({self.best_.model}) was refitted on all rows; "
+                                  f"use fit_all() to predict with {m!r}")
             cache[m] = self._refit(m, self._train_XA, self._train_XP, self._train_y)
         return cache[m]
 
@@ -584,6 +675,45 @@ class JobRegressor:
         for m in self._candidates:
             self._fitted_family(m)
         return self
+
+    # -- persistence
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        for k in ("_train_XA", "_train_XP", "_train_y"):  # training matrices: the fitted families are kept
+            state.pop(k, None)
+        return state
+
+    def save(self, path: str | Path) -> Path:
+        """Pickle the whole fitted regressor (features, selection, CV ranking, fitted estimators) to ``path``."""
+        import pickle
+
+        self._check()
+        p = Path(path)
+        try:
+            with open(p, "wb") as fh:
+                pickle.dump(self, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror}") from None
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> "JobRegressor":
+        """A regressor saved by ``save`` (a pickle: load only files you trust)."""
+        import pickle
+
+        p = Path(path)
+        if not p.is_file():
+            raise DataError(f"no such model file: {str(path)!r}")
+        try:
+            with open(p, "rb") as fh:
+                obj = pickle.load(fh)
+        except Exception as exc:  # whatever unpickling raises, the file is not a saved model
+            raise DataError(f"{str(path)!r} is not a saved job model ({type(exc).__name__}); "
+                            "save one with `traincast fit jobs ... --save FILE`") from None
+        if not isinstance(obj, cls) or not hasattr(obj, "estimator_"):
+            raise DataError(f"{str(path)!r} holds a {type(obj).__name__}, not a fitted JobRegressor; "
+                            "save one with `traincast fit jobs ... --save FILE`")
+        return obj
 
     def score(self, X: pd.DataFrame | JobRecords, y=None) -> float:
         """R^2 of the predictions (the sklearn regressor convention); see ``mape_pct`` for relative error."""
@@ -611,6 +741,7 @@ class HoldoutResult:
     n_train: int
     n_test: int
     scores: tuple[ModelScore, ...]  # best first
+    selected_features: tuple[str, ...] = ()  # the linear families' features, when selected on the training rows
 
     def best(self) -> ModelScore:
         return self.scores[0]
@@ -619,13 +750,14 @@ class HoldoutResult:
         return next(s for s in self.scores if s.model == model)
 
 
-def _holdout(records: JobRecords, train_mask, description: str, models, select, cv, random_state) -> HoldoutResult:
+def _holdout(records: JobRecords, train_mask, description: str, models, select, cv, random_state,
+             **reg_kw) -> HoldoutResult:
     train, test = records.subset(train_mask), records.subset(~np.asarray(train_mask))
     if len(train.frame) < MIN_ROWS:
         raise DataError(f"{description}: only {len(train.frame)} training rows (need {MIN_ROWS})")
     if len(test.frame) == 0:
         raise DataError(f"{description}: no rows left to test on")
-    reg = JobRegressor(models=models, select=select, cv=cv, random_state=random_state)
+    reg = JobRegressor(models=models, select=select, cv=cv, random_state=random_state, **reg_kw)
     reg.fit_all(train.X, train.y, numeric=records.numeric, categorical=records.categorical)
     scores = []
     y = test.y
@@ -633,7 +765,8 @@ def _holdout(records: JobRecords, train_mask, description: str, models, select, 
         p = reg.predict(test.X, model=s.model)
         scores.append(ModelScore(s.model, s.params, s.log_target, mape_pct(y, p), rmse(y, p), s.n_features))
     scores.sort(key=lambda s: s.mape_pct)
-    return HoldoutResult(description, len(train.frame), len(test.frame), tuple(scores))
+    selected = reg.selected_features_ if select != "none" else ()
+    return HoldoutResult(description, len(train.frame), len(test.frame), tuple(scores), tuple(selected))
 
 
 def parse_extrapolation(spec: str) -> tuple[str, float]:
@@ -656,16 +789,19 @@ def check_extrapolation_column(records: JobRecords, column: str) -> None:
 
 
 def extrapolate(records: JobRecords, column: str, threshold: float, models=None, select: str = "none",
-                cv: int = 5, random_state: int = 0) -> HoldoutResult:
-    """Train on rows with ``column <= threshold``, test on the rows above."""
+                cv: int = 5, random_state: int = 0, **reg_kw) -> HoldoutResult:
+    """Train on rows with ``column <= threshold``, test on the rows above.
+
+    ``reg_kw`` go to ``JobRegressor`` (``max_features``, ``alpha_in``, ``alpha_out``, ``fast``).
+    """
     check_extrapolation_column(records, column)
     mask = (records.frame[column] <= threshold).to_numpy()
     return _holdout(records, mask, f"train {column} <= {threshold:g}, test {column} > {threshold:g}",
-                    models, select, cv, random_state)
+                    models, select, cv, random_state, **reg_kw)
 
 
 def leave_one_group_out(records: JobRecords, column: str, models=None, select: str = "none", cv: int = 5,
-                        random_state: int = 0) -> tuple[HoldoutResult, ...]:
+                        random_state: int = 0, **reg_kw) -> tuple[HoldoutResult, ...]:
     """For each value of ``column`` (e.g. the GPU type): train on the other rows, test on it."""
     if column not in records.frame.columns:
         raise DataError(f"unknown column {column!r}; features: {', '.join(records.features)}")
@@ -676,8 +812,74 @@ def leave_one_group_out(records: JobRecords, column: str, models=None, select: s
     out = []
     for g in groups:
         out.append(_holdout(records, (values != g).to_numpy(), f"hold out {column} = {g}",
-                            models, select, cv, random_state))
+                            models, select, cv, random_state, **reg_kw))
     return tuple(out)
+
+
+# --------------------------------------------------------------------------- saved models
+
+
+@dataclass(frozen=True)
+class JobPredictions:
+    """A saved (or just fitted) JobRegressor's predictions for the rows of a table."""
+
+    frame: pd.DataFrame  # the input rows plus ``column`` (NaN where skipped)
+    column: str  # predicted_<target>
+    rows: int
+    predicted_rows: int
+    skipped_rows: int  # a feature missing, non-numeric, or <= 0 where the model uses its inverse
+    unseen_rows: int  # predicted, but with a category value the model never saw (one-hot all zero)
+    target: Optional[str]  # the model's target, when the rows have that column
+    scored_rows: int  # rows with a positive measured target, compared with the prediction
+    mape_pct: Optional[float]
+    rmse: Optional[float]
+
+
+def predict_jobs(reg: JobRegressor, rows: pd.DataFrame | str | Path) -> JobPredictions:
+    """Predict every row of ``rows`` (a frame or CSV path) that has usable values for the model's features;
+    score the predictions against the model's target column when the rows have it."""
+    reg._check()
+    df = rows if isinstance(rows, pd.DataFrame) else read_csv(rows)
+    if df.empty:
+        raise DataError("the rows to predict are empty")
+    missing = [c for c in reg.feature_names_in_ if c not in df.columns]
+    if missing:
+        raise DataError(f"missing feature column(s) {', '.join(map(repr, missing))}; the model was fitted on "
+                        f"{', '.join(reg.feature_names_in_)}")
+    feats = reg.features_
+    X = pd.DataFrame(index=df.index)
+    ok = np.ones(len(df), dtype=bool)
+    for c in feats.numeric_:
+        X[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
+        ok &= np.isfinite(X[c].to_numpy())
+        if c in feats.positive_:
+            ok &= X[c].to_numpy() > 0
+    unseen = np.zeros(len(df), dtype=bool)
+    for c in feats.categorical_:
+        ok &= df[c].notna().to_numpy()
+        X[c] = df[c].astype(str)
+        unseen |= ~X[c].isin(feats.categories_[c]).to_numpy()
+    if not ok.any():
+        raise DataError(f"none of the {len(df)} rows has usable values for every feature "
+                        f"({', '.join(reg.feature_names_in_)}): missing, non-numeric or non-positive")
+    pred = np.full(len(df), np.nan)
+    pred[ok] = reg.predict(X[ok].reset_index(drop=True))
+    target = reg.__dict__.get("target_")
+    column = f"predicted_{target}" if target else "predicted"
+    out = df.copy()
+    out[column] = pred
+    mape = err = None
+    scored = 0
+    if target and target in df.columns:
+        y = pd.to_numeric(df[target], errors="coerce").to_numpy(dtype=float)
+        sc = ok & np.isfinite(y) & (y > 0)
+        scored = int(sc.sum())
+        if scored:
+            mape, err = mape_pct(y[sc], pred[sc]), rmse(y[sc], pred[sc])
+    else:
+        target = None
+    return JobPredictions(out, column, len(df), int(ok.sum()), int((~ok).sum()), int((unseen & ok).sum()),
+                          target, scored, mape, err)
 
 
 def ranking_rows(scores: Sequence[ModelScore]) -> list[dict]:
@@ -699,6 +901,6 @@ def format_ranking(scores: Sequence[ModelScore], unit: str = "") -> str:
 __all__ = [
     "JobRecords", "JobFeatures", "JobRegressor", "ModelScore", "HoldoutResult", "MODEL_NAMES",
     "load_jobs", "records_from_frame", "vtrain_records", "mlperf_records", "build_job_records",
-    "extrapolate", "leave_one_group_out", "parse_extrapolation", "forward_select",
-    "mape_pct", "rmse", "ranking_rows", "format_ranking",
+    "extrapolate", "leave_one_group_out", "parse_extrapolation", "forward_select", "stepwise_select", "SELECTIONS",
+    "mape_pct", "rmse", "ranking_rows", "format_ranking", "JobPredictions", "predict_jobs", "read_csv",
 ]
