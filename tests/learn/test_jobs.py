@@ -306,3 +306,75 @@ def test_cli_eval_jobs_bad_inputs(cli, tmp_path, capsys):
     assert "none of the 10 rows" in capsys.readouterr().err
     assert cli("fit", "jobs", str(train), "--target", "epoch_s", "--save", str(tmp_path / "no" / "m.pkl")) == 2
 
+
+# --------------------------------------------------------------------------- job records from `bench model` runs
+
+
+def _stored_run(model: str, batch: int, step_ms: float, seq_len=None):
+    from traincast.measure import ModelTiming, Timing
+
+    t = Timing(step_ms, 0.0, 0.0, step_ms, step_ms, step_ms, 3, samples_ms=(step_ms,) * 3)
+    return ModelTiming(model, batch, "cpu", "sgd", "fp32", seq_len, t, None, 1)
+
+
+def test_store_job_records_from_real_runs(tmp_path):
+    from traincast.measure import collect_fingerprint, save_model_timing, time_model
+    from traincast.store import Store
+    from traincast.workload import trace
+
+    with Store(tmp_path / "m.db") as store:
+        runs = [time_model("mnist-cnn", batch_size=b, steps=2, warmup=1, profile_steps=0, threads=1) for b in (2, 4)]
+        for mt in runs:
+            save_model_timing(store.conn, mt)
+        save_model_timing(store.conn, _stored_run("Sequential", 8, 1.0))  # a bare nn.Module: cannot be traced
+        res = J.store_job_records(store.conn)
+    assert res.stored_rows == 3 and sum(res.skipped.values()) == 1 and "'Sequential'" in next(iter(res.skipped))
+    f = res.frame
+    assert list(f.batch_size) == [2, 4] and set(f.model) == {"mnist-cnn"} and "seq_len" not in f.columns
+    np.testing.assert_allclose(f.step_s, [mt.timing.median_ms / 1e3 for mt in runs])
+    wl = trace("mnist-cnn", batch_size=2)
+    assert (f.parameters == wl.parameters).all()
+    np.testing.assert_allclose(f.fwd_gflop_per_sample, wl.flops("forward") / 2 / 1e9)
+    assert (f.threads == 1).all() and (f.hardware == collect_fingerprint("cpu", 1).cpu_model).all()
+
+
+def test_cli_store_jobs_export_fit_and_eval(cli, tmp_path, capsys):
+    """Runs stored through save_model_timing -> data jobs --source store -> fit jobs --save -> eval-jobs."""
+    from traincast.measure import save_model_timing
+    from traincast.store import Store
+
+    db = tmp_path / "m.db"
+    rng = np.random.default_rng(0)
+    gflop = {"mnist-cnn": 0.002847228, "pcam-cnn": 5.403364236, "dcgan": 0.835428389}  # traced forward GFLOPs
+    with Store(db) as store:
+        for m, g in gflop.items():
+            for b in (1, 2, 4, 8, 16, 32):  # 1.5 ms + 0.9 ms per forward GFLOP of the batch, 1 % noise
+                save_model_timing(store.conn, _stored_run(m, b, (1.5 + 0.9 * b * g) * (1 + 0.01 * rng.standard_normal())))
+    out = tmp_path / "jobs.csv"
+    assert cli("data", "jobs", "--source", "store", "--db", str(db), "--out", str(out)) == 0
+    assert "wrote 18 store job records" in capsys.readouterr().out
+    jobs = pd.read_csv(out)
+    assert len(jobs) == 18 and J.STORE_TARGET in jobs.columns
+    np.testing.assert_allclose(jobs.groupby("model").fwd_gflop_per_sample.first().sort_index(),
+                               pd.Series(gflop).sort_index(), rtol=1e-6)
+    model = tmp_path / "m.pkl"
+    assert cli("fit", "jobs", str(out), "--target", "step_s", "--models", "linear_plain,linear",
+               "--cv", "3", "--save", str(model), "--json") == 0
+    fit = json.loads(capsys.readouterr().out)
+    assert fit["best"] == "linear" and fit["ranking"][0]["mape_pct"] < 5.0
+    assert "batch_size" in fit["numeric"] and "fwd_gflop_per_sample" in fit["numeric"]
+    assert cli("eval-jobs", str(out), "--model", str(model), "--json") == 0
+    ev = json.loads(capsys.readouterr().out)
+    assert ev["predicted_rows"] == 18 and ev["scored_rows"] == 18 and ev["mape_pct"] < 5.0
+
+
+def test_cli_store_jobs_bad_inputs(cli, tmp_path, capsys):
+    from traincast.store import Store
+
+    empty = tmp_path / "empty.db"
+    Store(empty).close()
+    assert cli("data", "jobs", "--source", "store", "--db", str(empty), "--out", str(tmp_path / "j.csv")) == 2
+    assert "no whole-step timings" in capsys.readouterr().err
+    assert cli("data", "jobs", "--source", "store", "--db", str(tmp_path / "none.db"), "--out", str(tmp_path / "j.csv")) == 2
+    assert cli("data", "jobs", "--db", str(empty), "--out", str(tmp_path / "j.csv")) == 2  # --db without --source store
+    assert not (tmp_path / "j.csv").exists()

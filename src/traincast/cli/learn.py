@@ -100,14 +100,41 @@ def register(app: typer.Typer) -> None:
     @data.command("jobs")
     def data_jobs_cmd(
         out: str = typer.Option(..., "--out", help="CSV file to write the job records to"),
-        source: str = typer.Option("vtrain", "--source", help="vtrain (Megatron GPT on A100, target iteration_ms) | mlperf (time to train, target ttt_min)"),
+        source: str = typer.Option("vtrain", "--source", help="vtrain (Megatron GPT on A100, target iteration_ms) | mlperf (time to train, target ttt_min) | store (the `traincast bench model` runs in the database, target step_s)"),
         data_dir: Optional[str] = typer.Option(None, "--data", help="shared data folder (default ../shared/data)"),
+        db: Optional[str] = typer.Option(None, "--db", help="with --source store: database file (default $TRAINCAST_DB)"),
+        model: Optional[str] = typer.Option(None, "--model", help="with --source store: only this model's runs"),
+        device: Optional[str] = typer.Option(None, "--device", help="with --source store: only runs on this device (cpu, cuda:0)"),
     ):
-        """Write tidy job-level records (features + target) built from the shared data, for `traincast fit jobs`."""
-        from traincast.fit.datasets import default_data_dir
-        from traincast.fit.jobs import build_job_records
+        """Write tidy job-level records (features + target) for `traincast fit jobs`: from the shared data, or
+        from the whole-step timings `traincast bench model` stored."""
+        source = source.lower()
+        if source != "store" and (db or model or device):
+            raise ConfigError("--db, --model and --device go with --source store")
+        if source == "store":
+            from traincast.fit.jobs import STORE_TARGET, store_job_records
+            from traincast.store import Store
 
-        frame, target = build_job_records(data_dir or default_data_dir(), source.lower())
+            if data_dir:
+                raise ConfigError("--data does not go with --source store (it reads the database)")
+            if db:
+                from pathlib import Path
+
+                if not Path(db).expanduser().is_file():
+                    raise ConfigError(f"--db {db!r}: no such database file")
+            with Store(db) as store:
+                res = store_job_records(store.conn, model=model, device=device)
+                path = store.path
+            frame, target = res.frame, STORE_TARGET
+            for reason, n in res.skipped.items():
+                console.print(f"skipped {n} run(s): {reason}")
+            if frame.empty:
+                raise ConfigError(f"none of the {res.stored_rows} stored runs in {path} could be made a job record")
+        else:
+            from traincast.fit.datasets import default_data_dir
+            from traincast.fit.jobs import build_job_records
+
+            frame, target = build_job_records(data_dir or default_data_dir(), source)
         try:
             frame.to_csv(out, index=False)
         except OSError as exc:

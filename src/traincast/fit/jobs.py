@@ -242,6 +242,74 @@ def build_job_records(data_dir: str | Path, source: str = "vtrain") -> tuple[pd.
     raise ConfigError(f"unknown job-record source {source!r}; known: vtrain, mlperf")
 
 
+#: target column of the job records made from `traincast bench model` timings (seconds per training step)
+STORE_TARGET = "step_s"
+
+
+@dataclass(frozen=True)
+class StoreJobs:
+    """Job records made from the whole-step timings in the store (``measure_model_timings``)."""
+
+    frame: pd.DataFrame
+    stored_rows: int
+    skipped: dict  # reason -> rows
+
+
+def store_job_records(conn, model: Optional[str] = None, device: Optional[str] = None) -> StoreJobs:
+    """One job record per stored `traincast bench model` run (``traincast.measure.load_model_timings``).
+
+    Columns: model, device, hardware (the CPU or GPU model of the run's fingerprint), optimizer,
+    precision, batch_size, seq_len (only when some run has one; 0 for the others), threads,
+    parameters and fwd_gflop_per_sample (from ``traincast.workload.trace`` of the model, traced once
+    per model/optimizer/precision/sequence length at its smallest stored batch), and the target
+    ``step_s`` (median seconds per training step). Runs whose model cannot be traced (an
+    ``nn.Module`` timed directly, a spec file no longer there) are skipped and counted by reason.
+    """
+    from traincast.errors import TraincastError
+    from traincast.measure.model import load_model_timings
+    from traincast.workload import trace
+
+    rows = load_model_timings(conn, model=model, device=device)
+    if not rows:
+        which = " and ".join(f"{k} {v!r}" for k, v in (("model", model), ("device", device)) if v)
+        raise DataError("no whole-step timings in the store" + (f" for {which}" if which else "")
+                        + "; record some with `traincast bench model MODEL --batch-size B`")
+    hw = {r[0]: (r[1] or r[2]) for r in conn.execute("SELECT id, gpu_name, cpu_model FROM measure_fingerprints")}
+    traced: dict[tuple, object] = {}
+    min_batch: dict[tuple, int] = {}
+    for r in rows:
+        key = (r["model"], r["optimizer"] or "sgd", r["precision"] or "fp32", r["seq_len"])
+        min_batch[key] = min(min_batch.get(key, r["batch_size"]), r["batch_size"])
+    skipped: dict[str, int] = {}
+    out = []
+    for r in rows:
+        key = (r["model"], r["optimizer"] or "sgd", r["precision"] or "fp32", r["seq_len"])
+        if key not in traced:
+            b = min_batch[key]
+            try:
+                wl = trace(key[0], batch_size=b, optimizer=key[1], precision=key[2], seq_len=key[3])
+                traced[key] = (wl.parameters, wl.flops("forward") / b / 1e9)
+            except TraincastError as exc:
+                traced[key] = f"cannot trace {key[0]!r}: {str(exc).splitlines()[0]}"
+        t = traced[key]
+        if isinstance(t, str):
+            skipped[t] = skipped.get(t, 0) + 1
+            continue
+        out.append({"model": r["model"], "device": r["device"], "hardware": hw.get(r["fingerprint_id"]) or "unknown",
+                    "optimizer": key[1], "precision": key[2], "batch_size": int(r["batch_size"]),
+                    "seq_len": r["seq_len"], "threads": r["threads"], "parameters": int(t[0]),
+                    "fwd_gflop_per_sample": float(t[1]), STORE_TARGET: float(r["median_ms"]) / 1e3})
+    frame = pd.DataFrame(out, columns=["model", "device", "hardware", "optimizer", "precision", "batch_size",
+                                       "seq_len", "threads", "parameters", "fwd_gflop_per_sample", STORE_TARGET])
+    if frame["seq_len"].isna().all():
+        frame = frame.drop(columns=["seq_len"])
+    else:
+        frame["seq_len"] = frame["seq_len"].fillna(0).astype(int)
+    if frame["threads"].notna().all():
+        frame["threads"] = frame["threads"].astype(int)
+    return StoreJobs(frame, len(rows), skipped)
+
+
 # --------------------------------------------------------------------------- features
 
 
@@ -903,4 +971,5 @@ __all__ = [
     "load_jobs", "records_from_frame", "vtrain_records", "mlperf_records", "build_job_records",
     "extrapolate", "leave_one_group_out", "parse_extrapolation", "forward_select", "stepwise_select", "SELECTIONS",
     "mape_pct", "rmse", "ranking_rows", "format_ranking", "JobPredictions", "predict_jobs", "read_csv",
+    "STORE_TARGET", "StoreJobs", "store_job_records",
 ]
