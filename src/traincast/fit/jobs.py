@@ -531,6 +531,8 @@ def stepwise_select(X: np.ndarray, y: np.ndarray, alpha_in: float = 0.05, alpha_
     A candidate that is a linear combination of the included columns (rank
     deficient design) is never added.
     """
+    import warnings
+
     import statsmodels.api as sm
 
     if not 0 < alpha_in < 1 or not 0 < alpha_out < 1:
@@ -545,7 +547,9 @@ def stepwise_select(X: np.ndarray, y: np.ndarray, alpha_in: float = 0.05, alpha_
 
     def fit(cols: list[int]):
         exog = np.column_stack([np.ones(n), Xs[:, cols]])
-        res = sm.WLS(y, exog, weights=w).fit()
+        with warnings.catch_warnings():  # a rank-deficient candidate warns; it is rejected below
+            warnings.simplefilter("ignore")
+            res = sm.WLS(y, exog, weights=w).fit()
         return res if res.model.rank == exog.shape[1] else None
 
     chosen: list[int] = []
