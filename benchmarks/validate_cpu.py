@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--batch-sizes", default="2,8,32")
     ap.add_argument("--cache", default="out/validate_cpu.json")
     ap.add_argument("--plot", default="out/validate_cpu.png")
-    ap.add_argument("--layer-samples", type=int, default=120, help="single-op samples for the per-class fit")
+    ap.add_argument("--layer-samples", type=int, default=160, help="single-op samples for the per-class fit")
     ap.add_argument("--no-layers", action="store_true", help="fit on whole-model steps only")
     args = ap.parse_args()
     bs = tuple(int(x) for x in args.batch_sizes.split(","))

@@ -74,6 +74,11 @@ def test_gemm_dims_and_fresh_output_bytes_by_hand():
     assert gemm_dims("bmm", ((12, 128, 64), (12, 64, 128))) == (128, 128, 64)
     assert gemm_dims("linear", ((8, 128, 768), (3072, 768))) == (1024, 3072, 768)
     assert gemm_dims("relu", ((8, 8),)) is None
+    # a 3x3 convolution 64 -> 128 channels on 2 x 56 x 56 outputs, forward and backward; depthwise: none
+    x, w, out = (2, 64, 58, 58), (128, 64, 3, 3), (2, 128, 56, 56)
+    assert gemm_dims("convolution", (x, w), (out,)) == (2 * 56 * 56, 128, 64 * 9)
+    assert gemm_dims("convolution_backward", (out, x, w)) == (2 * 56 * 56, 128, 64 * 9)
+    assert gemm_dims("convolution", ((2, 32, 56, 56), (32, 1, 3, 3)), ((2, 32, 56, 56),)) is None
     assert gemm_factor(16, 16) == 0.5 and gemm_factor(math.inf, 16) == 1.0 and gemm_factor(4, 0) == 1.0
     mib = 2**20
     # two outputs of 64 MiB and 1 MiB: only the large one is fresh; in-place ops allocate nothing

@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(5, "--steps", help="timed steps per (model, batch)"),
         threads: Optional[int] = typer.Option(None, "--threads"),
         budget: Optional[str] = typer.Option(None, "--budget", help="time for measuring, e.g. 10m; the rest is skipped"),
-        layer_samples: int = typer.Option(120, "--layer-samples", help="single-op campaign samples for the "
+        layer_samples: int = typer.Option(160, "--layer-samples", help="single-op campaign samples for the "
                                           "per-op-class fit (stored, resumable); 0: whole steps only"),
         name: str = typer.Option("local", "--name", help="profile name (`--profile NAME` uses it)"),
         out: Optional[Path] = typer.Option(None, "--out", help="write the profile here instead"),
@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(5, "--steps"),
         threads: Optional[int] = typer.Option(None, "--threads"),
         plot_path: Optional[Path] = typer.Option(Path("validation.png"), "--plot"),
-        layer_samples: int = typer.Option(120, "--layer-samples", help="single-op samples for the per-class fit"),
+        layer_samples: int = typer.Option(160, "--layer-samples", help="single-op samples for the per-class fit"),
         with_layer_sum: bool = typer.Option(False, "--layer-sum", help="also time every layer alone (CPU): "
                                             "the summed-layer ratio before and after the fitted correction"),
         as_json: bool = typer.Option(False, "--json"),

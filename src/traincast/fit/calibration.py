@@ -34,7 +34,7 @@ from traincast.predict.analytical import AnalyticalPredictor, efficiencies_for
 from traincast.workload.records import Workload
 
 PARAM_NAMES = ("eff_matmul", "eff_conv", "eff_conv_grouped", "eff_other", "mem_scale", "op_overhead_us",
-               "step_overhead_ms", "gemm_half_dim")
+               "step_overhead_ms", "gemm_half_dim", "conv_half_dim", "eff_pool", "eff_norm")
 _BOUNDS = {
     "eff_matmul": (0.02, 1.0),
     "eff_conv": (0.02, 1.0),
@@ -44,9 +44,12 @@ _BOUNDS = {
     "op_overhead_us": (0.0, 500.0),
     "step_overhead_ms": (0.0, 500.0),
     "gemm_half_dim": (0.0, 1024.0),
+    "conv_half_dim": (0.0, 1024.0),
+    "eff_pool": (0.0005, 1.0),
+    "eff_norm": (0.002, 1.0),
 }
 # fit in log space of the parameters; those that may be 0 get an offset
-_LOG_OFFSET = np.array([0, 0, 0, 0, 0, 1.0, 0.1, 1.0])
+_LOG_OFFSET = np.array([0, 0, 0, 0, 0, 1.0, 0.1, 1.0, 1.0, 0, 0])
 
 
 def profiles_dir() -> Path:
@@ -99,16 +102,20 @@ def local_device(device: str = "cpu", threads: int | None = None, bandwidth_gb_p
 
 
 # --- the model to fit -------------------------------------------------------------
-# which of the fitted compute efficiencies (theta[0:4]) an op's compute key uses
-_KIND_INDEX = {"matmul": 0, "conv": 1, "conv_grouped": 2}
+# the fitted compute efficiencies: an op's compute key -> its kind (0-5) -> its slot in theta
+_KIND_INDEX = {"matmul": 0, "conv": 1, "conv_grouped": 2, "pool": 4, "norm": 5}  # anything else: 3 ("other")
+_EFF_SLOTS = np.array([0, 1, 2, 3, 9, 10])
+DISTURBED_COV = 0.10  # robust CoV above which a timing counts as disturbed
 
 
 def _fused_attention_for(device: str) -> bool | None:
     """On CPUs PyTorch runs attention as its math decomposition, not a fused kernel."""
     return None if device.startswith("cuda") else False
 
-def _gemm_factor(dmin: np.ndarray, half: float) -> np.ndarray:
-    """Vectorised ``analytical.gemm_factor`` (dmin is inf for ops that are not GEMMs)."""
+def _gemm_factor(dmin: np.ndarray, kind: np.ndarray, th: np.ndarray) -> np.ndarray:
+    """Vectorised ``analytical.gemm_factor``: matmuls (kind 0) with th[7], dense
+    convolutions (kind 1) with th[8]; dmin is inf for ops that are not GEMMs."""
+    half = np.where(kind == 0, th[7], np.where(kind == 1, th[8], 0.0))
     inf = np.isinf(dmin)
     d = np.where(inf, 1.0, dmin)
     return np.where(inf, 1.0, d / (d + half))
@@ -146,7 +153,7 @@ class _Arrays:
         self.phase = np.array([o.phase for o in wl.ops])
 
     def op_times(self, th: np.ndarray) -> np.ndarray:
-        eff = th[:4][self.kind] * _gemm_factor(self.dmin, th[7])
+        eff = th[_EFF_SLOTS][self.kind] * _gemm_factor(self.dmin, self.kind, th)
         t = np.maximum(self.flops / (self.peak * eff), self.bytes / (self.bw * self.mem_eff * th[4]))
         return t + self.fresh_s + th[5] * 1e-6 * self.launches
 
@@ -165,12 +172,13 @@ def overrides_from(theta, dev: Device, fresh_alloc: dict | None = None) -> dict:
     return fa | {
         "compute": {"simt": {"matmul": th["eff_matmul"], "conv": th["eff_conv"],
                              "conv_grouped": th["eff_conv_grouped"], "attention": th["eff_other"],
-                             "other": th["eff_other"]}},
+                             "pool": th["eff_pool"], "norm": th["eff_norm"], "other": th["eff_other"]}},
         "memory": {k: v * th["mem_scale"] for k, v in base["memory"].items()},
         "op_overhead_us": th["op_overhead_us"],
         "kernel_floor_us": 0.0,
         "step_overhead_ms": th["step_overhead_ms"],
         "gemm_half_dim": th["gemm_half_dim"],
+        "conv_half_dim": th["conv_half_dim"],
     }
 
 
@@ -178,8 +186,10 @@ def prior_theta(dev: Device) -> np.ndarray:
     """The catalog's defaults for ``dev``'s generation, as a parameter vector."""
     p = efficiencies_for(dev)
     c = p["compute"]["simt"]
-    return np.array([c["matmul"], c["conv"], c.get("conv_grouped", c["conv"]), c.get("other", 0.5), 1.0,
-                     p["op_overhead_us"], p["step_overhead_ms"], p.get("gemm_half_dim", 0) or 0], dtype=float)
+    other = c.get("other", 0.5)
+    return np.array([c["matmul"], c["conv"], c.get("conv_grouped", c["conv"]), other, 1.0,
+                     p["op_overhead_us"], p["step_overhead_ms"], p.get("gemm_half_dim", 0) or 0,
+                     p.get("conv_half_dim", 0) or 0, c.get("pool", other), c.get("norm", other)], dtype=float)
 
 
 class _LayerArrays:
@@ -207,32 +217,37 @@ class _LayerArrays:
         dmin, fresh = [], []
         for r in keep:
             ins = json.loads(r["input_shapes_json"]) if r.get("input_shapes_json") else None
-            d = gemm_dims(r.get("op", ""), ins) if ins and r["op_class"] == "matmul" else None
-            dmin.append(float(min(d)) if d else np.inf)
             out = json.loads(r["output_shape_json"]) if r.get("output_shape_json") else None
+            d = gemm_dims(r.get("op", ""), ins, [out]) if ins and r["op_class"] in ("matmul", "conv") else None
+            dmin.append(float(min(d)) if d else np.inf)
             fb = fresh_output_bytes(r.get("op", ""), [out], float(r["bytes_written"] or 0), fa_min) if out else 0.0
             fresh.append(fb / fa_rate if fa_rate else 0.0)
         self.dmin, self.fresh_s = np.array(dmin), np.array(fresh)
-        self.y = np.log(np.array([float(r["median_ms"]) / 1e3 for r in keep]))
+        # a sample whose repeats spread widely was disturbed by other work on the cores:
+        # its fastest repeat is nearer the op's own time than its median
+        self.y = np.log(np.array([float(r["min_ms"] if (r.get("cov") or 0) > DISTURBED_COV and r.get("min_ms")
+                                        else r["median_ms"]) / 1e3 for r in keep]))
         self.peak = dev.peak_flops_per_s("fp32")
         self.bw = dev.memory_bandwidth_bytes_per_s
 
     def resid(self, th: np.ndarray) -> np.ndarray:
-        eff = th[:4][self.kind] * _gemm_factor(self.dmin, th[7])
+        eff = th[_EFF_SLOTS][self.kind] * _gemm_factor(self.dmin, self.kind, th)
         t = np.maximum(self.flops / (self.peak * eff), self.bytes / (self.bw * self.mem_eff * th[4]))
         return np.log(t + self.fresh_s + th[5] * 1e-6) - self.y
 
 
-def run_layer_campaign(n_samples: int = 120, *, device: str = "cpu", threads: int | None = None,
-                       store=None, size: str = "medium", ops: tuple[str, ...] = ("linear", "matmul", "bmm", "conv2d", "layernorm",
-                                                           "softmax", "relu", "add")) -> list[dict]:
+CAMPAIGN_OPS = ("linear", "matmul", "bmm", "conv2d", "layernorm", "batchnorm", "maxpool", "softmax", "relu", "add")
+
+
+def run_layer_campaign(n_samples: int = 160, *, device: str = "cpu", threads: int | None = None,
+                       store=None, size: str = "medium", ops: tuple[str, ...] = CAMPAIGN_OPS) -> list[dict]:
     """Forward samples of a small single-op campaign, stored (resumable) and returned."""
     from traincast.measure.layers import CampaignConfig, load_samples, run_campaign
     from traincast.store import Store
 
     st = store or Store()
     cfg = CampaignConfig(ops=ops, n_samples=n_samples, phase="forward", device=device, size=size,
-                         threads=threads, campaign_id=f"calibrate-{device}-{size}-{n_samples}")
+                         threads=threads, campaign_id=f"calibrate-{device}-{size}-{n_samples}-{len(ops)}ops")
     run_campaign(st.conn, cfg)
     return load_samples(st.conn, cfg.resolved_id())
 
@@ -289,8 +304,9 @@ def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Devi
         return np.asarray(r)
 
     best = None
-    for start in ([0.5, 0.3, 0.05, 0.3, 0.5, 20.0, 1.0, 16.0], [0.2, 0.6, 0.02, 0.1, 1.0, 5.0, 5.0, 4.0],
-                  [0.8, 0.8, 0.2, 0.5, 0.3, 50.0, 0.5, 64.0]):
+    for start in ([0.5, 0.3, 0.05, 0.3, 0.5, 20.0, 1.0, 16.0, 16.0, 0.05, 0.1],
+                  [0.2, 0.6, 0.02, 0.1, 1.0, 5.0, 5.0, 4.0, 4.0, 0.005, 0.03],
+                  [0.8, 0.8, 0.2, 0.5, 0.3, 50.0, 0.5, 64.0, 64.0, 0.3, 0.3]):
         z0 = np.log(np.asarray(start) + off)
         r = least_squares(resid, z0, bounds=(np.log(lo + off), np.log(hi + off)), method="trf")
         if best is None or r.cost < best.cost:
@@ -369,7 +385,7 @@ class Measured:
 
 def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threads=None, seq_len=None,
                   progress=None, budget_s: float | None = None, retries: int = 2,
-                  max_cov: float = 0.10) -> list[Measured]:
+                  max_cov: float = DISTURBED_COV) -> list[Measured]:
     """Time each (model, batch); with ``budget_s``, stop starting new ones once it is spent.
 
     A measurement whose steps spread more than ``max_cov`` (robust CoV) was

@@ -4,11 +4,12 @@ Per op: ``max(FLOPs / (peak(dtype) x compute efficiency(class) x g),
 bytes / (bandwidth x memory efficiency(class)), kernel floor) + fresh-page cost
 + op overhead``; a fixed cost per step.
 
-``g = d / (d + gemm_half_dim)`` with ``d`` the smallest of a GEMM's M, N, K:
-skinny matmuls (a fully connected layer at batch 4, a 128-wide transformer)
-keep the vector units or tensor cores busy for a small share of the time;
-``gemm_half_dim`` is the size at which a GEMM reaches half its class's
-efficiency (0 turns the term off).
+``g = d / (d + half)`` with ``d`` the smallest of a GEMM's M, N, K: skinny
+matmuls (a fully connected layer at batch 4, a 128-wide transformer) and
+convolutions with few channels or few output pixels keep the vector units or
+tensor cores busy for a small share of the time; ``gemm_half_dim`` (matmuls)
+and ``conv_half_dim`` (dense convolutions seen as im2col GEMMs) are the sizes
+at which they reach half their class's efficiency (0 turns the term off).
 
 The fresh-page cost: an output tensor of at least ``fresh_alloc.min_bytes`` is
 written to memory the allocator has just taken from the operating system (on
@@ -59,10 +60,21 @@ def compute_key(op) -> str:
     return op.op_class
 
 
-def gemm_dims(aten: str, shapes) -> tuple[int, int, int] | None:
-    """(M, N, K) of a matmul-class op from its input shapes (per batch entry for
-    batched ones); ``linear`` and ``matmul`` name layer-campaign samples."""
+def gemm_dims(aten: str, shapes, out_shapes=None) -> tuple[int, int, int] | None:
+    """(M, N, K) of the GEMM a matmul or a dense convolution is (per batch entry
+    for batched matmuls; a convolution as im2col: M = batch x output pixels,
+    N = output channels, K = input channels x kernel area). ``linear``,
+    ``matmul`` and ``conv2d`` name layer-campaign samples. None for other ops
+    and for grouped convolutions (their own efficiency class)."""
     try:
+        if aten in ("convolution", "conv2d", "convolution_backward"):
+            if aten == "convolution_backward":  # (grad_out, input, weight)
+                out, x, w = shapes[0], shapes[1], shapes[2]
+            else:
+                x, w, out = shapes[0], shapes[1], (out_shapes or [None])[0]
+            if out is None or x[1] != w[1]:  # grouped: input channels != weight's channels per group
+                return None
+            return int(out[0] * math.prod(out[2:])), int(w[0]), int(w[1] * math.prod(w[2:]))
         if aten in ("addmm", "baddbmm"):
             a, b = shapes[1], shapes[2]
         elif aten in ("mm", "bmm", "_scaled_mm", "matmul"):
@@ -81,10 +93,10 @@ def gemm_dims(aten: str, shapes) -> tuple[int, int, int] | None:
 
 
 def gemm_min_dim(op) -> float:
-    """The smallest GEMM dimension of a matmul-class op (inf for other ops)."""
-    if op.op_class != "matmul":
+    """The smallest GEMM dimension of a matmul or dense convolution (inf for other ops)."""
+    if op.op_class not in ("matmul", "conv"):
         return math.inf
-    d = gemm_dims(op.aten, op.input_shapes)
+    d = gemm_dims(op.aten, op.input_shapes, op.output_shapes)
     return float(min(d)) if d else math.inf
 
 
@@ -152,7 +164,7 @@ class AnalyticalPredictor:
         floor_s = p["kernel_floor_us"] * 1e-6
         over_s = p["op_overhead_us"] * 1e-6
         chunk = max(1, int(p.get("foreach_chunk", 64)))
-        half = float(p.get("gemm_half_dim", 0) or 0)
+        halves = {"matmul": float(p.get("gemm_half_dim", 0) or 0), "conv": float(p.get("conv_half_dim", 0) or 0)}
         fa = p.get("fresh_alloc") or {}
         fa_min = float(fa.get("min_bytes", 0) or 0)
         fa_rate = float(fa.get("gb_per_s", 0) or 0) * 1e9
@@ -171,7 +183,7 @@ class AnalyticalPredictor:
                 eff_m = mem.get(op.op_class, mem["default"])
                 cache[key] = (peak, bw * eff_m)
             peak, eff_bw = cache[key]
-            t_c = op.flops / (peak * gemm_factor(gemm_min_dim(op), half)) if op.flops else 0.0
+            t_c = op.flops / (peak * gemm_factor(gemm_min_dim(op), halves.get(op.op_class, 0.0))) if op.flops else 0.0
             t_m = op.bytes_total / eff_bw
             launches = math.ceil(op.n_tensors / chunk) if op.n_tensors > 1 else 1
             t_floor = floor_s * launches
