@@ -22,7 +22,7 @@ from traincast.workload import trace
 def test_fit_recovers_parameters_from_steps_it_generated():
     dev = local_device("cpu", threads=2)
     wls = [trace(m, batch_size=b) for m in ("resnet18", "mobilenet_v2", "alexnet") for b in (2, 8)]
-    true = np.array([0.55, 0.35, 0.03, 0.2, 0.6, 12.0, 3.0, 16.0, 8.0, 0.02, 0.1])
+    true = np.array([0.55, 0.35, 0.03, 0.2, 0.6, 12.0, 3.0, 16.0, 8.0, 0.02, 0.1, 1.0, 0.05])
     y = [_Arrays(w, dev).predict_s(true) for w in wls]
     ph = [_Arrays(w, dev).phases_s(true) for w in wls]
     th, rms = fit_parameters(wls, y, dev, ph, prior_weight=0.0)
@@ -110,7 +110,7 @@ def test_layer_samples_identify_a_class_the_models_cannot():
 
     dev = local_device("cpu", threads=2)
     wls = [trace(m, batch_size=b) for m in ("resnet18", "mobilenet_v2") for b in (2, 8)]
-    true = np.array([0.25, 0.5, 0.05, 0.3, 0.8, 10.0, 1.0, 8.0, 8.0, 0.02, 0.1])
+    true = np.array([0.25, 0.5, 0.05, 0.3, 0.8, 10.0, 1.0, 8.0, 8.0, 0.02, 0.1, 1.0, 0.05])
     y = [_Arrays(w, dev).predict_s(true) for w in wls]
     peak, bw = dev.peak_flops_per_s("fp32"), dev.memory_bandwidth_bytes_per_s
     samples = []

@@ -86,6 +86,8 @@ def test_gemm_dims_and_fresh_output_bytes_by_hand():
     assert fresh_output_bytes("convolution_backward", shapes, 65 * mib, 32 * mib) == 64 * mib
     assert fresh_output_bytes("relu_", ((64 * mib,),), 256 * mib, 32 * mib) == 0
     assert fresh_output_bytes("mm", ((8 * mib,),), 32 * mib, 0) == 0
+    # a foreach op over 6 tensors of 64 MiB keeps 4 shapes: they are sized by dtype, not by the total
+    assert fresh_output_bytes("_foreach_sqrt", ((16 * mib,),) * 4, 6 * 64 * mib, 32 * mib, "fp32") == 4 * 64 * mib
 
 
 def test_skinny_gemms_and_fresh_pages_cost_more_on_cpu():

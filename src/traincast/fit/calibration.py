@@ -34,7 +34,8 @@ from traincast.predict.analytical import AnalyticalPredictor, efficiencies_for
 from traincast.workload.records import Workload
 
 PARAM_NAMES = ("eff_matmul", "eff_conv", "eff_conv_grouped", "eff_other", "mem_scale", "op_overhead_us",
-               "step_overhead_ms", "gemm_half_dim", "conv_half_dim", "eff_pool", "eff_norm")
+               "step_overhead_ms", "gemm_half_dim", "conv_half_dim", "eff_pool", "eff_norm", "dram_factor",
+               "eff_reduction")
 _BOUNDS = {
     "eff_matmul": (0.02, 1.0),
     "eff_conv": (0.02, 1.0),
@@ -47,9 +48,11 @@ _BOUNDS = {
     "conv_half_dim": (0.0, 1024.0),
     "eff_pool": (0.0005, 1.0),
     "eff_norm": (0.002, 1.0),
+    "dram_factor": (0.1, 2.0),
+    "eff_reduction": (0.002, 1.0),
 }
 # fit in log space of the parameters; those that may be 0 get an offset
-_LOG_OFFSET = np.array([0, 0, 0, 0, 0, 1.0, 0.1, 1.0, 1.0, 0, 0])
+_LOG_OFFSET = np.array([0, 0, 0, 0, 0, 1.0, 0.1, 1.0, 1.0, 0, 0, 0, 0])
 
 
 def profiles_dir() -> Path:
@@ -101,10 +104,23 @@ def local_device(device: str = "cpu", threads: int | None = None, bandwidth_gb_p
     )
 
 
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache of cpu0 (sysfs), 0 when unknown: working sets above it stream from DRAM."""
+    best = 0
+    for d in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            txt = (d / "size").read_text().strip().upper()
+            mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(txt[-1:], 1)
+            best = max(best, int(txt.rstrip("KMG")) * mult)
+        except (OSError, ValueError):
+            continue
+    return best
+
+
 # --- the model to fit -------------------------------------------------------------
 # the fitted compute efficiencies: an op's compute key -> its kind (0-5) -> its slot in theta
-_KIND_INDEX = {"matmul": 0, "conv": 1, "conv_grouped": 2, "pool": 4, "norm": 5}  # anything else: 3 ("other")
-_EFF_SLOTS = np.array([0, 1, 2, 3, 9, 10])
+_KIND_INDEX = {"matmul": 0, "conv": 1, "conv_grouped": 2, "pool": 4, "norm": 5, "reduction": 6}  # else 3 ("other")
+_EFF_SLOTS = np.array([0, 1, 2, 3, 9, 10, 12])
 DISTURBED_COV = 0.10  # robust CoV above which a timing counts as disturbed
 
 
@@ -121,22 +137,26 @@ def _gemm_factor(dmin: np.ndarray, kind: np.ndarray, th: np.ndarray) -> np.ndarr
     return np.where(inf, 1.0, d / (d + half))
 
 
-def _fresh_rate(fresh_alloc: dict | None) -> tuple[float, float]:
-    fa = fresh_alloc or {}
-    return float(fa.get("min_bytes", 0) or 0), float(fa.get("gb_per_s", 0) or 0) * 1e9
+def _measured_terms(fixed: dict | None, base: dict) -> tuple[float, float, float]:
+    """(fresh-page threshold bytes, page-in rate B/s, last-level cache bytes): measured on the
+    device (``fixed``: ``fresh_alloc`` and ``cache_bytes``), else the efficiency table's."""
+    fixed = fixed or {}
+    fa = fixed.get("fresh_alloc", base.get("fresh_alloc")) or {}
+    cache = fixed.get("cache_bytes", (base.get("cache") or {}).get("bytes", 0)) or 0
+    return float(fa.get("min_bytes", 0) or 0), float(fa.get("gb_per_s", 0) or 0) * 1e9, float(cache)
 
 
 class _Arrays:
     """One workload as arrays, for fast repeated prediction (the analytical
     predictor's per-op formula, with the fitted parameters as a vector)."""
 
-    def __init__(self, wl: Workload, dev: Device, fresh_alloc: dict | None = None):
+    def __init__(self, wl: Workload, dev: Device, fixed: dict | None = None):
         from traincast.predict.analytical import fresh_output_bytes, gemm_min_dim
 
         base = efficiencies_for(dev)
-        fa_min, fa_rate = _fresh_rate(fresh_alloc if fresh_alloc is not None else base.get("fresh_alloc"))
+        fa_min, fa_rate, cache = _measured_terms(fixed, base)
         self.dmin = np.array([gemm_min_dim(o) for o in wl.ops], dtype=float)
-        self.fresh_s = np.array([fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, fa_min) / fa_rate
+        self.fresh_s = np.array([fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, fa_min, o.dtype) / fa_rate
                                  if fa_rate else 0.0 for o in wl.ops])
         self.flops = np.array([o.flops for o in wl.ops], dtype=float)
         self.bytes = np.array([o.bytes_total for o in wl.ops], dtype=float)
@@ -150,11 +170,13 @@ class _Arrays:
         self.launches = np.array([math.ceil(o.n_tensors / chunk) if o.n_tensors > 1 else 1 for o in wl.ops], dtype=float)
         self.peak = dev.peak_flops_per_s("fp32")
         self.bw = dev.memory_bandwidth_bytes_per_s
+        self.big = (self.bytes > cache) if cache else np.zeros(len(self.bytes), dtype=bool)
         self.phase = np.array([o.phase for o in wl.ops])
 
     def op_times(self, th: np.ndarray) -> np.ndarray:
         eff = th[_EFF_SLOTS][self.kind] * _gemm_factor(self.dmin, self.kind, th)
-        t = np.maximum(self.flops / (self.peak * eff), self.bytes / (self.bw * self.mem_eff * th[4]))
+        bw = self.bw * self.mem_eff * th[4] * np.where(self.big, th[11], 1.0)
+        t = np.maximum(self.flops / (self.peak * eff), self.bytes / bw)
         return t + self.fresh_s + th[5] * 1e-6 * self.launches
 
     def predict_s(self, th: np.ndarray) -> float:
@@ -165,14 +187,19 @@ class _Arrays:
         return {p: float(t[self.phase == p].sum()) for p in ("forward", "backward", "optimizer")}
 
 
-def overrides_from(theta, dev: Device, fresh_alloc: dict | None = None) -> dict:
+def overrides_from(theta, dev: Device, fixed: dict | None = None) -> dict:
     th = dict(zip(PARAM_NAMES, (float(x) for x in theta)))
     base = efficiencies_for(dev)
-    fa = {"fresh_alloc": fresh_alloc} if fresh_alloc is not None else {}
-    return fa | {
+    fixed = fixed or {}
+    extra = {"fresh_alloc": fixed["fresh_alloc"]} if "fresh_alloc" in fixed else {}
+    cache = fixed.get("cache_bytes", (base.get("cache") or {}).get("bytes", 0))
+    if cache:
+        extra["cache"] = {"bytes": int(cache), "dram_factor": th["dram_factor"]}
+    return extra | {
         "compute": {"simt": {"matmul": th["eff_matmul"], "conv": th["eff_conv"],
                              "conv_grouped": th["eff_conv_grouped"], "attention": th["eff_other"],
-                             "pool": th["eff_pool"], "norm": th["eff_norm"], "other": th["eff_other"]}},
+                             "pool": th["eff_pool"], "norm": th["eff_norm"], "reduction": th["eff_reduction"],
+                             "other": th["eff_other"]}},
         "memory": {k: v * th["mem_scale"] for k, v in base["memory"].items()},
         "op_overhead_us": th["op_overhead_us"],
         "kernel_floor_us": 0.0,
@@ -189,19 +216,20 @@ def prior_theta(dev: Device) -> np.ndarray:
     other = c.get("other", 0.5)
     return np.array([c["matmul"], c["conv"], c.get("conv_grouped", c["conv"]), other, 1.0,
                      p["op_overhead_us"], p["step_overhead_ms"], p.get("gemm_half_dim", 0) or 0,
-                     p.get("conv_half_dim", 0) or 0, c.get("pool", other), c.get("norm", other)], dtype=float)
+                     p.get("conv_half_dim", 0) or 0, c.get("pool", other), c.get("norm", other),
+                     (p.get("cache") or {}).get("dram_factor", 1.0), c.get("reduction", other)], dtype=float)
 
 
 class _LayerArrays:
     """Forward single-op samples of a layer campaign (``measure_layer_samples`` rows)."""
 
-    def __init__(self, samples: list[dict], dev: Device, fresh_alloc: dict | None = None):
+    def __init__(self, samples: list[dict], dev: Device, fixed: dict | None = None):
         import json
 
         from traincast.predict.analytical import fresh_output_bytes, gemm_dims
 
         base = efficiencies_for(dev)
-        fa_min, fa_rate = _fresh_rate(fresh_alloc if fresh_alloc is not None else base.get("fresh_alloc"))
+        fa_min, fa_rate, cache = _measured_terms(fixed, base)
         keep = [r for r in samples if r.get("phase") == "forward" and r.get("median_ms") and r.get("flops") is not None]
         self.n = len(keep)
         self.flops = np.array([float(r["flops"] or 0) for r in keep])
@@ -220,7 +248,8 @@ class _LayerArrays:
             out = json.loads(r["output_shape_json"]) if r.get("output_shape_json") else None
             d = gemm_dims(r.get("op", ""), ins, [out]) if ins and r["op_class"] in ("matmul", "conv") else None
             dmin.append(float(min(d)) if d else np.inf)
-            fb = fresh_output_bytes(r.get("op", ""), [out], float(r["bytes_written"] or 0), fa_min) if out else 0.0
+            fb = fresh_output_bytes(r.get("op", ""), [out], float(r["bytes_written"] or 0), fa_min,
+                                    r.get("dtype") or "") if out else 0.0
             fresh.append(fb / fa_rate if fa_rate else 0.0)
         self.dmin, self.fresh_s = np.array(dmin), np.array(fresh)
         # a sample whose repeats spread widely was disturbed by other work on the cores:
@@ -229,10 +258,12 @@ class _LayerArrays:
                                         else r["median_ms"]) / 1e3 for r in keep]))
         self.peak = dev.peak_flops_per_s("fp32")
         self.bw = dev.memory_bandwidth_bytes_per_s
+        self.big = (self.bytes > cache) if cache else np.zeros(len(self.bytes), dtype=bool)
 
     def resid(self, th: np.ndarray) -> np.ndarray:
         eff = th[_EFF_SLOTS][self.kind] * _gemm_factor(self.dmin, self.kind, th)
-        t = np.maximum(self.flops / (self.peak * eff), self.bytes / (self.bw * self.mem_eff * th[4]))
+        bw = self.bw * self.mem_eff * th[4] * np.where(self.big, th[11], 1.0)
+        t = np.maximum(self.flops / (self.peak * eff), self.bytes / bw)
         return np.log(t + self.fresh_s + th[5] * 1e-6) - self.y
 
 
@@ -255,7 +286,7 @@ def run_layer_campaign(n_samples: int = 160, *, device: str = "cpu", threads: in
 def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Device,
                    phases: list[dict] | None = None, phase_weight: float = 0.5,
                    prior_weight: float = 0.1, layer_samples: list[dict] | None = None,
-                   layer_weight: float = 1.0, fresh_alloc: dict | None = None) -> tuple[np.ndarray, float]:
+                   layer_weight: float = 1.0, fixed: dict | None = None) -> tuple[np.ndarray, float]:
     """Least squares on log step time (and, where the profiler gave them, on log
     forward and backward shares of it); returns (theta, rms log error of steps).
 
@@ -271,7 +302,7 @@ def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Devi
 
     if len(workloads) < 2:
         raise ConfigError("calibration needs at least 2 measured (model, batch) steps")
-    arrs = [_Arrays(w, dev, fresh_alloc) for w in workloads]
+    arrs = [_Arrays(w, dev, fixed) for w in workloads]
     y = np.log(np.asarray(measured_s))
     # measured phase shares (profiler times carry profiler overhead: use them as fractions)
     share = []
@@ -286,7 +317,7 @@ def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Devi
         return np.clip(np.exp(z) - off, lo, hi)
 
     prior = np.log(np.clip(prior_theta(dev), lo, hi) + off)
-    layers = _LayerArrays(layer_samples, dev, fresh_alloc) if layer_samples else None
+    layers = _LayerArrays(layer_samples, dev, fixed) if layer_samples else None
     lw = layer_weight / np.sqrt(layers.n) if layers is not None and layers.n else 0.0
 
     def resid(z, with_phases=True):
@@ -304,9 +335,9 @@ def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Devi
         return np.asarray(r)
 
     best = None
-    for start in ([0.5, 0.3, 0.05, 0.3, 0.5, 20.0, 1.0, 16.0, 16.0, 0.05, 0.1],
-                  [0.2, 0.6, 0.02, 0.1, 1.0, 5.0, 5.0, 4.0, 4.0, 0.005, 0.03],
-                  [0.8, 0.8, 0.2, 0.5, 0.3, 50.0, 0.5, 64.0, 64.0, 0.3, 0.3]):
+    for start in ([0.5, 0.3, 0.05, 0.3, 0.5, 20.0, 1.0, 16.0, 16.0, 0.05, 0.1, 1.0, 0.1],
+                  [0.2, 0.6, 0.02, 0.1, 1.0, 5.0, 5.0, 4.0, 4.0, 0.005, 0.03, 0.5, 0.02],
+                  [0.8, 0.8, 0.2, 0.5, 0.3, 50.0, 0.5, 64.0, 64.0, 0.3, 0.3, 1.5, 0.4]):
         z0 = np.log(np.asarray(start) + off)
         r = least_squares(resid, z0, bounds=(np.log(lo + off), np.log(hi + off)), method="trf")
         if best is None or r.cost < best.cost:
@@ -428,7 +459,7 @@ def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 1
     from traincast.measure.fingerprint import fingerprint
     from traincast.workload import trace
 
-    fresh = None
+    fixed = None
     if device.startswith("cuda"):
         dev = local_device(device, threads)
     else:
@@ -438,15 +469,16 @@ def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 1
             bandwidth = measure_bandwidth(device, threads=threads)
         dev = local_device(device, threads, bandwidth_gb_per_s=bandwidth.stream_gb_per_s)
         rate = bandwidth.page_in_gb_per_s
-        fresh = dict(efficiencies_for(dev).get("fresh_alloc") or {"min_bytes": 32 * 2**20})
-        fresh["gb_per_s"] = round(rate, 3) if math.isfinite(rate) else 0.0
+        fa = dict(efficiencies_for(dev).get("fresh_alloc") or {"min_bytes": 32 * 2**20})
+        fa["gb_per_s"] = round(rate, 3) if math.isfinite(rate) else 0.0
+        fixed = {"fresh_alloc": fa, "cache_bytes": last_level_cache_bytes()}
     meas = measured or measure_steps(models, batch_sizes, device=device, steps=steps, warmup=warmup,
                                      threads=threads, progress=progress)
     fused = _fused_attention_for(device)
     wls = [trace(m.model, batch_size=m.batch_size, fused_attention=fused) for m in meas]
     theta, rms = fit_parameters(wls, [m.measured_s for m in meas], dev, [m.phases_s for m in meas],
-                                layer_samples=layer_samples, fresh_alloc=fresh)
-    ov = overrides_from(theta, dev, fresh)
+                                layer_samples=layer_samples, fixed=fixed)
+    ov = overrides_from(theta, dev, fixed)
     pred = AnalyticalPredictor(overrides=ov)
     rows = []
     for m, w in zip(meas, wls):

@@ -15,7 +15,11 @@ The fresh-page cost: an output tensor of at least ``fresh_alloc.min_bytes`` is
 written to memory the allocator has just taken from the operating system (on
 CPUs glibc maps and unmaps allocations above 32 MiB every time, so every write
 to them faults pages in), at ``fresh_alloc.gb_per_s``. GPUs' caching allocators
-reuse memory, so their table has no such term. Compute and memory are a roofline (the larger wins), not
+reuse memory, so their table has no such term.
+
+``cache: {bytes, dram_factor}``: an op whose tensors add up to more than the
+last-level cache streams from DRAM, at ``dram_factor`` times the bandwidth of
+ops that stay in cache (a calibrated CPU profile fits it; off by default). Compute and memory are a roofline (the larger wins), not
 PALEO's sum. Efficiencies come per device generation from the catalog's
 ``efficiency.yaml`` and can be overridden by a calibrated device profile.
 
@@ -100,7 +104,11 @@ def gemm_min_dim(op) -> float:
     return float(min(d)) if d else math.inf
 
 
-def fresh_output_bytes(aten: str, output_shapes, bytes_written: float, min_bytes: float) -> float:
+_ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
+             "uint8": 1, "bool": 1}
+
+
+def fresh_output_bytes(aten: str, output_shapes, bytes_written: float, min_bytes: float, dtype: str = "") -> float:
     """Bytes an op writes into output tensors of at least ``min_bytes`` (0 for in-place ops)."""
     if not min_bytes or aten.endswith("_") or not output_shapes:
         return 0.0
@@ -108,8 +116,10 @@ def fresh_output_bytes(aten: str, output_shapes, bytes_written: float, min_bytes
     total = sum(numels)
     if total <= 0:
         return 0.0
-    per_elem = bytes_written / total
-    return float(sum(n * per_elem for n in numels if n * per_elem >= min_bytes))
+    # records keep the first 4 output shapes: size them by dtype, never above what the op writes
+    per_elem = _ITEMSIZE.get(dtype, bytes_written / total)
+    fresh = sum(n * per_elem for n in numels if n * per_elem >= min_bytes)
+    return float(min(fresh, bytes_written))
 
 
 def gemm_factor(d: float, half: float) -> float:
@@ -168,6 +178,8 @@ class AnalyticalPredictor:
         fa = p.get("fresh_alloc") or {}
         fa_min = float(fa.get("min_bytes", 0) or 0)
         fa_rate = float(fa.get("gb_per_s", 0) or 0) * 1e9
+        cache = p.get("cache") or {}
+        cache_bytes, dram_factor = float(cache.get("bytes", 0) or 0), float(cache.get("dram_factor", 1.0))
         mem = p["memory"]
         times: list[float] = []
         bound: list[str] = []
@@ -184,11 +196,11 @@ class AnalyticalPredictor:
                 cache[key] = (peak, bw * eff_m)
             peak, eff_bw = cache[key]
             t_c = op.flops / (peak * gemm_factor(gemm_min_dim(op), halves.get(op.op_class, 0.0))) if op.flops else 0.0
-            t_m = op.bytes_total / eff_bw
+            t_m = op.bytes_total / (eff_bw * dram_factor if cache_bytes and op.bytes_total > cache_bytes else eff_bw)
             launches = math.ceil(op.n_tensors / chunk) if op.n_tensors > 1 else 1
             t_floor = floor_s * launches
             t = max(t_c, t_m, t_floor)
             bound.append("compute" if t == t_c and t_c > 0 else "memory" if t == t_m else "latency")
-            t_fresh = fresh_output_bytes(op.aten, op.output_shapes, op.bytes_written, fa_min) / fa_rate if fa_rate else 0.0
+            t_fresh = fresh_output_bytes(op.aten, op.output_shapes, op.bytes_written, fa_min, op.dtype) / fa_rate if fa_rate else 0.0
             times.append(t + t_fresh + over_s * launches)
         return OpTimes(self.name, tuple(times), tuple(bound), p["step_overhead_ms"] * 1e-3)

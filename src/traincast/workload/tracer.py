@@ -119,6 +119,9 @@ class _OpRecorder(TorchDispatchMode):
         if gathered is not None:
             read = min(read, gathered)
         written = sum(_nbytes(t) for t in outs)
+        if not outs and name.startswith("_foreach_") and name.endswith("_") and args:
+            # an in-place foreach op returns nothing but rewrites its first list
+            written = sum(_nbytes(t) for t in _tensors(args[0]))
         flops, known = costs.flops_of(func, args, kwargs, out)
         if not known:
             self.unregistered[name] += 1
