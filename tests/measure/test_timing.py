@@ -167,3 +167,20 @@ def test_bad_policy_and_missing_device(monkeypatch):
     with pytest.raises(ConfigError, match="no CUDA GPU"):
         check_device("cuda")
     assert check_device("CPU") == "cpu"
+
+
+def test_memory_bandwidth_measures_three_rates():
+    """STREAM add, warm fill and fresh fill of 48 MiB tensors: positive rates; the page-in rate is
+    the extra cost of fresh memory (inf when there is none) and consistent with the two fills."""
+    import math
+
+    from traincast.measure.memory import Bandwidth, measure_bandwidth
+
+    b = measure_bandwidth("cpu", threads=1, size_mb=48)
+    assert b.stream_gb_per_s > 0.1 and b.fill_gb_per_s > 0.1 and b.fresh_gb_per_s > 0.1
+    extra = 1 / b.fresh_gb_per_s - 1 / b.fill_gb_per_s
+    assert (b.page_in_gb_per_s == math.inf) == (extra <= 1e-12)
+    if extra > 1e-12:
+        assert b.page_in_gb_per_s == pytest.approx(1 / extra)
+    assert Bandwidth(10.0, 2.0, 8.0, 128, 0.0).page_in_gb_per_s == pytest.approx(1 / (1 / 2 - 1 / 8))
+    assert Bandwidth(10.0, 8.0, 8.0, 128, 0.0).page_in_gb_per_s == math.inf
