@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
         models: str = typer.Option("resnet18,vgg11,mobilenet_v2", "--models"),
         batch_sizes: str = typer.Option("2,8,16", "--batch-sizes"),
-        steps: int = typer.Option(5, "--steps", help="timed steps per (model, batch)"),
+        steps: int = typer.Option(7, "--steps", help="timed steps per (model, batch)"),
         threads: Optional[int] = typer.Option(None, "--threads"),
         budget: Optional[str] = typer.Option(None, "--budget", help="time for measuring, e.g. 10m; the rest is skipped"),
         layer_samples: int = typer.Option(160, "--layer-samples", help="single-op campaign samples for the "
@@ -83,6 +83,10 @@ def register(app: typer.Typer) -> None:
                  f"{(r['predicted_s'] - r['measured_s']) / r['measured_s'] * 100:+.1f}%"] for r in prof.fit["steps"]]
         console.print(table(f"calibration on {prof.device['name']}", ["model", "batch", "measured", "fitted", "error"], rows))
         console.print("parameters: " + ", ".join(f"{k}={v:.3g}" for k, v in prof.fit["parameters"].items()))
+        bw = prof.fit.get("bandwidth")
+        if bw:
+            console.print(f"memory (measured): STREAM {bw['stream_gb_per_s']:.1f} GB/s, writing fresh pages "
+                          f"{bw['fresh_gb_per_s']:.2f} GB/s vs {bw['fill_gb_per_s']:.1f} GB/s mapped")
         console.print(f"profile saved: {path}  (use: traincast predict MODEL --device local ...)")
 
     @app.command()
@@ -92,7 +96,7 @@ def register(app: typer.Typer) -> None:
         models: str = typer.Option("resnet50,densenet121,googlenet,alexnet,bert-tiny", "--models",
                                    help="held-out models"),
         batch_sizes: str = typer.Option("2,8,16", "--batch-sizes"),
-        steps: int = typer.Option(5, "--steps"),
+        steps: int = typer.Option(7, "--steps"),
         threads: Optional[int] = typer.Option(None, "--threads"),
         plot_path: Optional[Path] = typer.Option(Path("validation.png"), "--plot"),
         layer_samples: int = typer.Option(160, "--layer-samples", help="single-op samples for the per-class fit"),
