@@ -30,7 +30,14 @@ import yaml
 
 from traincast.errors import ConfigError, DataError
 from traincast.hardware.records import GIB, Device, Link
-from traincast.predict.analytical import AnalyticalPredictor, efficiencies_for
+from traincast.predict.analytical import (
+    AnalyticalPredictor,
+    efficiencies_for,
+    gemm_factors,
+    launches_of,
+    measured_terms,
+    roofline_s,
+)
 from traincast.workload.records import Workload
 
 PARAM_NAMES = ("eff_matmul", "eff_conv", "eff_conv_grouped", "eff_other", "mem_scale", "op_overhead_us",
@@ -128,22 +135,22 @@ def _fused_attention_for(device: str) -> bool | None:
     """On CPUs PyTorch runs attention as its math decomposition, not a fused kernel."""
     return None if device.startswith("cuda") else False
 
-def _gemm_factor(dmin: np.ndarray, kind: np.ndarray, th: np.ndarray) -> np.ndarray:
-    """Vectorised ``analytical.gemm_factor``: matmuls (kind 0) with th[7], dense
-    convolutions (kind 1) with th[8]; dmin is inf for ops that are not GEMMs."""
-    half = np.where(kind == 0, th[7], np.where(kind == 1, th[8], 0.0))
-    inf = np.isinf(dmin)
-    d = np.where(inf, 1.0, dmin)
-    return np.where(inf, 1.0, d / (d + half))
+def _halves(kind: np.ndarray, th: np.ndarray) -> np.ndarray:
+    """Each op's GEMM half-efficiency size: matmuls (kind 0) th[7], dense convolutions (kind 1) th[8]."""
+    return np.where(kind == 0, th[7], np.where(kind == 1, th[8], 0.0))
 
 
 def _measured_terms(fixed: dict | None, base: dict) -> tuple[float, float, float]:
     """(fresh-page threshold bytes, page-in rate B/s, last-level cache bytes): measured on the
     device (``fixed``: ``fresh_alloc`` and ``cache_bytes``), else the efficiency table's."""
+    p = dict(base)
     fixed = fixed or {}
-    fa = fixed.get("fresh_alloc", base.get("fresh_alloc")) or {}
-    cache = fixed.get("cache_bytes", (base.get("cache") or {}).get("bytes", 0)) or 0
-    return float(fa.get("min_bytes", 0) or 0), float(fa.get("gb_per_s", 0) or 0) * 1e9, float(cache)
+    if "fresh_alloc" in fixed:
+        p["fresh_alloc"] = fixed["fresh_alloc"]
+    if "cache_bytes" in fixed:
+        p["cache"] = {"bytes": fixed["cache_bytes"]}
+    fa_min, fa_rate, cache, _ = measured_terms(p)
+    return fa_min, fa_rate, cache
 
 
 class _Arrays:
@@ -167,17 +174,16 @@ class _Arrays:
         self.kind = np.array([_KIND_INDEX.get(k, 3) for k in keys])
         self.mem_eff = np.array([base["memory"].get(c, base["memory"]["default"]) for c in cls])
         chunk = max(1, int(base.get("foreach_chunk", 64)))
-        self.launches = np.array([math.ceil(o.n_tensors / chunk) if o.n_tensors > 1 else 1 for o in wl.ops], dtype=float)
+        self.launches = np.array([launches_of(o, chunk) for o in wl.ops], dtype=float)
         self.peak = dev.peak_flops_per_s("fp32")
         self.bw = dev.memory_bandwidth_bytes_per_s
         self.big = (self.bytes > cache) if cache else np.zeros(len(self.bytes), dtype=bool)
         self.phase = np.array([o.phase for o in wl.ops])
 
     def op_times(self, th: np.ndarray) -> np.ndarray:
-        eff = th[_EFF_SLOTS][self.kind] * _gemm_factor(self.dmin, self.kind, th)
+        eff = th[_EFF_SLOTS][self.kind] * gemm_factors(self.dmin, _halves(self.kind, th))
         bw = self.bw * self.mem_eff * th[4] * np.where(self.big, th[11], 1.0)
-        t = np.maximum(self.flops / (self.peak * eff), self.bytes / bw)
-        return t + self.fresh_s + th[5] * 1e-6 * self.launches
+        return roofline_s(self.flops, self.bytes, self.peak * eff, bw, 0.0, self.launches, th[5] * 1e-6, self.fresh_s)
 
     def predict_s(self, th: np.ndarray) -> float:
         return float(self.op_times(th).sum() + th[6] * 1e-3)
@@ -261,10 +267,10 @@ class _LayerArrays:
         self.big = (self.bytes > cache) if cache else np.zeros(len(self.bytes), dtype=bool)
 
     def resid(self, th: np.ndarray) -> np.ndarray:
-        eff = th[_EFF_SLOTS][self.kind] * _gemm_factor(self.dmin, self.kind, th)
+        eff = th[_EFF_SLOTS][self.kind] * gemm_factors(self.dmin, _halves(self.kind, th))
         bw = self.bw * self.mem_eff * th[4] * np.where(self.big, th[11], 1.0)
-        t = np.maximum(self.flops / (self.peak * eff), self.bytes / bw)
-        return np.log(t + self.fresh_s + th[5] * 1e-6) - self.y
+        t = roofline_s(self.flops, self.bytes, self.peak * eff, bw, 0.0, 1.0, th[5] * 1e-6, self.fresh_s)
+        return np.log(t) - self.y
 
 
 CAMPAIGN_OPS = ("linear", "matmul", "bmm", "conv2d", "layernorm", "batchnorm", "maxpool", "softmax", "relu", "add")

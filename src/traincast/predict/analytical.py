@@ -36,6 +36,8 @@ import copy
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from traincast.hardware.catalog import efficiency_table
 from traincast.hardware.records import Device
 from traincast.predict.base import OpTimes
@@ -126,6 +128,41 @@ def gemm_factor(d: float, half: float) -> float:
     return 1.0 if not half or math.isinf(d) else d / (d + half)
 
 
+def gemm_factors(dmin: np.ndarray, half) -> np.ndarray:
+    """``gemm_factor`` over arrays (``half`` per op or one number; dmin inf for ops that are not GEMMs)."""
+    inf = np.isinf(dmin)
+    d = np.where(inf, 1.0, dmin)
+    return np.where(inf | (np.asarray(half) == 0), 1.0, d / (d + half))
+
+
+def launches_of(op, chunk: int) -> int:
+    """Kernel launches of an op: a foreach op over n tensors launches ceil(n / chunk) kernels."""
+    return math.ceil(op.n_tensors / chunk) if op.n_tensors > 1 else 1
+
+
+def measured_terms(p: dict) -> tuple[float, float, float, float]:
+    """(fresh-page threshold bytes, page-in rate B/s, last-level cache bytes, DRAM factor) of a parameter table."""
+    fa = p.get("fresh_alloc") or {}
+    cache = p.get("cache") or {}
+    return (float(fa.get("min_bytes", 0) or 0), float(fa.get("gb_per_s", 0) or 0) * 1e9,
+            float(cache.get("bytes", 0) or 0), float(cache.get("dram_factor", 1.0)))
+
+
+def roofline_s(flops, nbytes, peak, bw, floor_s, launches, over_s, fresh_s, with_bound: bool = False):
+    """The per-op formula, over arrays: ``max(flops / peak, bytes / bw, floor x launches) + fresh-page
+    time + overhead x launches``, ``peak`` and ``bw`` already scaled by their efficiencies. The
+    predictor and the calibration fit both call it. With ``with_bound``, also what bounds each op."""
+    t_c = np.divide(flops, peak, out=np.zeros_like(np.asarray(flops, dtype=float)), where=np.asarray(flops) > 0)
+    t_m = nbytes / bw
+    t_f = floor_s * launches
+    t = np.maximum(np.maximum(t_c, t_m), t_f)
+    total = t + fresh_s + over_s * launches
+    if not with_bound:
+        return total
+    bound = np.where((t == t_c) & (t_c > 0), "compute", np.where(t == t_m, "memory", "latency"))
+    return total, bound.tolist()
+
+
 def _merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in (over or {}).items():
@@ -170,37 +207,34 @@ class AnalyticalPredictor:
 
     def predict(self, workload: Workload, device: Device, precision: str = "fp32") -> OpTimes:
         p = self.params(device)
-        bw = device.memory_bandwidth_bytes_per_s
-        floor_s = p["kernel_floor_us"] * 1e-6
-        over_s = p["op_overhead_us"] * 1e-6
         chunk = max(1, int(p.get("foreach_chunk", 64)))
         halves = {"matmul": float(p.get("gemm_half_dim", 0) or 0), "conv": float(p.get("conv_half_dim", 0) or 0)}
-        fa = p.get("fresh_alloc") or {}
-        fa_min = float(fa.get("min_bytes", 0) or 0)
-        fa_rate = float(fa.get("gb_per_s", 0) or 0) * 1e9
-        cache = p.get("cache") or {}
-        cache_bytes, dram_factor = float(cache.get("bytes", 0) or 0), float(cache.get("dram_factor", 1.0))
+        fa_min, fa_rate, cache_bytes, dram_factor = measured_terms(p)
         mem = p["memory"]
-        times: list[float] = []
-        bound: list[str] = []
-        cache: dict[tuple, tuple[float, str]] = {}
-        for op in workload.ops:
+        ops = workload.ops
+        n = len(ops)
+        flops, nbytes, peak, bw = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
+        gfac, launches, fresh_s = np.ones(n), np.ones(n), np.zeros(n)
+        rates: dict[tuple, tuple[float, float]] = {}  # (compute key, dtype) -> (peak x eff, bandwidth x eff)
+        for i, op in enumerate(ops):
             ck = compute_key(op)
             key = (ck, op.dtype)
-            if key not in cache:
+            if key not in rates:
                 dt, unit = self._compute_dtype(op.op_class, op.dtype, device, precision)
                 effs = p["compute"][unit]
                 eff_c = effs.get(ck) or effs.get(op.op_class) or effs.get("other", 0.5)
-                peak = device.peak_flops_per_s(dt) * eff_c
-                eff_m = mem.get(op.op_class, mem["default"])
-                cache[key] = (peak, bw * eff_m)
-            peak, eff_bw = cache[key]
-            t_c = op.flops / (peak * gemm_factor(gemm_min_dim(op), halves.get(op.op_class, 0.0))) if op.flops else 0.0
-            t_m = op.bytes_total / (eff_bw * dram_factor if cache_bytes and op.bytes_total > cache_bytes else eff_bw)
-            launches = math.ceil(op.n_tensors / chunk) if op.n_tensors > 1 else 1
-            t_floor = floor_s * launches
-            t = max(t_c, t_m, t_floor)
-            bound.append("compute" if t == t_c and t_c > 0 else "memory" if t == t_m else "latency")
-            t_fresh = fresh_output_bytes(op.aten, op.output_shapes, op.bytes_written, fa_min, op.dtype) / fa_rate if fa_rate else 0.0
-            times.append(t + t_fresh + over_s * launches)
-        return OpTimes(self.name, tuple(times), tuple(bound), p["step_overhead_ms"] * 1e-3)
+                rates[key] = (device.peak_flops_per_s(dt) * eff_c,
+                              device.memory_bandwidth_bytes_per_s * mem.get(op.op_class, mem["default"]))
+            peak[i], bw[i] = rates[key]
+            flops[i], nbytes[i] = op.flops, op.bytes_total
+            half = halves.get(op.op_class, 0.0)
+            if half:
+                gfac[i] = gemm_factor(gemm_min_dim(op), half)
+            launches[i] = launches_of(op, chunk)
+            if fa_rate:
+                fresh_s[i] = fresh_output_bytes(op.aten, op.output_shapes, op.bytes_written, fa_min, op.dtype) / fa_rate
+        if cache_bytes:
+            bw = np.where(nbytes > cache_bytes, bw * dram_factor, bw)
+        t, bound = roofline_s(flops, nbytes, peak * gfac, bw, p["kernel_floor_us"] * 1e-6, launches,
+                              p["op_overhead_us"] * 1e-6, fresh_s, with_bound=True)
+        return OpTimes(self.name, tuple(t.tolist()), tuple(bound), p["step_overhead_ms"] * 1e-3)
