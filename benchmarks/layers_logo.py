@@ -9,6 +9,9 @@ issue: fit on batch <= 32, predict batch 33-64 (Justus rows, all GPUs).
 Reference: Justus et al. 2018 report 39.6% MAPE leaving the V100 out.
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/layers_logo.py [--rows-per-file 1000] [--dataset justus2018|neusight]
+       [--estimator hgb|mlp|ensemble|auto] [--cv-splits K] [--cv-max-rows N]
+With ``--estimator auto`` each held-out fit chooses its model per op family and framework by a CV grouped by
+GPU over the remaining GPUs only (nested: the held-out GPU never takes part in the choice).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from traincast.fit.learn import OpTimeRegressor, leave_one_gpu_out, mape, training_rows  # noqa: E402
+from traincast.fit.learn import ESTIMATORS, OpTimeRegressor, leave_one_gpu_out, mape, training_rows  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -33,26 +36,35 @@ def main(argv=None) -> int:
     ap.add_argument("--dataset", action="append", choices=("justus2018", "neusight"))
     ap.add_argument("--max-iter", type=int, default=200)
     ap.add_argument("--skip-batch-range", action="store_true")
-    ap.add_argument("--estimator", choices=("hgb", "mlp"), default="hgb", help="the regressor (mlp: as Justus et al.)")
+    ap.add_argument("--estimator", choices=ESTIMATORS, default="hgb",
+                    help="the regressor (mlp: as Justus et al.; auto: chosen by GPU-grouped CV)")
+    ap.add_argument("--cv-splits", type=int, default=None, help="auto: GroupKFold folds (default: leave one GPU out)")
+    ap.add_argument("--cv-max-rows", type=int, default=20000, help="auto: rows per family in the CV (0: all)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     rows = training_rows(args.data, max_rows_per_file=args.rows_per_file)
     print(f"{len(rows)} rows ({args.rows_per_file} per GPU x op file) loaded in {time.perf_counter() - t0:.0f} s")
-    est = OpTimeRegressor(max_iter=args.max_iter, estimator=args.estimator)
+    est = OpTimeRegressor(max_iter=args.max_iter, estimator=args.estimator, cv_splits=args.cv_splits,
+                          cv_max_rows=args.cv_max_rows or None)
+    print(f"estimator {args.estimator}, max_iter {args.max_iter}"
+          + (f", CV {'leave one GPU out' if args.cv_splits is None else f'GroupKFold({args.cv_splits})'}"
+             f" on <= {args.cv_max_rows or 'all'} rows per family" if args.estimator == "auto" else ""))
     for ds in args.dataset or ("justus2018", "neusight"):
         print(f"\n{ds}: leave one GPU out")
         res = leave_one_gpu_out(rows, ds, estimator=est)
-        print(f"  {'held out':<12} {'n':>6} {'MAPE %':>7} {'RMSE ms':>9} {'analytical %':>13}  per op MAPE %")
+        print(f"  {'held out':<12} {'n':>6} {'MAPE %':>7} {'RMSE ms':>9} {'analytical %':>13}  per op MAPE %"
+              + ("  [choice]" if args.estimator == "auto" else ""))
         for r in res:
             per = "  ".join(f"{k} {v:.1f}" for k, v in r.per_kind_mape_pct.items())
-            print(f"  {r.gpu:<12} {r.n_rows:6d} {r.mape_pct:7.1f} {r.rmse_ms:9.3f} {r.analytical_mape_pct:13.1f}  {per}")
+            ch = ("  [" + " ".join(f"{c}={v}" for c, v in sorted(r.choice.items())) + "]") if args.estimator == "auto" else ""
+            print(f"  {r.gpu:<12} {r.n_rows:6d} {r.mape_pct:7.1f} {r.rmse_ms:9.3f} {r.analytical_mape_pct:13.1f}  {per}{ch}")
         print(f"  mean over held-out GPUs: learned {np.mean([r.mape_pct for r in res]):.1f}%  "
               f"analytical {np.mean([r.analytical_mape_pct for r in res]):.1f}%  (paper, V100 out: 39.6%)")
     if not args.skip_batch_range:
         j = rows[rows["source"] == "justus2018"]
         batch = np.where(j["kind"] == "conv", j["cn"], j["m"])
         train, test = j[batch <= 32], j[(batch > 32) & (batch <= 64)]
-        m = OpTimeRegressor(max_iter=args.max_iter, estimator=args.estimator).fit(train, train["time_ms"].to_numpy())
+        m = OpTimeRegressor(**est.get_params()).fit(train, train["time_ms"].to_numpy())
         p = m.predict(test)
         print(f"\nJustus batch-range extrapolation (fit batch <= 32, predict 33-64, all GPUs): "
               f"n={len(test)} MAPE {mape(p, test['time_ms'].to_numpy()):.1f}%")

@@ -225,3 +225,88 @@ def test_mlp_estimator_fits_and_predicts_like_the_default():
     assert -mlp.score(df, y) < 10.0
     with pytest.raises(DataError, match="estimator must be"):
         OpTimeRegressor(estimator="svm").fit(df, y)
+
+
+# --- estimator="auto": the choice follows a CV grouped by GPU -----------------------------
+def _synthetic_gpus(log_ratio, n=160, peaks=(4.0, 6.0, 9.0, 13.5), seed=0):
+    """Matmul rows on four made-up GPUs that differ only in fp32 peak; time = roofline * exp(log_ratio(rows))."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for i, peak in enumerate(peaks):
+        m, n_, k = (rng.integers(64, 2048, n) for _ in range(3))
+        df = F.attach_devices(pd.DataFrame({"kind": "matmul", "b": 1, "m": m, "n": n_, "k": k, "gpu_group": f"G{i}"}),
+                              get_catalog().device("V100"))
+        df["dev_fp32_tflops"] = peak
+        parts.append(df)
+    df = pd.concat(parts, ignore_index=True)
+    _, roof = F.featurize(df)
+    return df, roof * np.exp(log_ratio(df))
+
+
+def test_auto_estimator_picks_the_candidate_with_the_lowest_gpu_grouped_cv_mape():
+    import warnings
+
+    from threadpoolctl import threadpool_limits
+
+    from traincast.fit.learn import OpTimeRegressor
+
+    noise = np.random.default_rng(1).normal(0.0, 0.5, 4 * 160)
+    cases = {
+        # time scales smoothly with the GPU's peak: trees cannot extrapolate to the end GPUs, an MLP can
+        "mlp": lambda d: np.log(d["dev_fp32_tflops"].to_numpy() / 8.0),
+        # bands in k, the same on every GPU: trees fit the steps, a small MLP smooths them away
+        "hgb": lambda d: 0.7 * ((d["k"].to_numpy() // 128) % 2),
+        # a constant ratio under heavy noise: anything fitted to the noise does worse than the constant
+        "roofline": lambda d: np.log(2.5) + noise,
+    }
+    with threadpool_limits(1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MLP convergence warnings at this small max_iter
+        for expected, fn in cases.items():
+            df, y = _synthetic_gpus(fn)
+            m = OpTimeRegressor(estimator="auto", max_iter=100).fit(df, y)
+            scores = m.cv_scores_["gemm/torch"]
+            assert set(scores) == {"hgb", "mlp", "ensemble", "roofline"}
+            # the folds are the GPUs: every candidate is scored on each GPU held out
+            assert all(set(per) == {"G0", "G1", "G2", "G3"} for per in m.cv_group_scores_["gemm/torch"].values())
+            assert m.choice_ == {"gemm/torch": min(scores, key=scores.get)} == {"gemm/torch": expected}, scores
+            assert any(expected in line for line in m.summary())
+            if expected == "mlp":
+                # the chosen candidate is the one that predicts: same as a model fitted with it alone
+                alone = OpTimeRegressor(estimator="mlp", max_iter=100).fit(df, y)
+                np.testing.assert_allclose(m.predict(df), alone.predict(df), rtol=1e-9)
+                assert m.score(df, y) > alone.score(df, y) - 1e-9
+            if expected == "roofline":
+                ratio = m.predict(df) / F.featurize(df)[1]
+                np.testing.assert_allclose(ratio, ratio[0])  # one fitted constant times the roofline
+
+
+def test_ratio_constant_minimises_mape():
+    from traincast.fit.learn import ratio_constant
+
+    t = np.random.default_rng(3).lognormal(0.5, 0.8, 301)
+    c = math.exp(ratio_constant(np.log(t)))
+    grid = np.exp(np.linspace(np.log(t.min()), np.log(t.max()), 4001))
+    mapes = np.abs(grid[:, None] / t[None, :] - 1).mean(axis=1)
+    assert np.abs(c / t - 1).mean() <= mapes.min() + 1e-12
+    assert abs(c - np.median(t)) > 1e-3  # not the plain median: weighted by 1/t
+
+
+def test_estimator_params_are_checked():
+    from traincast.errors import DataError
+    from traincast.fit.learn import OpTimeRegressor
+
+    est = OpTimeRegressor(estimator="auto", cv_splits=3)
+    assert est.get_params()["cv_splits"] == 3 and OpTimeRegressor(**est.get_params()).estimator == "auto"
+    with pytest.raises(ValueError, match="invalid parameter"):
+        est.set_params(n_estimators=10)
+    df, y = _synthetic_gpus(lambda d: np.zeros(len(d)), n=20)
+    with pytest.raises(DataError, match="candidates"):
+        OpTimeRegressor(estimator="auto", candidates=("hgb", "svm")).fit(df, y)
+    with pytest.raises(DataError, match="cv_splits"):
+        OpTimeRegressor(estimator="auto", cv_splits=1).fit(df, y)
+
+
+def test_fit_layers_unknown_estimator_exit_2(capsys):
+    assert _run(["fit", "layers", "--estimator", "svm", "--out", "/nonexistent/x.pkl"]) == 2
+    err = capsys.readouterr().err
+    assert "--estimator" in err and "auto" in err

@@ -72,28 +72,35 @@ def register(app: typer.Typer) -> None:
         out: Optional[str] = typer.Option(None, "--out", help="model file (default: the shipped traincast/predict/data/learned_ops.pkl)"),
         rows_per_file: int = typer.Option(1500, "--rows-per-file", help="rows sampled from each GPU x op file"),
         exclude: Optional[str] = typer.Option(None, "--exclude", help="comma list of GPU models to leave out (e.g. V100,A100)"),
-        max_iter: int = typer.Option(300, "--max-iter", help="boosting iterations per op family"),
+        max_iter: int = typer.Option(300, "--max-iter", help="boosting iterations (MLP: epochs) per op family"),
+        estimator: Optional[str] = typer.Option(
+            None, "--estimator", help="hgb | mlp | ensemble | auto (per op family and framework, by GPU-grouped CV); "
+                                      "default: the one docs/learned.md says"),
     ):
         """Rebuild the learned per-op model from the layer/kernel data."""
         from traincast.errors import positive
-        from traincast.fit.train import fit_layers
+        from traincast.fit.learn import ESTIMATORS
+        from traincast.fit.train import DEFAULT_ESTIMATOR, fit_layers
 
         positive("--rows-per-file", rows_per_file)
         positive("--max-iter", max_iter)
+        estimator = (estimator or DEFAULT_ESTIMATOR).strip().lower()
+        if estimator not in ESTIMATORS:
+            raise ConfigError(f"--estimator must be one of {', '.join(ESTIMATORS)}, got {estimator!r}")
         groups = tuple(g.strip() for g in exclude.split(",") if g.strip()) if exclude else ()
         if db:
             from traincast.store import Store
 
             with Store(db) as store:
                 fit_layers(out=out, max_rows_per_file=rows_per_file, exclude_groups=groups, store=store,
-                           log=console.print, max_iter=max_iter)
+                           log=console.print, max_iter=max_iter, estimator=estimator)
         else:
             from pathlib import Path
 
             if data_dir and not Path(data_dir).is_dir():
                 raise ConfigError(f"--data {data_dir!r} is not a folder")
             fit_layers(data_dir, out=out, max_rows_per_file=rows_per_file, exclude_groups=groups,
-                       log=console.print, max_iter=max_iter)
+                       log=console.print, max_iter=max_iter, estimator=estimator)
 
     # ------------------------------------------------------------------ end-to-end job regression
 

@@ -1,4 +1,4 @@
-"""The learned per-op time model: gradient-boosted trees on log(measured / roofline).
+"""The learned per-op time model: regressors on log(measured / roofline).
 
 ``OpTimeRegressor`` is a scikit-learn style estimator: hyperparameters in the
 constructor, ``fit(rows, time_ms)``, ``predict(rows) -> time_ms``,
@@ -6,18 +6,25 @@ constructor, ``fit(rows, time_ms)``, ``predict(rows) -> time_ms``,
 ``rows`` are canonical op rows (:mod:`traincast.fit.features`) that carry the
 ``dev_*`` hardware columns (:func:`~traincast.fit.features.attach_devices`).
 
-One HistGradientBoosting model per op family (``gemm``, ``conv``,
-``memory``) predicts ``log(time_ms / roofline_ms)`` where the roofline uses
-the target device's datasheet fp32 peak and bandwidth. Predicting the ratio
-rather than the time is what lets it carry over to GPUs it never saw: the
-device enters through the roofline and through hardware features, never
-through its name.
+One model per op family (``gemm``, ``conv``, ``memory``) predicts
+``log(time_ms / roofline_ms)`` where the roofline uses the target device's
+datasheet fp32 peak and bandwidth. Predicting the ratio rather than the time
+is what lets it carry over to GPUs it never saw: the device enters through the
+roofline and through hardware features, never through its name.
+
+The model of a family is HistGradientBoosting (``estimator="hgb"``), an MLP as
+in Justus et al. (``"mlp"``), the mean of both log-ratio predictions
+(``"ensemble"``), or chosen by cross-validation grouped by GPU (``"auto"``):
+for each *cell* (op family x framework: ``tf`` for the Justus TensorFlow
+layers, ``torch`` for the NeuSight PyTorch kernels and traced ops) the
+candidate (``hgb``, ``mlp``, ``ensemble``, ``roofline`` = a fitted constant
+times the roofline) with the lowest mean held-out-GPU MAPE predicts.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -28,19 +35,78 @@ from traincast.fit import features as F
 FAMILY_OF = F.FAMILIES
 
 
+ESTIMATORS = ("hgb", "mlp", "ensemble", "auto")
+CANDIDATES = ("hgb", "mlp", "ensemble", "roofline")
+FRAMEWORKS = {0: "torch", 1: "tf"}  # the framework_tf flag -> cell suffix
+_NEEDS = {"hgb": ("hgb",), "mlp": ("mlp",), "ensemble": ("hgb", "mlp"), "roofline": ()}
+
+
 def mape(pred, true) -> float:
     pred, true = np.asarray(pred, float), np.asarray(true, float)
     return float(np.mean(np.abs(pred - true) / true) * 100.0)
 
 
+def ratio_constant(log_ratio) -> float:
+    """The constant c (as log c) whose ``c * roofline`` has the least MAPE on these log(time/roofline):
+    the median of the ratios t weighted by 1/t, since sum |c/t - 1| = sum (1/t) |c - t|."""
+    t = np.exp(np.asarray(log_ratio, float))
+    order = np.argsort(t)
+    w = 1.0 / t[order]
+    i = int(np.searchsorted(np.cumsum(w), 0.5 * w.sum()))
+    return float(np.log(t[order][min(i, len(t) - 1)]))
+
+
+class FamilyBlend:
+    """One op family's fitted members (``hgb``, ``mlp``) and, per framework (``framework_tf`` feature
+    column ``fw_col``: 0 torch, 1 tf), the candidate that predicts its rows' log(time/roofline)."""
+
+    def __init__(self, members: dict, choice: dict, constants: dict, fw_col: int, default: str):
+        self.members = members      # name -> fitted scikit-learn regressor
+        self.choice = choice        # framework code -> candidate name
+        self.constants = constants  # framework code -> log ratio (the roofline candidate), None: whole family
+        self.fw_col = fw_col
+        self.default = default      # candidate for a framework the fit never saw
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        fw = (X[:, self.fw_col] > 0.5).astype(int)
+        out = np.full(len(X), np.nan)
+
+        def member(name, sel):
+            return self.members[name].predict(X[sel])
+
+        for code in np.unique(fw):
+            sel = fw == code
+            name = self.choice.get(int(code), self.default)
+            if name == "roofline":
+                out[sel] = self.constants.get(int(code), self.constants.get(None, 0.0))
+            elif name == "ensemble":
+                out[sel] = 0.5 * (member("hgb", sel) + member("mlp", sel))
+            else:
+                out[sel] = member(name, sel)
+        return out
+
+
 class OpTimeRegressor:
     """Per-family regressor on log(time / roofline): HistGradientBoosting (``estimator="hgb"``,
-    the default) or a multi-layer perceptron as in Justus et al. (``estimator="mlp"``: the op
-    kind one-hot, other features standardised)."""
+    the default), a multi-layer perceptron as in Justus et al. (``"mlp"``: the op kind one-hot,
+    other features standardised), their mean in log space (``"ensemble"``), or ``"auto"``: per op
+    family and framework, the candidate of ``candidates`` with the lowest cross-validated MAPE,
+    the folds grouped by GPU (``cv_splits=None``: leave one GPU model out; an int: that many
+    GroupKFold folds), on at most ``cv_max_rows`` rows of each family (the final fit uses all).
+    ``n_threads``: OpenMP/BLAS threads while fitting (``None``: the libraries' defaults).
+
+    After ``fit``: ``choice_`` (cell -> candidate, a cell is ``"<family>/<tf|torch>"``),
+    ``cv_scores_`` (cell -> candidate -> mean held-out-GPU MAPE %, empty unless auto),
+    ``cv_group_scores_`` (cell -> candidate -> GPU -> MAPE %), ``cv_groups_`` (family -> GPUs)."""
+
+    _PARAMS = ("max_iter", "learning_rate", "max_leaf_nodes", "min_samples_leaf", "l2_regularization", "loss",
+               "hardware_features", "random_state", "estimator", "candidates", "cv_splits", "cv_max_rows", "n_threads")
 
     def __init__(self, max_iter: int = 300, learning_rate: float = 0.08, max_leaf_nodes: int = 48,
                  min_samples_leaf: int = 40, l2_regularization: float = 1.0, loss: str = "absolute_error",
-                 hardware_features: bool = True, random_state: int = 0, estimator: str = "hgb"):
+                 hardware_features: bool = True, random_state: int = 0, estimator: str = "hgb",
+                 candidates: tuple = CANDIDATES, cv_splits: int | None = None, cv_max_rows: int | None = 20000,
+                 n_threads: int | None = 1):
         self.estimator = estimator
         self.max_iter = max_iter
         self.learning_rate = learning_rate
@@ -50,14 +116,23 @@ class OpTimeRegressor:
         self.loss = loss
         self.hardware_features = hardware_features
         self.random_state = random_state
+        self.candidates = candidates
+        self.cv_splits = cv_splits
+        self.cv_max_rows = cv_max_rows
+        self.n_threads = n_threads
 
     # sklearn-style parameter access ------------------------------------------------
     def get_params(self, deep: bool = True) -> dict:
-        return {k: getattr(self, k) for k in ("max_iter", "learning_rate", "max_leaf_nodes", "min_samples_leaf",
-                                              "l2_regularization", "loss", "hardware_features", "random_state",
-                                              "estimator")}
+        defaults = OpTimeRegressor.__init__.__defaults__
+        names = OpTimeRegressor.__init__.__code__.co_varnames[1:1 + len(defaults)]
+        # models pickled before a parameter existed read its default
+        return {k: getattr(self, k, dict(zip(names, defaults)).get(k)) for k in self._PARAMS}
 
     def set_params(self, **params) -> "OpTimeRegressor":
+        bad = sorted(set(params) - set(self._PARAMS))
+        if bad:
+            raise ValueError(f"invalid parameter(s) {', '.join(bad)} for OpTimeRegressor; "
+                             f"valid: {', '.join(self._PARAMS)}")
         for k, v in params.items():
             setattr(self, k, v)
         return self
@@ -69,9 +144,41 @@ class OpTimeRegressor:
                                                        "log_mem_gib", "log_balance")]
         return np.array(keep)
 
-    def fit(self, rows: pd.DataFrame, time_ms) -> "OpTimeRegressor":
+    def _member(self, name: str):
         from sklearn.ensemble import HistGradientBoostingRegressor
 
+        if name == "mlp":
+            return self._mlp()
+        return HistGradientBoostingRegressor(
+            max_iter=self.max_iter, learning_rate=self.learning_rate, max_leaf_nodes=self.max_leaf_nodes,
+            min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
+            loss=self.loss, categorical_features=[0], random_state=self.random_state, early_stopping=False,
+        )
+
+    def _check(self) -> tuple:
+        p = self.get_params()
+        if p["estimator"] not in ESTIMATORS:
+            raise DataError(f"estimator must be one of {', '.join(ESTIMATORS)}, got {p['estimator']!r}")
+        cands = tuple(p["candidates"] or ())
+        bad = [c for c in cands if c not in CANDIDATES]
+        if p["estimator"] == "auto" and (bad or not cands):
+            raise DataError(f"candidates must be a non-empty subset of {', '.join(CANDIDATES)}, got {cands!r}")
+        if p["cv_splits"] is not None and (int(p["cv_splits"]) != p["cv_splits"] or p["cv_splits"] < 2):
+            raise DataError(f"cv_splits must be None (leave one GPU out) or an integer >= 2, got {p['cv_splits']!r}")
+        return cands
+
+    def fit(self, rows: pd.DataFrame, time_ms) -> "OpTimeRegressor":
+        import sklearn.ensemble  # noqa: F401  load the OpenMP and BLAS libraries before limiting their threads
+        import sklearn.neural_network  # noqa: F401
+        from threadpoolctl import threadpool_limits
+
+        # n_threads=1 by default: on a machine shared with other work, two OpenMP/BLAS threads that wait on
+        # each other at every barrier made fits 10-30x slower than one thread (2-core machine, one busy)
+        with threadpool_limits(self.get_params()["n_threads"]):
+            return self._fit(rows, time_ms)
+
+    def _fit(self, rows: pd.DataFrame, time_ms) -> "OpTimeRegressor":
+        cands = self._check()
         y = np.asarray(time_ms, dtype=float)
         ok = F.valid_mask(rows) & np.isfinite(y) & (y > 0)
         if not ok.any():
@@ -79,29 +186,108 @@ class OpTimeRegressor:
         rows, y = rows[ok], y[ok]
         X, roof = F.featurize(rows)
         cols = self._columns()
+        X = X[:, cols]
         target = np.log(y) - np.log(roof)
         fam = rows["kind"].map(FAMILY_OF).to_numpy()
-        self.models_ = {}
-        self.n_train_ = {}
-        if getattr(self, "estimator", "hgb") not in ("hgb", "mlp"):
-            raise DataError(f"estimator must be 'hgb' or 'mlp', got {self.estimator!r}")
+        fw_col = list(np.array(F.FEATURE_NAMES)[cols]).index("framework_tf")
+        fw = (X[:, fw_col] > 0.5).astype(int)
+        groups = (rows["gpu_group"] if "gpu_group" in rows.columns
+                  else rows["gpu"] if "gpu" in rows.columns else pd.Series("?", index=rows.index))
+        groups = groups.astype(str).to_numpy()
+        est = self.get_params()["estimator"]
+        self.models_, self.n_train_ = {}, {}
+        self.choice_, self.cv_scores_, self.cv_group_scores_, self.cv_groups_ = {}, {}, {}, {}
         for f in sorted(set(fam)):
             sel = fam == f
-            if getattr(self, "estimator", "hgb") == "mlp":
-                m = self._mlp()
+            Xf, tf, fwf, gf = X[sel], target[sel], fw[sel], groups[sel]
+            codes = sorted(int(c) for c in np.unique(fwf))
+            cells = {c: f"{f}/{FRAMEWORKS[c]}" for c in codes}
+            if est in ("hgb", "mlp"):
+                m = self._member(est).fit(Xf, tf)
+                self.choice_.update({cells[c]: est for c in codes})
             else:
-                m = HistGradientBoostingRegressor(
-                    max_iter=self.max_iter, learning_rate=self.learning_rate, max_leaf_nodes=self.max_leaf_nodes,
-                    min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
-                    loss=self.loss, categorical_features=[0], random_state=self.random_state, early_stopping=False,
-                )
-            m.fit(X[sel][:, cols], target[sel])
+                if est == "auto":
+                    choice = self._choose(f, Xf, tf, fwf, gf, cells, cands)
+                else:
+                    choice = {c: "ensemble" for c in codes}
+                need = sorted({m for c in codes for m in _NEEDS[choice[c]]})
+                members = {name: self._member(name).fit(Xf, tf) for name in need}
+                consts = {c: ratio_constant(tf[fwf == c]) for c in codes}
+                consts[None] = ratio_constant(tf)
+                big = max(codes, key=lambda c: int((fwf == c).sum()))
+                m = FamilyBlend(members, choice, consts, fw_col, default=choice[big])
+                self.choice_.update({cells[c]: choice[c] for c in codes})
             self.models_[f] = m
             self.n_train_[f] = int(sel.sum())
         self.feature_names_ = tuple(np.array(F.FEATURE_NAMES)[cols])
         self.gpus_ = tuple(sorted(map(str, rows["gpu"].unique()))) if "gpu" in rows.columns else ()
         self.kinds_ = tuple(sorted(set(rows["kind"])))
         return self
+
+    def _choose(self, family, X, target, fw, groups, cells, cands) -> dict:
+        """Grouped-by-GPU CV of the candidates on one family; returns framework code -> candidate and
+        records the scores in ``cv_scores_``/``cv_group_scores_``. A family with fewer than two GPUs
+        cannot be cross-validated across GPUs and gets ``hgb``; a cell with one GPU is scored on that
+        GPU's rows predicted by models fitted on the family's other GPUs."""
+        from sklearn.model_selection import GroupKFold, LeaveOneGroupOut
+
+        p = self.get_params()
+        n_max = p["cv_max_rows"]
+        idx = np.arange(len(X))
+        if n_max and len(X) > n_max:
+            idx = np.sort(np.random.default_rng(p["random_state"]).choice(len(X), int(n_max), replace=False))
+        X, target, fw, groups = X[idx], target[idx], fw[idx], groups[idx]
+        uniq = sorted(set(groups))
+        self.cv_groups_[family] = tuple(uniq)
+        codes = sorted(cells)
+        if len(uniq) < 2:
+            for c in codes:
+                self.cv_scores_[cells[c]], self.cv_group_scores_[cells[c]] = {}, {}
+            return {c: "hgb" for c in codes}
+        splitter = (LeaveOneGroupOut() if p["cv_splits"] is None
+                    else GroupKFold(n_splits=min(int(p["cv_splits"]), len(uniq))))
+        need = sorted({m for c in cands for m in _NEEDS[c]})
+        pred = {c: np.full(len(X), np.nan) for c in cands}
+        for tr, te in splitter.split(X, target, groups):
+            got = {name: self._member(name).fit(X[tr], target[tr]).predict(X[te]) for name in need}
+            for c in cands:
+                if c == "roofline":
+                    whole = ratio_constant(target[tr])
+                    k = {code: ratio_constant(target[tr][fw[tr] == code]) if (fw[tr] == code).any() else whole
+                         for code in codes}
+                    pred[c][te] = np.array([k[int(v)] for v in fw[te]])
+                elif c == "ensemble":
+                    pred[c][te] = 0.5 * (got["hgb"] + got["mlp"])
+                else:
+                    pred[c][te] = got[c]
+        choice = {}
+        for code in codes:
+            cell = cells[code]
+            in_cell = fw == code
+            gs = sorted(set(groups[in_cell]))
+            per = {c: {g: float(np.mean(np.abs(np.expm1(pred[c][in_cell & (groups == g)]
+                                                          - target[in_cell & (groups == g)]))) * 100.0)
+                       for g in gs} for c in cands}
+            score = {c: float(np.mean(list(per[c].values()))) for c in cands}
+            self.cv_group_scores_[cell], self.cv_scores_[cell] = per, score
+            choice[code] = min(cands, key=lambda c: (score[c], cands.index(c)))
+        return choice
+
+    def summary(self) -> list[str]:
+        """One line per cell: the model that predicts it and, under ``auto``, the grouped-CV MAPEs."""
+        if not hasattr(self, "models_"):
+            return ["not fitted"]
+        out = []
+        for cell in sorted(getattr(self, "choice_", {})):
+            line = f"{cell:<13} {self.choice_[cell]}"
+            sc = getattr(self, "cv_scores_", {}).get(cell)
+            if sc:
+                fam = cell.split("/")[0]
+                gpus = self.cv_groups_.get(fam, ())
+                line += ("  (GPU-grouped CV MAPE: " + ", ".join(f"{c} {v:.1f}%" for c, v in sc.items())
+                         + f"; {len(gpus)} GPUs)")
+            out.append(line)
+        return out
 
     def _mlp(self):
         from sklearn.compose import ColumnTransformer
@@ -173,6 +359,7 @@ class HeldOutResult:
     rmse_ms: float
     analytical_mape_pct: float
     per_kind_mape_pct: dict
+    choice: dict = field(default_factory=dict)  # cell -> candidate of the model fitted without this GPU
 
 
 def analytical_ms(rows: pd.DataFrame) -> np.ndarray:
@@ -215,9 +402,13 @@ def leave_one_gpu_out(rows: pd.DataFrame, dataset: str, groups=None, estimator: 
                          np.where(test["kind"] == "conv", "conv2d", "dense") + np.where(test["train_step"] > 0, "+train", ""),
                          kinds)
         per = {str(k): mape(p[kinds == k], y[kinds == k]) for k in sorted(set(kinds))}
-        r = HeldOutResult(g, dataset, len(test), mape(p, y), float(np.sqrt(np.mean((p - y) ** 2))), mape(a, y), per)
+        r = HeldOutResult(g, dataset, len(test), mape(p, y), float(np.sqrt(np.mean((p - y) ** 2))), mape(a, y), per,
+                          dict(m.choice_))
         results.append(r)
         if log:
             log(f"  held out {g:<12} n={len(test):6d}  learned MAPE {r.mape_pct:5.1f}%  RMSE {r.rmse_ms:8.3f} ms"
                 f"  analytical MAPE {r.analytical_mape_pct:6.1f}%  ({time.perf_counter() - t0:.0f} s)")
+            if m.cv_scores_:
+                for line in m.summary():
+                    log(f"      {line}")
     return results

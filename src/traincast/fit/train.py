@@ -13,6 +13,7 @@ from traincast.fit.learn import OpTimeRegressor, training_rows
 
 MAX_MODEL_BYTES = 20 * 1024 * 1024
 DEFAULT_ROWS_PER_FILE = 1500
+DEFAULT_ESTIMATOR = "hgb"  # see docs/learned.md, "Choosing the estimator"
 
 
 def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: int = DEFAULT_ROWS_PER_FILE,
@@ -36,6 +37,7 @@ def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: 
         rows = training_rows(data_dir, max_rows_per_file=max_rows_per_file, seed=seed, exclude_groups=exclude_groups)
     if rows.empty:
         raise DataError("no training rows left (every GPU excluded?)")
+    params.setdefault("estimator", DEFAULT_ESTIMATOR)
     model = OpTimeRegressor(**params).fit(rows, rows["time_ms"].to_numpy())
     neu = rows[rows["source"] == "neusight"]["time_ms"]
     model.min_time_ms_ = float(neu.min()) if len(neu) else 0.0
@@ -43,7 +45,10 @@ def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: 
     model.trained_on_groups_ = tuple(sorted(rows["gpu_group"].unique()))
     model.fit_seconds_ = time.perf_counter() - t0
     if log:
-        log(f"fitted on {len(rows)} rows of {', '.join(model.trained_on_groups_)} in {model.fit_seconds_:.0f} s")
+        log(f"fitted on {len(rows)} rows of {', '.join(model.trained_on_groups_)} in {model.fit_seconds_:.0f} s"
+            f" (estimator {model.estimator})")
+        for line in model.summary():
+            log(f"  {line}")
     path = None
     if out is not None or not exclude_groups:
         from traincast.predict.learned import default_model_path
