@@ -19,8 +19,9 @@ reuse memory, so their table has no such term.
 
 ``cache: {bytes, dram_factor}``: an op whose tensors add up to more than the
 last-level cache streams from DRAM, at ``dram_factor`` times the bandwidth of
-ops that stay in cache (a calibrated CPU profile fits it; off by default). Compute and memory are a roofline (the larger wins), not
-PALEO's sum. Efficiencies come per device generation from the catalog's
+ops that stay in cache (a calibrated CPU profile fits it; off by default).
+
+Compute and memory are a roofline (the larger wins), not PALEO's sum. Efficiencies come per device generation from the catalog's
 ``efficiency.yaml`` and can be overridden by a calibrated device profile.
 
 Precision follows PyTorch defaults: in ``fp32`` mode cuDNN convolutions use
