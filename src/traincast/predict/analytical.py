@@ -21,8 +21,9 @@ reuse memory, so their table has no such term.
 last-level cache streams from DRAM, at ``dram_factor`` times the bandwidth of
 ops that stay in cache (a calibrated CPU profile fits it; off by default).
 
-Compute and memory are a roofline (the larger wins), not PALEO's sum. Efficiencies come per device generation from the catalog's
-``efficiency.yaml`` and can be overridden by a calibrated device profile.
+Compute and memory are a roofline (the larger wins), not PALEO's sum.
+Efficiencies come per device generation from the catalog's ``efficiency.yaml``
+and can be overridden by a calibrated device profile.
 
 Precision follows PyTorch defaults: in ``fp32`` mode cuDNN convolutions use
 TF32 tensor cores where the device has them (``torch.backends.cudnn.allow_tf32``
