@@ -97,7 +97,8 @@ def test_skinny_gemms_and_fresh_pages_cost_more_on_cpu():
     from traincast.fit.calibration import local_device
     from traincast.workload.records import OpRecord
 
-    dev = local_device("cpu", threads=2)
+    # fixed peak and bandwidth: the GEMMs below are compute-bound whatever CPU runs the test
+    dev = replace(local_device("cpu", threads=2), fp32_tflops=0.1, memory_bandwidth_gb_per_s=1000.0)
     base = trace("mnist-cnn", batch_size=1)
 
     def mm(m, k, n):
