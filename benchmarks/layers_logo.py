@@ -9,7 +9,7 @@ issue: fit on batch <= 32, predict batch 33-64 (Justus rows, all GPUs).
 Reference: Justus et al. 2018 report 39.6% MAPE leaving the V100 out.
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/layers_logo.py [--rows-per-file 1000] [--dataset justus2018|neusight]
-       [--estimator hgb|mlp|ensemble|auto] [--cv-splits K] [--cv-max-rows N]
+       [--estimator hgb|mlp|ensemble|hgb_nohw|auto] [--cv-splits K] [--cv-max-rows N]
 With ``--estimator auto`` each held-out fit chooses its model per op family and framework by a CV grouped by
 GPU over the remaining GPUs only (nested: the held-out GPU never takes part in the choice).
 """

@@ -228,15 +228,16 @@ def test_mlp_estimator_fits_and_predicts_like_the_default():
 
 
 # --- estimator="auto": the choice follows a CV grouped by GPU -----------------------------
-def _synthetic_gpus(log_ratio, n=160, peaks=(4.0, 6.0, 9.0, 13.5), seed=0):
-    """Matmul rows on four made-up GPUs that differ only in fp32 peak; time = roofline * exp(log_ratio(rows))."""
+def _synthetic_gpus(log_ratio, n=160, peaks=(4.0, 6.0, 9.0, 13.5), seed=0, column="dev_fp32_tflops"):
+    """Matmul rows on four made-up GPUs that differ only in one spec (``column``: fp32 peak by default, set
+    to ``peaks``); time = roofline * exp(log_ratio(rows))."""
     rng = np.random.default_rng(seed)
     parts = []
     for i, peak in enumerate(peaks):
         m, n_, k = (rng.integers(64, 2048, n) for _ in range(3))
         df = F.attach_devices(pd.DataFrame({"kind": "matmul", "b": 1, "m": m, "n": n_, "k": k, "gpu_group": f"G{i}"}),
                               get_catalog().device("V100"))
-        df["dev_fp32_tflops"] = peak
+        df[column] = peak
         parts.append(df)
     df = pd.concat(parts, ignore_index=True)
     _, roof = F.featurize(df)
@@ -263,7 +264,8 @@ def test_auto_estimator_picks_the_candidate_with_the_lowest_gpu_grouped_cv_mape(
         warnings.simplefilter("ignore")  # MLP convergence warnings at this small max_iter
         for expected, fn in cases.items():
             df, y = _synthetic_gpus(fn)
-            m = OpTimeRegressor(estimator="auto", max_iter=100).fit(df, y)
+            m = OpTimeRegressor(estimator="auto", max_iter=100, candidates=("hgb", "mlp", "ensemble", "roofline"))
+            m.fit(df, y)
             scores = m.cv_scores_["gemm/torch"]
             assert set(scores) == {"hgb", "mlp", "ensemble", "roofline"}
             # the folds are the GPUs: every candidate is scored on each GPU held out
@@ -278,6 +280,36 @@ def test_auto_estimator_picks_the_candidate_with_the_lowest_gpu_grouped_cv_mape(
             if expected == "roofline":
                 ratio = m.predict(df) / F.featurize(df)[1]
                 np.testing.assert_allclose(ratio, ratio[0])  # one fitted constant times the roofline
+
+
+def test_auto_drops_device_specs_when_they_only_name_the_gpu():
+    """GPUs that differ only in clock, with per-GPU offsets the clock does not explain: trees that split on
+    the spec columns hand a held-out GPU its neighbour's offset; without them the model learns the shape
+    effect and a typical offset, and the GPU-grouped CV sees it."""
+    import warnings
+
+    from threadpoolctl import threadpool_limits
+
+    from traincast.fit.learn import HW_FEATURES, OpTimeRegressor
+
+    clocks = (1000.0, 1200.0, 1400.0, 1600.0)
+    offset = dict(zip(clocks, (0.3, -0.1, 0.2, -0.3)))
+    noise = np.random.default_rng(5).normal(0.0, 0.05, 4 * 160)  # noise-free targets stall absolute-error boosting
+    df, y = _synthetic_gpus(lambda d: 1.5 * (d["m"].to_numpy() < 700) + d["dev_clock_mhz"].map(offset).to_numpy() + noise,
+                            peaks=clocks, column="dev_clock_mhz")
+    with threadpool_limits(1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = OpTimeRegressor(estimator="auto", max_iter=100, candidates=("hgb", "hgb_nohw", "roofline")).fit(df, y)
+    scores = m.cv_scores_["gemm/torch"]
+    assert m.choice_ == {"gemm/torch": "hgb_nohw"}, scores
+    assert scores["hgb_nohw"] < 0.9 * min(scores["hgb"], scores["roofline"]), scores
+    # the chosen member never reads a device-spec column: changing them changes nothing
+    moved = df.copy()
+    moved["dev_clock_mhz"] = moved["dev_clock_mhz"] * 3
+    moved["dev_mem_gib"] = moved["dev_mem_gib"] * 2
+    np.testing.assert_allclose(m.predict(moved), m.predict(df), rtol=1e-12)
+    assert not np.allclose(OpTimeRegressor(max_iter=100).fit(df, y).predict(moved), m.predict(df))  # hgb reads them
+    assert {"clock_mhz", "log_mem_gib"} <= set(HW_FEATURES)
 
 
 def test_ratio_constant_minimises_mape():

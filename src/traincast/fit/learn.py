@@ -17,8 +17,16 @@ in Justus et al. (``"mlp"``), the mean of both log-ratio predictions
 (``"ensemble"``), or chosen by cross-validation grouped by GPU (``"auto"``):
 for each *cell* (op family x framework: ``tf`` for the Justus TensorFlow
 layers, ``torch`` for the NeuSight PyTorch kernels and traced ops) the
-candidate (``hgb``, ``mlp``, ``ensemble``, ``roofline`` = a fitted constant
-times the roofline) with the lowest mean held-out-GPU MAPE predicts.
+candidate (``hgb``, ``mlp``, ``ensemble``, ``hgb_nohw`` = HistGradientBoosting
+without the device-spec features, ``roofline`` = a fitted constant times the
+roofline) with the lowest mean held-out-GPU MAPE predicts.
+
+Why ``hgb_nohw``: with a handful of GPUs in a family, the device-spec columns
+(peak, bandwidth, SMs, clock, memory, balance) identify the GPU, and trees
+split on them as on a name; a GPU they never saw then inherits one training
+GPU's ratios. Without them the device enters through the roofline times and
+the wave features only. On the NeuSight elementwise kernels that took the
+leave-one-GPU-out MAPE of the P4 from 39% to 10% (``docs/learned.md``).
 """
 
 from __future__ import annotations
@@ -35,10 +43,11 @@ from traincast.fit import features as F
 FAMILY_OF = F.FAMILIES
 
 
-ESTIMATORS = ("hgb", "mlp", "ensemble", "auto")
-CANDIDATES = ("hgb", "mlp", "ensemble", "roofline")
+ESTIMATORS = ("hgb", "mlp", "ensemble", "hgb_nohw", "auto")
+CANDIDATES = ("hgb", "mlp", "ensemble", "hgb_nohw", "roofline")
+HW_FEATURES = ("log_peak_tflops", "log_bw_gbps", "sms", "clock_mhz", "log_mem_gib", "log_balance")
 FRAMEWORKS = {0: "torch", 1: "tf"}  # the framework_tf flag -> cell suffix
-_NEEDS = {"hgb": ("hgb",), "mlp": ("mlp",), "ensemble": ("hgb", "mlp"), "roofline": ()}
+_NEEDS = {"hgb": ("hgb",), "mlp": ("mlp",), "ensemble": ("hgb", "mlp"), "hgb_nohw": ("hgb_nohw",), "roofline": ()}
 
 
 def mape(pred, true) -> float:
@@ -54,6 +63,21 @@ def ratio_constant(log_ratio) -> float:
     w = 1.0 / t[order]
     i = int(np.searchsorted(np.cumsum(w), 0.5 * w.sum()))
     return float(np.log(t[order][min(i, len(t) - 1)]))
+
+
+class ColumnSubset:
+    """A regressor that sees only some columns of the feature matrix (``cols``, in order)."""
+
+    def __init__(self, estimator, cols):
+        self.estimator = estimator
+        self.cols = np.asarray(cols)
+
+    def fit(self, X, y):
+        self.estimator.fit(X[:, self.cols], y)
+        return self
+
+    def predict(self, X):
+        return self.estimator.predict(X[:, self.cols])
 
 
 class FamilyBlend:
@@ -89,7 +113,8 @@ class FamilyBlend:
 class OpTimeRegressor:
     """Per-family regressor on log(time / roofline): HistGradientBoosting (``estimator="hgb"``,
     the default), a multi-layer perceptron as in Justus et al. (``"mlp"``: the op kind one-hot,
-    other features standardised), their mean in log space (``"ensemble"``), or ``"auto"``: per op
+    other features standardised), their mean in log space (``"ensemble"``), HistGradientBoosting without
+    the device-spec features (``"hgb_nohw"``), or ``"auto"``: per op
     family and framework, the candidate of ``candidates`` with the lowest cross-validated MAPE,
     the folds grouped by GPU (``cv_splits=None``: leave one GPU model out; an int: that many
     GroupKFold folds), on at most ``cv_max_rows`` rows of each family (the final fit uses all).
@@ -139,16 +164,19 @@ class OpTimeRegressor:
 
     def _columns(self) -> np.ndarray:
         names = list(F.FEATURE_NAMES)
-        keep = [i for i, n in enumerate(names)
-                if self.hardware_features or n not in ("log_peak_tflops", "log_bw_gbps", "sms", "clock_mhz",
-                                                       "log_mem_gib", "log_balance")]
+        keep = [i for i, n in enumerate(names) if self.hardware_features or n not in HW_FEATURES]
         return np.array(keep)
 
     def _member(self, name: str):
+        """A fresh regressor for the feature matrix of ``_columns()`` (``hgb_nohw``: without the device-spec
+        columns; the op-kind column stays first, as the categorical feature)."""
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         if name == "mlp":
             return self._mlp()
+        if name == "hgb_nohw":
+            names = np.array(F.FEATURE_NAMES)[self._columns()]
+            return ColumnSubset(self._member("hgb"), [i for i, n in enumerate(names) if n not in HW_FEATURES])
         return HistGradientBoostingRegressor(
             max_iter=self.max_iter, learning_rate=self.learning_rate, max_leaf_nodes=self.max_leaf_nodes,
             min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
@@ -202,7 +230,7 @@ class OpTimeRegressor:
             Xf, tf, fwf, gf = X[sel], target[sel], fw[sel], groups[sel]
             codes = sorted(int(c) for c in np.unique(fwf))
             cells = {c: f"{f}/{FRAMEWORKS[c]}" for c in codes}
-            if est in ("hgb", "mlp"):
+            if est in ("hgb", "mlp", "hgb_nohw"):
                 m = self._member(est).fit(Xf, tf)
                 self.choice_.update({cells[c]: est for c in codes})
             else:
