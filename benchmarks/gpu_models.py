@@ -13,11 +13,15 @@ and kernel GPUs), ``learned-LOGO`` (a model refitted without any layer/kernel ro
 honest held-out-GPU figure; RTX 2080 Ti and L4 are never in the kernel data, so there it equals ``learned``).
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_models.py [--data ../shared/data] [--rows-per-file 1500]
+       [--estimator hgb|mlp|ensemble|hgb_nohw|auto]
+``--estimator``: the estimator of the leave-target-GPU-out refits and, where it is not the shipped model's, of
+a refit on all GPUs that stands in for the shipped model (default: the shipped model's estimator).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,6 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from traincast.fit.datasets import default_data_dir  # noqa: E402
 from traincast.fit.features import gpu_group  # noqa: E402
+from traincast.fit.learn import ESTIMATORS  # noqa: E402
 from traincast.hardware.catalog import get_catalog  # noqa: E402
 from traincast.predict.analytical import AnalyticalPredictor  # noqa: E402
 from traincast.predict.learned import LearnedPredictor  # noqa: E402
@@ -69,22 +74,29 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=str(default_data_dir()))
     ap.add_argument("--rows-per-file", type=int, default=1500)
     ap.add_argument("--no-logo", action="store_true", help="skip the leave-target-GPU-out refits")
+    ap.add_argument("--estimator", choices=ESTIMATORS, default=None,
+                    help="estimator of the refits (default: the shipped model's)")
     args = ap.parse_args(argv)
     data = Path(args.data)
     cat = get_catalog()
     todo, skipped = cases(data)
     analytical = AnalyticalPredictor()
+    from traincast.fit.train import fit_layers
+
     learned = LearnedPredictor.load_default()
-    print(f"shipped model trained on GPU groups: {', '.join(getattr(learned.model, 'trained_on_groups_', ()))}")
+    est = args.estimator or learned.model.get_params()["estimator"]
+    if est != learned.model.get_params()["estimator"]:
+        m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, estimator=est, out=os.devnull)
+        learned = LearnedPredictor(m)
+        print(f"estimator {est}: refitted on all GPUs in place of the shipped model")
+    print(f"learned model ({est}) trained on GPU groups: {', '.join(getattr(learned.model, 'trained_on_groups_', ()))}")
     # leave-target-GPU-out models, one per target group that the layer/kernel data holds
     logo: dict[str, LearnedPredictor] = {}
     if not args.no_logo:
-        from traincast.fit.train import fit_layers
-
         for g in sorted({gpu_group(c["gpu"]) for c in todo}):
             if g in learned.model.trained_on_groups_:
                 t0 = time.perf_counter()
-                m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, exclude_groups=(g,))
+                m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, exclude_groups=(g,), estimator=est)
                 logo[g] = LearnedPredictor(m)
                 print(f"refitted without {g} kernels/layers ({time.perf_counter() - t0:.0f} s)")
     traces: dict = {}
