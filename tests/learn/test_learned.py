@@ -82,6 +82,10 @@ def test_shipped_model_is_small_and_sklearn_style(learned):
     assert hasattr(m, "fit") and hasattr(m, "predict") and hasattr(m, "score")
     assert set(m.models_) == {"gemm", "conv", "memory"}
     assert "V100" in m.trained_on_groups_
+    from traincast.fit.train import DEFAULT_ESTIMATOR
+
+    assert m.get_params()["estimator"] == DEFAULT_ESTIMATOR  # shipped as `traincast fit layers` builds it
+    assert set(m.choice_) == {"conv/tf", "conv/torch", "gemm/tf", "gemm/torch", "memory/torch"}
 
 
 def test_shipped_model_large_sgemm_runs_near_fp32_peak(learned):
