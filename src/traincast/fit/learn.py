@@ -81,7 +81,7 @@ class ColumnSubset:
 
 
 class FamilyBlend:
-    """One op family's fitted members (``hgb``, ``mlp``) and, per framework (``framework_tf`` feature
+    """One op family's fitted members (``hgb``, ``mlp``, ``hgb_nohw``) and, per framework (``framework_tf`` feature
     column ``fw_col``: 0 torch, 1 tf), the candidate that predicts its rows' log(time/roofline)."""
 
     def __init__(self, members: dict, choice: dict, constants: dict, fw_col: int, default: str):
