@@ -230,7 +230,7 @@ class OpTimeRegressor:
             Xf, tf, fwf, gf = X[sel], target[sel], fw[sel], groups[sel]
             codes = sorted(int(c) for c in np.unique(fwf))
             cells = {c: f"{f}/{FRAMEWORKS[c]}" for c in codes}
-            if est in ("hgb", "mlp", "hgb_nohw"):
+            if _NEEDS.get(est) == (est,):  # a single-member estimator: no blend
                 m = self._member(est).fit(Xf, tf)
                 self.choice_.update({cells[c]: est for c in codes})
             else:
