@@ -11,7 +11,6 @@ Usage: PYTHONPATH=src .venv/bin/python benchmarks/layers_unseen_rows.py [--estim
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -21,8 +20,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from traincast.fit.learn import ESTIMATORS, mape, training_rows  # noqa: E402
-from traincast.fit.train import DEFAULT_ROWS_PER_FILE, fit_layers  # noqa: E402
+from traincast.fit.learn import ESTIMATORS, OpTimeRegressor, mape, training_rows  # noqa: E402
+from traincast.fit.train import DEFAULT_ROWS_PER_FILE  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -39,7 +38,7 @@ def main(argv=None) -> int:
     seen = set(map(tuple, train[key].astype(str).to_numpy()))
     test = test[[tuple(r) not in seen for r in test[key].astype(str).to_numpy()]].reset_index(drop=True)
     print(f"{len(train)} training rows, {len(test)} unseen rows of the same GPUs")
-    model, _ = fit_layers(args.data, out=os.devnull, max_rows_per_file=args.rows_per_file, estimator=args.estimator)
+    model = OpTimeRegressor(estimator=args.estimator).fit(train, train["time_ms"].to_numpy())  # as fit_layers does
     pred, y = model.predict(test), test["time_ms"].to_numpy()
     for src in ("justus2018", "neusight"):
         s = (test["source"] == src).to_numpy()
