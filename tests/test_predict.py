@@ -122,6 +122,33 @@ def test_skinny_gemms_and_fresh_pages_cost_more_on_cpu():
     assert "fresh_alloc" not in AnalyticalPredictor().params(gpu)
 
 
+def test_light_ops_pay_the_light_overhead():
+    """Gradient accumulation and each tensor of a CPU foreach op pay ``light_overhead_us``; every
+    other op ``op_overhead_us`` per launch. Tables without a light overhead charge all alike."""
+    from traincast.fit.calibration import local_device
+    from traincast.predict.analytical import is_light, launches_of
+
+    dev = local_device("cpu", threads=2)
+    wl = trace("resnet18", batch_size=2)
+    light = [o for o in wl.ops if is_light(o)]
+    assert any(o.phase == "backward" and o.aten == "add" for o in light)  # residual gradients accumulate
+    assert any(o.phase == "optimizer" for o in light)
+    assert not any(o.aten == "convolution" for o in light)
+    chunk = AnalyticalPredictor().params(dev)["foreach_chunk"]
+    n_light = sum(launches_of(o, chunk) for o in light)
+
+    def total(**ov):
+        return AnalyticalPredictor(overrides=ov).predict(wl, dev).total_s()
+
+    assert total(light_overhead_us=50.0, op_overhead_us=8.0) - total(light_overhead_us=0.0, op_overhead_us=8.0) == \
+        pytest.approx(n_light * 50e-6, rel=1e-6)
+    gpu = get_catalog().device("A100")
+    assert "light_overhead_us" not in AnalyticalPredictor().params(gpu)
+    a = AnalyticalPredictor().predict(wl, gpu)
+    b = AnalyticalPredictor(overrides={"light_overhead_us": AnalyticalPredictor().params(gpu)["op_overhead_us"]}).predict(wl, gpu)
+    assert a.times_s == pytest.approx(b.times_s)
+
+
 def test_faster_gpus_are_faster_and_amp_helps_on_tensor_cores():
     t = {g: forecast("resnet50", gpu=g, batch_size=64, dataset_size=1000, scaling=False).iteration_s
          for g in ("K80", "V100", "A100", "H100")}

@@ -2,7 +2,11 @@
 
 Per op: ``max(FLOPs / (peak(dtype) x compute efficiency(class) x g),
 bytes / (bandwidth x memory efficiency(class)), kernel floor) + fresh-page cost
-+ op overhead``; a fixed cost per step.
++ op overhead``; a fixed cost per step. The op overhead is ``op_overhead_us``
+per launch, or ``light_overhead_us`` where a profile has one for ops that are
+no autograd node (gradient accumulation, a foreach op's per-tensor steps on
+CPUs): on CPUs eager training pays tens of microseconds per op for dispatch,
+autograd recording and the engine, and a few for a bare call.
 
 ``g = d / (d + half)`` with ``d`` the smallest of a GEMM's M, N, K: skinny
 matmuls (a fully connected layer at batch 4, a 128-wide transformer) and
@@ -142,6 +146,23 @@ def launches_of(op, chunk: int) -> int:
     return math.ceil(op.n_tensors / chunk) if op.n_tensors > 1 else 1
 
 
+def is_light(op) -> bool:
+    """Ops the framework runs without the cost of an autograd node: gradient accumulation
+    in the backward pass (the engine adds a second gradient into the first) and the
+    per-tensor steps of a foreach optimizer op."""
+    return (op.phase == "backward" and op.aten in ("add", "add_")) or op.n_tensors > 1
+
+
+def op_overheads_s(ops, p: dict) -> np.ndarray:
+    """Overhead per launch of each op (seconds): ``op_overhead_us``, or ``light_overhead_us`` (where
+    the table has one) for ``is_light`` ops."""
+    heavy = float(p["op_overhead_us"]) * 1e-6
+    light = p.get("light_overhead_us")
+    if light is None:
+        return np.full(len(ops), heavy)
+    return np.array([float(light) * 1e-6 if is_light(o) else heavy for o in ops])
+
+
 def measured_terms(p: dict) -> tuple[float, float, float, float]:
     """(fresh-page threshold bytes, page-in rate B/s, last-level cache bytes, DRAM factor) of a parameter table."""
     fa = p.get("fresh_alloc") or {}
@@ -238,5 +259,5 @@ class AnalyticalPredictor:
         if cache_bytes:
             bw = np.where(nbytes > cache_bytes, bw * dram_factor, bw)
         t, bound = roofline_s(flops, nbytes, peak * gfac, bw, p["kernel_floor_us"] * 1e-6, launches,
-                              p["op_overhead_us"] * 1e-6, fresh_s, with_bound=True)
+                              op_overheads_s(ops, p), fresh_s, with_bound=True)
         return OpTimes(self.name, tuple(t.tolist()), tuple(bound), p["step_overhead_ms"] * 1e-3)

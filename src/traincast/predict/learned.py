@@ -31,7 +31,7 @@ import pandas as pd
 
 from traincast.errors import DataError
 from traincast.hardware.records import Device
-from traincast.predict.analytical import AnalyticalPredictor
+from traincast.predict.analytical import AnalyticalPredictor, op_overheads_s
 from traincast.predict.base import OpTimes
 from traincast.workload.records import Workload
 
@@ -132,7 +132,7 @@ class LearnedPredictor:
             np.add.at(per_op, owner, np.nan_to_num(kernel_ms, nan=0.0) * mult)
             bad = np.zeros(len(workload.ops), dtype=bool)
             np.logical_or.at(bad, owner, ~np.isfinite(pred_ms))
-            over_s = p["op_overhead_us"] * 1e-6
+            over_s = op_overheads_s(workload.ops, p)
             for i in np.flatnonzero(covered & ~bad):
-                times[i] = per_op[i] * 1e-3 + over_s
+                times[i] = per_op[i] * 1e-3 + over_s[i]
         return OpTimes(self.name, tuple(times), tuple(bound), base.step_overhead_s)
