@@ -22,7 +22,7 @@ from traincast.workload import trace
 def test_fit_recovers_parameters_from_steps_it_generated():
     dev = local_device("cpu", threads=2)
     wls = [trace(m, batch_size=b) for m in ("resnet18", "mobilenet_v2", "alexnet") for b in (2, 8)]
-    true = np.array([0.55, 0.35, 0.03, 0.2, 0.6, 12.0, 3.0, 16.0, 8.0, 0.02, 0.1, 1.0, 0.05])
+    true = np.array([0.55, 0.35, 0.03, 0.2, 0.6, 12.0, 3.0, 16.0, 8.0, 0.02, 0.1, 1.0, 0.05, 1.0, 4.0])
     y = [_Arrays(w, dev).predict_s(true) for w in wls]
     ph = [_Arrays(w, dev).phases_s(true) for w in wls]
     th, rms = fit_parameters(wls, y, dev, ph, prior_weight=0.0)
@@ -110,7 +110,7 @@ def test_layer_samples_identify_a_class_the_models_cannot():
 
     dev = local_device("cpu", threads=2)
     wls = [trace(m, batch_size=b) for m in ("resnet18", "mobilenet_v2") for b in (2, 8)]
-    true = np.array([0.25, 0.5, 0.05, 0.3, 0.8, 10.0, 1.0, 8.0, 8.0, 0.02, 0.1, 1.0, 0.05])
+    true = np.array([0.25, 0.5, 0.05, 0.3, 0.8, 10.0, 1.0, 8.0, 8.0, 0.02, 0.1, 1.0, 0.05, 1.0, 10.0])
     y = [_Arrays(w, dev).predict_s(true) for w in wls]
     peak, bw = dev.peak_flops_per_s("fp32"), dev.memory_bandwidth_bytes_per_s
     samples = []
@@ -123,3 +123,46 @@ def test_layer_samples_identify_a_class_the_models_cannot():
     assert th[0] == pytest.approx(0.25, rel=0.1)
     th0, _ = fit_parameters(wls, y, dev)
     assert th0[0] == pytest.approx(prior_theta(dev)[0], rel=0.2)  # without samples the prior holds it
+
+
+def _relu_sample(numel: int, ms: float = 1.0) -> dict:
+    return {"phase": "forward", "op_class": "elementwise", "op": "relu", "flops": numel, "bytes_read": 4 * numel,
+            "bytes_written": 4 * numel, "median_ms": ms, "params": {}, "dtype": "fp32",
+            "input_shapes_json": json.dumps([[numel]]), "output_shape_json": json.dumps([numel])}
+
+
+def test_layer_fit_drops_samples_whose_output_may_be_fresh_pages():
+    """A single op timed in a loop gets a large output from the allocator's leftovers or fresh from
+    the OS depending on the campaign's history: such samples are left out of the fit."""
+    from traincast.fit.calibration import _LayerArrays
+
+    dev = local_device("cpu", threads=2)
+    fixed = {"fresh_alloc": {"min_bytes": 32 * 2**20, "gb_per_s": 3.0}, "cache_bytes": 32 * 2**20}
+    small, big = _relu_sample(2**20), _relu_sample(16 * 2**20)  # 4 MiB and 64 MiB outputs
+    la = _LayerArrays([small, big, small], dev, fixed)
+    assert la.n == 2 and all(r is small for r in la.rows)
+    # without a fresh-page term nothing is ambiguous
+    off = {"fresh_alloc": {"min_bytes": 0, "gb_per_s": 0.0}, "cache_bytes": 32 * 2**20}
+    assert _LayerArrays([small, big], dev, off).n == 2
+
+
+def test_warm_cache_and_light_overhead_are_identified_by_layer_samples():
+    """Ops timed alone find their inputs in cache (warm_cache); their bare-call overhead is the
+    light overhead. Both are recovered from samples generated with known values."""
+    from traincast.fit.calibration import _LayerArrays, prior_theta
+
+    dev = local_device("cpu", threads=2)
+    fixed = {"cache_bytes": 32 * 2**20}
+    wls = [trace(m, batch_size=b) for m in ("resnet18", "mobilenet_v2") for b in (2, 8)]
+    true = prior_theta(dev).copy()
+    true[PARAM_NAMES.index("warm_cache")] = 3.0
+    true[PARAM_NAMES.index("light_overhead_us")] = 6.0
+    raw = [_relu_sample(n) for n in (256, 1024, 4096, 2**14, 2**16, 2**18, 2**20, 2**21)]
+    la = _LayerArrays(raw, dev, fixed)
+    t_ms = np.exp(la.resid(true)) * 1.0  # resid = log(t) - log(1 ms)
+    samples = [dict(r, median_ms=float(t)) for r, t in zip(raw, t_ms)]
+    y = [_Arrays(w, dev, fixed).predict_s(true) for w in wls]
+    th, _ = fit_parameters(wls, y, dev, layer_samples=samples, fixed=fixed, prior_weight=0.01)
+    got = dict(zip(PARAM_NAMES, th))
+    assert got["warm_cache"] * got["mem_scale"] == pytest.approx(3.0 * true[PARAM_NAMES.index("mem_scale")], rel=0.1)
+    assert got["light_overhead_us"] == pytest.approx(6.0, rel=0.15)

@@ -34,6 +34,7 @@ from traincast.predict.analytical import (
     AnalyticalPredictor,
     efficiencies_for,
     gemm_factors,
+    is_light,
     launches_of,
     measured_terms,
     roofline_s,
@@ -42,13 +43,13 @@ from traincast.workload.records import Workload
 
 PARAM_NAMES = ("eff_matmul", "eff_conv", "eff_conv_grouped", "eff_other", "mem_scale", "op_overhead_us",
                "step_overhead_ms", "gemm_half_dim", "conv_half_dim", "eff_pool", "eff_norm", "dram_factor",
-               "eff_reduction")
+               "eff_reduction", "warm_cache", "light_overhead_us")
 _BOUNDS = {
     "eff_matmul": (0.02, 1.0),
     "eff_conv": (0.02, 1.0),
     "eff_conv_grouped": (0.002, 1.0),
     "eff_other": (0.02, 1.0),
-    "mem_scale": (0.05, 4.0),
+    "mem_scale": (0.05, 16.0),
     "op_overhead_us": (0.0, 500.0),
     "step_overhead_ms": (0.0, 500.0),
     "gemm_half_dim": (0.0, 1024.0),
@@ -57,9 +58,11 @@ _BOUNDS = {
     "eff_norm": (0.002, 1.0),
     "dram_factor": (0.1, 2.0),
     "eff_reduction": (0.002, 1.0),
+    "warm_cache": (0.5, 8.0),
+    "light_overhead_us": (0.0, 500.0),
 }
 # fit in log space of the parameters; those that may be 0 get an offset
-_LOG_OFFSET = np.array([0, 0, 0, 0, 0, 1.0, 0.1, 1.0, 1.0, 0, 0, 0, 0])
+_LOG_OFFSET = np.array([0, 0, 0, 0, 0, 1.0, 0.1, 1.0, 1.0, 0, 0, 0, 0, 0, 1.0])
 
 
 def profiles_dir() -> Path:
@@ -175,6 +178,7 @@ class _Arrays:
         self.mem_eff = np.array([base["memory"].get(c, base["memory"]["default"]) for c in cls])
         chunk = max(1, int(base.get("foreach_chunk", 64)))
         self.launches = np.array([launches_of(o, chunk) for o in wl.ops], dtype=float)
+        self.light = np.array([is_light(o) for o in wl.ops], dtype=bool)
         self.peak = dev.peak_flops_per_s("fp32")
         self.bw = dev.memory_bandwidth_bytes_per_s
         self.big = (self.bytes > cache) if cache else np.zeros(len(self.bytes), dtype=bool)
@@ -183,7 +187,8 @@ class _Arrays:
     def op_times(self, th: np.ndarray) -> np.ndarray:
         eff = th[_EFF_SLOTS][self.kind] * gemm_factors(self.dmin, _halves(self.kind, th))
         bw = self.bw * self.mem_eff * th[4] * np.where(self.big, th[11], 1.0)
-        return roofline_s(self.flops, self.bytes, self.peak * eff, bw, 0.0, self.launches, th[5] * 1e-6, self.fresh_s)
+        over = np.where(self.light, th[14], th[5]) * 1e-6
+        return roofline_s(self.flops, self.bytes, self.peak * eff, bw, 0.0, self.launches, over, self.fresh_s)
 
     def predict_s(self, th: np.ndarray) -> float:
         return float(self.op_times(th).sum() + th[6] * 1e-3)
@@ -208,6 +213,7 @@ def overrides_from(theta, dev: Device, fixed: dict | None = None) -> dict:
                              "other": th["eff_other"]}},
         "memory": {k: v * th["mem_scale"] for k, v in base["memory"].items()},
         "op_overhead_us": th["op_overhead_us"],
+        "light_overhead_us": th["light_overhead_us"],
         "kernel_floor_us": 0.0,
         "step_overhead_ms": th["step_overhead_ms"],
         "gemm_half_dim": th["gemm_half_dim"],
@@ -223,7 +229,7 @@ def prior_theta(dev: Device) -> np.ndarray:
     return np.array([c["matmul"], c["conv"], c.get("conv_grouped", c["conv"]), other, 1.0,
                      p["op_overhead_us"], p["step_overhead_ms"], p.get("gemm_half_dim", 0) or 0,
                      p.get("conv_half_dim", 0) or 0, c.get("pool", other), c.get("norm", other),
-                     (p.get("cache") or {}).get("dram_factor", 1.0), c.get("reduction", other)], dtype=float)
+                     (p.get("cache") or {}).get("dram_factor", 1.0), c.get("reduction", other), 1.0, p.get("light_overhead_us", p["op_overhead_us"])], dtype=float)
 
 
 class _LayerArrays:
@@ -236,7 +242,20 @@ class _LayerArrays:
 
         base = efficiencies_for(dev)
         fa_min, fa_rate, cache = _measured_terms(fixed, base)
-        keep = [r for r in samples if r.get("phase") == "forward" and r.get("median_ms") and r.get("flops") is not None]
+        keep = []
+        for r in samples:
+            if r.get("phase") != "forward" or not r.get("median_ms") or r.get("flops") is None:
+                continue
+            out = json.loads(r["output_shape_json"]) if r.get("output_shape_json") else None
+            # a single op timed alone in a loop gets its large output from whatever the allocator
+            # kept from earlier samples, or freshly mapped: which depends on the campaign's history,
+            # not on the op, so such a sample says nothing reliable about the op's efficiency
+            # (the page-in rate is measured on its own, by measure.memory)
+            if out and fa_min and fresh_output_bytes(r.get("op", ""), [out], float(r["bytes_written"] or 0),
+                                                     fa_min, r.get("dtype") or ""):
+                continue
+            keep.append(r)
+        self.rows = keep
         self.n = len(keep)
         self.flops = np.array([float(r["flops"] or 0) for r in keep])
         self.bytes = np.array([float((r["bytes_read"] or 0) + (r["bytes_written"] or 0)) for r in keep])
@@ -248,16 +267,14 @@ class _LayerArrays:
             kinds.append(k)
         self.kind = np.array([_KIND_INDEX.get(k, 3) for k in kinds])
         self.mem_eff = np.array([base["memory"].get(r["op_class"], base["memory"]["default"]) for r in keep])
-        dmin, fresh = [], []
+        dmin = []
         for r in keep:
             ins = json.loads(r["input_shapes_json"]) if r.get("input_shapes_json") else None
             out = json.loads(r["output_shape_json"]) if r.get("output_shape_json") else None
             d = gemm_dims(r.get("op", ""), ins, [out]) if ins and r["op_class"] in ("matmul", "conv") else None
             dmin.append(float(min(d)) if d else np.inf)
-            fb = fresh_output_bytes(r.get("op", ""), [out], float(r["bytes_written"] or 0), fa_min,
-                                    r.get("dtype") or "") if out else 0.0
-            fresh.append(fb / fa_rate if fa_rate else 0.0)
-        self.dmin, self.fresh_s = np.array(dmin), np.array(fresh)
+        fresh = np.zeros(len(keep))
+        self.dmin, self.fresh_s = np.array(dmin), fresh
         # a sample whose repeats spread widely was disturbed by other work on the cores:
         # its fastest repeat is nearer the op's own time than its median
         self.y = np.log(np.array([float(r["min_ms"] if (r.get("cov") or 0) > DISTURBED_COV and r.get("min_ms")
@@ -268,8 +285,10 @@ class _LayerArrays:
 
     def resid(self, th: np.ndarray) -> np.ndarray:
         eff = th[_EFF_SLOTS][self.kind] * gemm_factors(self.dmin, _halves(self.kind, th))
-        bw = self.bw * self.mem_eff * th[4] * np.where(self.big, th[11], 1.0)
-        t = roofline_s(self.flops, self.bytes, self.peak * eff, bw, 0.0, 1.0, th[5] * 1e-6, self.fresh_s)
+        # an op timed alone in a loop finds its inputs in cache where they fit (warm_cache, th[13]);
+        # inside a model step they were written long before and come from further away
+        bw = self.bw * self.mem_eff * th[4] * np.where(self.big, th[11], th[13])
+        t = roofline_s(self.flops, self.bytes, self.peak * eff, bw, 0.0, 1.0, th[14] * 1e-6, self.fresh_s)
         return np.log(t) - self.y
 
 
@@ -341,9 +360,9 @@ def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Devi
         return np.asarray(r)
 
     best = None
-    for start in ([0.5, 0.3, 0.05, 0.3, 0.5, 20.0, 1.0, 16.0, 16.0, 0.05, 0.1, 1.0, 0.1],
-                  [0.2, 0.6, 0.02, 0.1, 1.0, 5.0, 5.0, 4.0, 4.0, 0.005, 0.03, 0.5, 0.02],
-                  [0.8, 0.8, 0.2, 0.5, 0.3, 50.0, 0.5, 64.0, 64.0, 0.3, 0.3, 1.5, 0.4]):
+    for start in ([0.5, 0.3, 0.05, 0.3, 0.5, 20.0, 1.0, 16.0, 16.0, 0.05, 0.1, 1.0, 0.1, 1.0, 20.0],
+                  [0.2, 0.6, 0.02, 0.1, 1.0, 5.0, 5.0, 4.0, 4.0, 0.005, 0.03, 0.5, 0.02, 2.0, 5.0],
+                  [0.8, 0.8, 0.2, 0.5, 0.3, 50.0, 0.5, 64.0, 64.0, 0.3, 0.3, 1.5, 0.4, 4.0, 50.0]):
         z0 = np.log(np.asarray(start) + off)
         r = least_squares(resid, z0, bounds=(np.log(lo + off), np.log(hi + off)), method="trf")
         if best is None or r.cost < best.cost:
@@ -455,6 +474,12 @@ def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threa
     return out
 
 
+def _trace_measured(m: Measured, fused: bool | None) -> Workload:
+    from traincast.workload import trace
+
+    return trace(m.model, batch_size=m.batch_size, fused_attention=fused)
+
+
 def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 16), *, device="cpu",
               steps=5, warmup=2, threads=None, name="local", measured: list[Measured] | None = None,
               progress=None, layer_samples: list[dict] | None = None, bandwidth=None) -> DeviceProfile:
@@ -463,7 +488,6 @@ def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 1
     On CPUs the memory bandwidth and the cost of writing fresh pages are measured
     (``traincast.measure.memory``; pass ``bandwidth`` to reuse a measurement), not fitted."""
     from traincast.measure.fingerprint import fingerprint
-    from traincast.workload import trace
 
     fixed = None
     if device.startswith("cuda"):
@@ -481,7 +505,7 @@ def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 1
     meas = measured or measure_steps(models, batch_sizes, device=device, steps=steps, warmup=warmup,
                                      threads=threads, progress=progress)
     fused = _fused_attention_for(device)
-    wls = [trace(m.model, batch_size=m.batch_size, fused_attention=fused) for m in meas]
+    wls = [_trace_measured(m, fused) for m in meas]
     theta, rms = fit_parameters(wls, [m.measured_s for m in meas], dev, [m.phases_s for m in meas],
                                 layer_samples=layer_samples, fixed=fixed)
     ov = overrides_from(theta, dev, fixed)
@@ -504,14 +528,13 @@ def predict_measured(profile: DeviceProfile, meas: list[Measured], device: str =
     """Predicted vs measured for each measurement, with the per-phase split."""
     from traincast.predict.compose import step_time
     from traincast.hardware.records import Cluster
-    from traincast.workload import trace
 
     dev = profile.device_record()
     pred = profile.predictor()
     rows = []
     fused = _fused_attention_for(device)
     for m in meas:
-        wl = trace(m.model, batch_size=m.batch_size, fused_attention=fused)
+        wl = _trace_measured(m, fused)
         st = step_time(wl, Cluster(dev), pred)
         rows.append({
             "model": m.model, "batch_size": m.batch_size, "measured_s": m.measured_s, "iqr_s": m.iqr_s,
