@@ -6,7 +6,9 @@ each forecast beside the measured step (median of repeats, IQR), the
 per-model error and, last, the MAPE on held-out models only.
 
 Measurements are cached in a JSON file as they finish, so an interrupted run
-resumes where it stopped (delete the file to re-measure).
+resumes where it stopped (delete the file to re-measure). Each (model, batch)
+is timed in a fresh process, as a training job runs: in one long-lived process
+the heap an earlier model left changes how often the next faults fresh pages in.
 
     python benchmarks/validate_cpu.py [--steps 7] [--rounds 2] [--batch-sizes 2,8,16] [--cache out/validate_cpu.json]
 
@@ -41,6 +43,8 @@ def main() -> None:
     ap.add_argument("--plot", default="out/validate_cpu.png")
     ap.add_argument("--layer-samples", type=int, default=160, help="single-op samples for the per-class fit")
     ap.add_argument("--no-layers", action="store_true", help="fit on whole-model steps only")
+    ap.add_argument("--in-process", action="store_true",
+                    help="time every (model, batch) in this process instead of a fresh one each")
     args = ap.parse_args()
     bs = tuple(int(x) for x in args.batch_sizes.split(","))
     cache = Path(args.cache)
@@ -60,7 +64,7 @@ def main() -> None:
                 key = (m, b)
                 if rounds.get(key, 0) >= rnd:
                     continue
-                r = measure_steps([m], [b], steps=args.steps)[0]
+                r = measure_steps([m], [b], steps=args.steps, isolate=not args.in_process)[0]
                 keep = key not in done or r.measured_s < done[key].measured_s
                 if keep:
                     done[key] = r

@@ -166,3 +166,25 @@ def test_warm_cache_and_light_overhead_are_identified_by_layer_samples():
     got = dict(zip(PARAM_NAMES, th))
     assert got["warm_cache"] * got["mem_scale"] == pytest.approx(3.0 * true[PARAM_NAMES.index("mem_scale")], rel=0.1)
     assert got["light_overhead_us"] == pytest.approx(6.0, rel=0.15)
+
+
+def test_isolated_measurement_runs_in_a_fresh_process(monkeypatch):
+    """``isolate=True`` routes every (model, batch) through a spawned child; the record it
+    brings back matches one measured in this process."""
+    import traincast.fit.calibration as cal
+
+    calls = []
+    real = cal._isolated_time_model
+
+    def spy(model, **kw):
+        calls.append(model)
+        return real(model, **kw)
+
+    monkeypatch.setattr(cal, "_isolated_time_model", spy)
+    iso = cal.measure_steps(["mnist-cnn"], [4], steps=3, threads=1, retries=0, isolate=True)[0]
+    assert calls == ["mnist-cnn"]
+    here = cal.measure_steps(["mnist-cnn"], [4], steps=3, threads=1, retries=0)[0]
+    assert calls == ["mnist-cnn"]  # in-process measurement does not spawn
+    assert (iso.model, iso.batch_size) == (here.model, here.batch_size) == ("mnist-cnn", 4)
+    assert 1 / 3 < iso.measured_s / here.measured_s < 3
+    assert iso.phases_s and set(iso.phases_s) == set(here.phases_s)

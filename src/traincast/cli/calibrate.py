@@ -51,6 +51,8 @@ def register(app: typer.Typer) -> None:
         budget: Optional[str] = typer.Option(None, "--budget", help="time for measuring, e.g. 10m; the rest is skipped"),
         layer_samples: int = typer.Option(160, "--layer-samples", help="single-op campaign samples for the "
                                           "per-op-class fit (stored, resumable); 0: whole steps only"),
+        isolate: bool = typer.Option(True, "--isolate/--in-process", help="time each (model, batch) in a fresh "
+                                     "process, as a training job runs (the heap an earlier model left changes the next)"),
         name: str = typer.Option("local", "--name", help="profile name (`--profile NAME` uses it)"),
         out: Optional[Path] = typer.Option(None, "--out", help="write the profile here instead"),
         as_json: bool = typer.Option(False, "--json"),
@@ -72,7 +74,8 @@ def register(app: typer.Typer) -> None:
         budget_s = parse_duration_s(budget) if budget else None
         prog, tick = _progress("measuring", len(ms) * len(bs))
         with prog:
-            meas = measure_steps(ms, bs, device=device, steps=steps, threads=threads, progress=tick, budget_s=budget_s)
+            meas = measure_steps(ms, bs, device=device, steps=steps, threads=threads, progress=tick, budget_s=budget_s,
+                                 isolate=isolate)
         layers = _layers(layer_samples, device, threads)
         prof = run_calibration(ms, bs, device=device, threads=threads, name=name, measured=meas, layer_samples=layers)
         path = prof.save(out)
@@ -100,6 +103,8 @@ def register(app: typer.Typer) -> None:
         threads: Optional[int] = typer.Option(None, "--threads"),
         plot_path: Optional[Path] = typer.Option(Path("validation.png"), "--plot"),
         layer_samples: int = typer.Option(160, "--layer-samples", help="single-op samples for the per-class fit"),
+        isolate: bool = typer.Option(True, "--isolate/--in-process", help="time each (model, batch) in a fresh "
+                                     "process, as a training job runs (the heap an earlier model left changes the next)"),
         with_layer_sum: bool = typer.Option(False, "--layer-sum", help="also time every layer alone (CPU): "
                                             "the summed-layer ratio before and after the fitted correction"),
         as_json: bool = typer.Option(False, "--json"),
@@ -123,8 +128,8 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"held-out models must not be calibration models: {', '.join(sorted(overlap))}")
         prog, tick = _progress("measuring", (len(cal) + len(held)) * len(bs))
         with prog:
-            m_cal = measure_steps(cal, bs, device=device, steps=steps, threads=threads, progress=tick)
-            m_held = measure_steps(held, bs, device=device, steps=steps, threads=threads, progress=tick)
+            m_cal = measure_steps(cal, bs, device=device, steps=steps, threads=threads, progress=tick, isolate=isolate)
+            m_held = measure_steps(held, bs, device=device, steps=steps, threads=threads, progress=tick, isolate=isolate)
         prof = run_calibration(cal, bs, device=device, threads=threads, measured=m_cal, name="validation",
                                layer_samples=_layers(layer_samples, device, threads))
         cal_rows, held_rows = predict_measured(prof, m_cal, device), predict_measured(prof, m_held, device)
