@@ -21,7 +21,6 @@ a refit on all GPUs that stands in for the shipped model (default: the shipped m
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -86,7 +85,7 @@ def main(argv=None) -> int:
     learned = LearnedPredictor.load_default()
     est = args.estimator or learned.model.get_params()["estimator"]
     if est != learned.model.get_params()["estimator"]:
-        m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, estimator=est, out=os.devnull)
+        m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, estimator=est, save=False)
         learned = LearnedPredictor(m)
         print(f"estimator {est}: refitted on all GPUs in place of the shipped model")
     print(f"learned model ({est}) trained on GPU groups: {', '.join(getattr(learned.model, 'trained_on_groups_', ()))}")

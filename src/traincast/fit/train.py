@@ -17,9 +17,14 @@ DEFAULT_ESTIMATOR = "hgb"  # see docs/learned.md, "Choosing the estimator"
 
 
 def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: int = DEFAULT_ROWS_PER_FILE,
-               exclude_groups=(), store=None, seed: int = 0, log=None, **params) -> tuple[OpTimeRegressor, Path | None]:
+               exclude_groups=(), store=None, seed: int = 0, log=None, save: bool | None = None,
+               **params) -> tuple[OpTimeRegressor, Path | None]:
     """Fit an :class:`OpTimeRegressor` on the Justus + NeuSight rows (files, or an imported ``store``)
-    and save it whole with pickle to ``out`` (default: the shipped model path)."""
+    and save it whole with pickle to ``out`` (default: the shipped model path).
+
+    ``save``: None saves where ``out`` is given or no GPU group was left out (a
+    model fitted without some GPUs never replaces the shipped one unasked);
+    False never saves (returns path None); True always does."""
     from traincast.fit import features as F
 
     t0 = time.perf_counter()
@@ -50,7 +55,9 @@ def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: 
         for line in model.summary():
             log(f"  {line}")
     path = None
-    if out is not None or not exclude_groups:
+    if save is None:
+        save = out is not None or not exclude_groups
+    if save:
         from traincast.predict.learned import default_model_path
 
         path = Path(out) if out is not None else default_model_path()
