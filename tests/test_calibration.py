@@ -44,6 +44,11 @@ def test_profile_round_trip(tmp_path):
     assert back.device_record().fp32_tflops == dev.fp32_tflops
     rows = predict_measured(back, meas)
     assert all(abs(r["error_pct"]) < 60 for r in rows)
+    # a profile saved before the light overhead existed charges every op its one overhead
+    old = DeviceProfile(**{**back.__dict__, "overrides": {k: v for k, v in back.overrides.items()
+                                                          if k != "light_overhead_us"}})
+    p_old = old.predictor().params(dev)
+    assert p_old["light_overhead_us"] == p_old["op_overhead_us"] == back.overrides["op_overhead_us"]
 
 
 def test_real_calibration_and_validation_smoke(tmp_path, capsys, monkeypatch):
@@ -188,3 +193,18 @@ def test_isolated_measurement_runs_in_a_fresh_process(monkeypatch):
     assert (iso.model, iso.batch_size) == (here.model, here.batch_size) == ("mnist-cnn", 4)
     assert 1 / 3 < iso.measured_s / here.measured_s < 3
     assert iso.phases_s and set(iso.phases_s) == set(here.phases_s)
+
+
+def test_in_fresh_process_returns_raises_and_reports_a_dead_child():
+    import os
+
+    from traincast.errors import ConfigError, TraincastError
+    from traincast.fit.calibration import in_fresh_process
+    from traincast.workload import zoo
+
+    assert in_fresh_process(os.getpid) != os.getpid()
+    assert in_fresh_process(divmod, 7, 2) == (3, 1)
+    with pytest.raises(TraincastError, match="no-such-model"):
+        in_fresh_process(zoo.get, "no-such-model")
+    with pytest.raises(ConfigError, match="died \\(exit code 3"):
+        in_fresh_process(os._exit, 3)

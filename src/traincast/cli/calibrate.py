@@ -40,6 +40,11 @@ def _layers(n: int, device: str, threads) -> list[dict]:
     return run_layer_campaign(n, device=device, threads=threads)
 
 
+def _isolate_option():
+    return typer.Option(True, "--isolate/--in-process", help="time each (model, batch) in a fresh process, as a "
+                        "training job runs (the heap an earlier model left changes the next)")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def calibrate(
@@ -51,8 +56,7 @@ def register(app: typer.Typer) -> None:
         budget: Optional[str] = typer.Option(None, "--budget", help="time for measuring, e.g. 10m; the rest is skipped"),
         layer_samples: int = typer.Option(160, "--layer-samples", help="single-op campaign samples for the "
                                           "per-op-class fit (stored, resumable); 0: whole steps only"),
-        isolate: bool = typer.Option(True, "--isolate/--in-process", help="time each (model, batch) in a fresh "
-                                     "process, as a training job runs (the heap an earlier model left changes the next)"),
+        isolate: bool = _isolate_option(),
         name: str = typer.Option("local", "--name", help="profile name (`--profile NAME` uses it)"),
         out: Optional[Path] = typer.Option(None, "--out", help="write the profile here instead"),
         as_json: bool = typer.Option(False, "--json"),
@@ -103,8 +107,7 @@ def register(app: typer.Typer) -> None:
         threads: Optional[int] = typer.Option(None, "--threads"),
         plot_path: Optional[Path] = typer.Option(Path("validation.png"), "--plot"),
         layer_samples: int = typer.Option(160, "--layer-samples", help="single-op samples for the per-class fit"),
-        isolate: bool = typer.Option(True, "--isolate/--in-process", help="time each (model, batch) in a fresh "
-                                     "process, as a training job runs (the heap an earlier model left changes the next)"),
+        isolate: bool = _isolate_option(),
         with_layer_sum: bool = typer.Option(False, "--layer-sum", help="also time every layer alone (CPU): "
                                             "the summed-layer ratio before and after the fitted correction"),
         as_json: bool = typer.Option(False, "--json"),

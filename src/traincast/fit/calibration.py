@@ -178,7 +178,9 @@ class _Arrays:
         self.mem_eff = np.array([base["memory"].get(c, base["memory"]["default"]) for c in cls])
         chunk = max(1, int(base.get("foreach_chunk", 64)))
         self.launches = np.array([launches_of(o, chunk) for o in wl.ops], dtype=float)
-        self.light = np.array([is_light(o) for o in wl.ops], dtype=bool)
+        # the light overhead is a CPU term (the table of the device's generation has it): on GPUs a
+        # foreach launch is a real kernel and every op pays the one overhead
+        self.light = np.array([is_light(o) and "light_overhead_us" in base for o in wl.ops], dtype=bool)
         self.peak = dev.peak_flops_per_s("fp32")
         self.bw = dev.memory_bandwidth_bytes_per_s
         self.big = (self.bytes > cache) if cache else np.zeros(len(self.bytes), dtype=bool)
@@ -213,7 +215,7 @@ def overrides_from(theta, dev: Device, fixed: dict | None = None) -> dict:
                              "other": th["eff_other"]}},
         "memory": {k: v * th["mem_scale"] for k, v in base["memory"].items()},
         "op_overhead_us": th["op_overhead_us"],
-        "light_overhead_us": th["light_overhead_us"],
+        **({"light_overhead_us": th["light_overhead_us"]} if "light_overhead_us" in base else {}),
         "kernel_floor_us": 0.0,
         "step_overhead_ms": th["step_overhead_ms"],
         "gemm_half_dim": th["gemm_half_dim"],
@@ -242,7 +244,7 @@ class _LayerArrays:
 
         base = efficiencies_for(dev)
         fa_min, fa_rate, cache = _measured_terms(fixed, base)
-        keep = []
+        keep, outs = [], []
         for r in samples:
             if r.get("phase") != "forward" or not r.get("median_ms") or r.get("flops") is None:
                 continue
@@ -251,10 +253,11 @@ class _LayerArrays:
             # kept from earlier samples, or freshly mapped: which depends on the campaign's history,
             # not on the op, so such a sample says nothing reliable about the op's efficiency
             # (the page-in rate is measured on its own, by measure.memory)
-            if out and fa_min and fresh_output_bytes(r.get("op", ""), [out], float(r["bytes_written"] or 0),
-                                                     fa_min, r.get("dtype") or ""):
+            if out and fa_min and fa_rate and fresh_output_bytes(
+                    r.get("op", ""), [out], float(r["bytes_written"] or 0), fa_min, r.get("dtype") or ""):
                 continue
             keep.append(r)
+            outs.append(out)
         self.rows = keep
         self.n = len(keep)
         self.flops = np.array([float(r["flops"] or 0) for r in keep])
@@ -268,13 +271,11 @@ class _LayerArrays:
         self.kind = np.array([_KIND_INDEX.get(k, 3) for k in kinds])
         self.mem_eff = np.array([base["memory"].get(r["op_class"], base["memory"]["default"]) for r in keep])
         dmin = []
-        for r in keep:
+        for r, out in zip(keep, outs):
             ins = json.loads(r["input_shapes_json"]) if r.get("input_shapes_json") else None
-            out = json.loads(r["output_shape_json"]) if r.get("output_shape_json") else None
             d = gemm_dims(r.get("op", ""), ins, [out]) if ins and r["op_class"] in ("matmul", "conv") else None
             dmin.append(float(min(d)) if d else np.inf)
-        fresh = np.zeros(len(keep))
-        self.dmin, self.fresh_s = np.array(dmin), fresh
+        self.dmin = np.array(dmin)
         # a sample whose repeats spread widely was disturbed by other work on the cores:
         # its fastest repeat is nearer the op's own time than its median
         self.y = np.log(np.array([float(r["min_ms"] if (r.get("cov") or 0) > DISTURBED_COV and r.get("min_ms")
@@ -286,9 +287,11 @@ class _LayerArrays:
     def resid(self, th: np.ndarray) -> np.ndarray:
         eff = th[_EFF_SLOTS][self.kind] * gemm_factors(self.dmin, _halves(self.kind, th))
         # an op timed alone in a loop finds its inputs in cache where they fit (warm_cache, th[13]);
-        # inside a model step they were written long before and come from further away
+        # inside a model step they were written long before and come from further away. With the
+        # cache size unknown (no sysfs) every sample counts as fitting. A sample's overhead is that
+        # of a forward op called alone (th[14]), the light overhead of steps.
         bw = self.bw * self.mem_eff * th[4] * np.where(self.big, th[11], th[13])
-        t = roofline_s(self.flops, self.bytes, self.peak * eff, bw, 0.0, 1.0, th[14] * 1e-6, self.fresh_s)
+        t = roofline_s(self.flops, self.bytes, self.peak * eff, bw, 0.0, 1.0, th[14] * 1e-6, 0.0)
         return np.log(t) - self.y
 
 
@@ -389,7 +392,11 @@ class DeviceProfile:
         return Device(**d)
 
     def predictor(self) -> AnalyticalPredictor:
-        return AnalyticalPredictor(overrides=self.overrides, name=f"analytical (profile {self.name})")
+        ov = dict(self.overrides)
+        if "op_overhead_us" in ov and "light_overhead_us" not in ov:
+            # a profile fitted before the light overhead existed charged every op alike
+            ov["light_overhead_us"] = ov["op_overhead_us"]
+        return AnalyticalPredictor(overrides=ov, name=f"analytical (profile {self.name})")
 
     def save(self, path: str | Path | None = None) -> Path:
         path = Path(path) if path else profiles_dir() / f"{self.name}.yaml"
@@ -439,19 +446,61 @@ class Measured:
     phases_s: dict  # forward/backward/optimizer from the profiler, when available
 
 
-def _time_model_in_child(model, batch_size, kw):
-    """``time_model`` in a fresh process (``measure_steps(isolate=True)``)."""
-    from traincast.measure.model import time_model
+def _child_main(conn, fn, args, kw) -> None:
+    """Body of ``in_fresh_process``'s child: run, send ("ok", result) or ("err", exception)."""
+    import pickle
 
-    return time_model(model, batch_size=batch_size, **kw)
+    from traincast.errors import ConfigError, TraincastError
+
+    try:
+        msg = ("ok", fn(*args, **kw))
+    except BaseException as exc:  # sent back and raised in the parent
+        try:
+            pickle.loads(pickle.dumps(exc))
+            msg = ("err", exc)
+        except Exception:  # an exception class that does not survive pickling
+            msg = ("err", ConfigError(str(exc)) if isinstance(exc, TraincastError)
+                   else RuntimeError(f"{type(exc).__name__}: {exc}"))
+    try:
+        conn.send(msg)
+    finally:
+        conn.close()
+
+
+def in_fresh_process(fn, *args, **kw):
+    """``fn(*args, **kw)`` in a freshly spawned process (``fn`` importable at module level); its
+    result or its exception comes back. The child is terminated if this process is interrupted
+    or the call fails, so no orphan keeps timing on the cores; a child that dies (killed for lack
+    of memory) is a ConfigError."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child_main, args=(send, fn, args, kw), daemon=True)
+    proc.start()
+    send.close()
+    try:
+        try:
+            status, value = recv.recv()
+        except EOFError:
+            proc.join()
+            raise ConfigError(f"the measuring process died (exit code {proc.exitcode}"
+                              f"{': killed, out of memory?' if proc.exitcode and proc.exitcode < 0 else ''}); "
+                              "try smaller batch sizes") from None
+        if status == "err":
+            raise value
+        return value
+    finally:
+        recv.close()
+        if proc.is_alive():
+            proc.terminate()
+        proc.join()
 
 
 def _isolated_time_model(model, *, batch_size, **kw):
-    import concurrent.futures as cf
-    import multiprocessing as mp
+    from traincast.measure.model import time_model
 
-    with cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as ex:
-        return ex.submit(_time_model_in_child, model, batch_size, kw).result()
+    return in_fresh_process(time_model, model, batch_size=batch_size, **kw)
 
 
 def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threads=None, seq_len=None,
@@ -505,11 +554,14 @@ def _trace_measured(m: Measured, fused: bool | None) -> Workload:
 
 def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 16), *, device="cpu",
               steps=5, warmup=2, threads=None, name="local", measured: list[Measured] | None = None,
-              progress=None, layer_samples: list[dict] | None = None, bandwidth=None) -> DeviceProfile:
+              progress=None, layer_samples: list[dict] | None = None, bandwidth=None,
+              isolate: bool = True) -> DeviceProfile:
     """Measure, trace, fit; return (not save) the profile.
 
     On CPUs the memory bandwidth and the cost of writing fresh pages are measured
-    (``traincast.measure.memory``; pass ``bandwidth`` to reuse a measurement), not fitted."""
+    (``traincast.measure.memory``; pass ``bandwidth`` to reuse a measurement), not fitted.
+    Steps not given in ``measured`` are timed each in a fresh process (``isolate``,
+    see ``measure_steps``)."""
     from traincast.measure.fingerprint import fingerprint
 
     fixed = None
@@ -526,7 +578,7 @@ def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 1
         fa["gb_per_s"] = round(rate, 3) if math.isfinite(rate) else 0.0
         fixed = {"fresh_alloc": fa, "cache_bytes": last_level_cache_bytes()}
     meas = measured or measure_steps(models, batch_sizes, device=device, steps=steps, warmup=warmup,
-                                     threads=threads, progress=progress)
+                                     threads=threads, progress=progress, isolate=isolate)
     fused = _fused_attention_for(device)
     wls = [_trace_measured(m, fused) for m in meas]
     theta, rms = fit_parameters(wls, [m.measured_s for m in meas], dev, [m.phases_s for m in meas],
