@@ -3,10 +3,10 @@
 Per op: ``max(FLOPs / (peak(dtype) x compute efficiency(class) x g),
 bytes / (bandwidth x memory efficiency(class)), kernel floor) + fresh-page cost
 + op overhead``; a fixed cost per step. The op overhead is ``op_overhead_us``
-per launch, or ``light_overhead_us`` where a profile has one for ops that are
-no autograd node (gradient accumulation, a foreach op's per-tensor steps on
-CPUs): on CPUs eager training pays tens of microseconds per op for dispatch,
-autograd recording and the engine, and a few for a bare call.
+per launch, or ``light_overhead_us`` (where the device's table or profile has
+one: CPUs) for ops that are no autograd node, gradient accumulation and a
+foreach op's per-tensor steps: an op of a training step pays for autograd
+recording and the backward engine, which these do not.
 
 ``g = d / (d + half)`` with ``d`` the smallest of a GEMM's M, N, K: skinny
 matmuls (a fully connected layer at batch 4, a 128-wide transformer) and
