@@ -145,7 +145,8 @@ def test_light_ops_pay_the_light_overhead():
     gpu = get_catalog().device("A100")
     assert "light_overhead_us" not in AnalyticalPredictor().params(gpu)
     a = AnalyticalPredictor().predict(wl, gpu)
-    b = AnalyticalPredictor(overrides={"light_overhead_us": AnalyticalPredictor().params(gpu)["op_overhead_us"]}).predict(wl, gpu)
+    same = {"light_overhead_us": AnalyticalPredictor().params(gpu)["op_overhead_us"]}
+    b = AnalyticalPredictor(overrides=same).predict(wl, gpu)
     assert a.times_s == pytest.approx(b.times_s)
 
 

@@ -132,7 +132,8 @@ def register(app: typer.Typer) -> None:
         prog, tick = _progress("measuring", (len(cal) + len(held)) * len(bs))
         with prog:
             m_cal = measure_steps(cal, bs, device=device, steps=steps, threads=threads, progress=tick, isolate=isolate)
-            m_held = measure_steps(held, bs, device=device, steps=steps, threads=threads, progress=tick, isolate=isolate)
+            m_held = measure_steps(held, bs, device=device, steps=steps, threads=threads, progress=tick,
+                                   isolate=isolate)
         prof = run_calibration(cal, bs, device=device, threads=threads, measured=m_cal, name="validation",
                                layer_samples=_layers(layer_samples, device, threads))
         cal_rows, held_rows = predict_measured(prof, m_cal, device), predict_measured(prof, m_held, device)

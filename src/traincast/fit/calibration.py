@@ -231,7 +231,8 @@ def prior_theta(dev: Device) -> np.ndarray:
     return np.array([c["matmul"], c["conv"], c.get("conv_grouped", c["conv"]), other, 1.0,
                      p["op_overhead_us"], p["step_overhead_ms"], p.get("gemm_half_dim", 0) or 0,
                      p.get("conv_half_dim", 0) or 0, c.get("pool", other), c.get("norm", other),
-                     (p.get("cache") or {}).get("dram_factor", 1.0), c.get("reduction", other), 1.0, p.get("light_overhead_us", p["op_overhead_us"])], dtype=float)
+                     (p.get("cache") or {}).get("dram_factor", 1.0), c.get("reduction", other), 1.0,
+                     p.get("light_overhead_us", p["op_overhead_us"])], dtype=float)
 
 
 class _LayerArrays:
