@@ -65,21 +65,6 @@ def ratio_constant(log_ratio) -> float:
     return float(np.log(t[order][min(i, len(t) - 1)]))
 
 
-class ColumnSubset:
-    """A regressor that sees only some columns of the feature matrix (``cols``, in order)."""
-
-    def __init__(self, estimator, cols):
-        self.estimator = estimator
-        self.cols = np.asarray(cols)
-
-    def fit(self, X, y):
-        self.estimator.fit(X[:, self.cols], y)
-        return self
-
-    def predict(self, X):
-        return self.estimator.predict(X[:, self.cols])
-
-
 class FamilyBlend:
     """One op family's fitted members (``hgb``, ``mlp``, ``hgb_nohw``) and, per framework (``framework_tf`` feature
     column ``fw_col``: 0 torch, 1 tf), the candidate that predicts its rows' log(time/roofline)."""
@@ -175,8 +160,12 @@ class OpTimeRegressor:
         if name == "mlp":
             return self._mlp()
         if name == "hgb_nohw":
+            from sklearn.compose import ColumnTransformer
+            from sklearn.pipeline import make_pipeline
+
             names = np.array(F.FEATURE_NAMES)[self._columns()]
-            return ColumnSubset(self._member("hgb"), [i for i, n in enumerate(names) if n not in HW_FEATURES])
+            keep = [i for i, n in enumerate(names) if n not in HW_FEATURES]
+            return make_pipeline(ColumnTransformer([("no_hw", "passthrough", keep)]), self._member("hgb"))
         return HistGradientBoostingRegressor(
             max_iter=self.max_iter, learning_rate=self.learning_rate, max_leaf_nodes=self.max_leaf_nodes,
             min_samples_leaf=self.min_samples_leaf, l2_regularization=self.l2_regularization,
