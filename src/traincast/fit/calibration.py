@@ -558,13 +558,15 @@ def _trace_measured(m: Measured, fused: bool | None) -> Workload:
 def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 16), *, device="cpu",
               steps=5, warmup=2, threads=None, name="local", measured: list[Measured] | None = None,
               progress=None, layer_samples: list[dict] | None = None, bandwidth=None,
-              isolate: bool = True) -> DeviceProfile:
+              isolate: bool = False) -> DeviceProfile:
     """Measure, trace, fit; return (not save) the profile.
 
     On CPUs the memory bandwidth and the cost of writing fresh pages are measured
     (``traincast.measure.memory``; pass ``bandwidth`` to reuse a measurement), not fitted.
-    Steps not given in ``measured`` are timed each in a fresh process (``isolate``,
-    see ``measure_steps``)."""
+    ``isolate``: time the steps not given in ``measured`` each in a fresh process
+    (see ``measure_steps``; the CLI does by default). Off by default here: a spawned
+    process re-imports the caller's main module, which re-runs a script that calls
+    this without an ``if __name__ == "__main__"`` guard."""
     from traincast.measure.fingerprint import fingerprint
 
     fixed = None
