@@ -83,8 +83,9 @@ def main(argv=None) -> int:
     from traincast.fit.train import fit_layers
 
     learned = LearnedPredictor.load_default()
-    est = args.estimator or learned.model.get_params()["estimator"]
-    if est != learned.model.get_params()["estimator"]:
+    shipped_est = learned.model.get_params()["estimator"]
+    est = args.estimator or shipped_est
+    if est != shipped_est:
         m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, estimator=est, save=False)
         learned = LearnedPredictor(m)
         print(f"estimator {est}: refitted on all GPUs in place of the shipped model")

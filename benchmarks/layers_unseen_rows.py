@@ -42,8 +42,8 @@ def main(argv=None) -> int:
     pred, y = model.predict(test), test["time_ms"].to_numpy()
     for src in ("justus2018", "neusight"):
         s = (test["source"] == src).to_numpy()
-        per = {g: mape(pred[s & (test["gpu"] == g).to_numpy()], y[s & (test["gpu"] == g).to_numpy()])
-               for g in sorted(test.loc[s, "gpu"].unique())}
+        rows = {g: s & (test["gpu"] == g).to_numpy() for g in sorted(test.loc[s, "gpu"].unique())}
+        per = {g: mape(pred[r], y[r]) for g, r in rows.items()}
         print(f"{src}: " + "  ".join(f"{g} {v:.1f}" for g, v in per.items()))
         print(f"  mean over GPUs {np.mean(list(per.values())):.1f}%  (estimator {args.estimator}, n={int(s.sum())})")
     print(f"total {time.perf_counter() - t0:.0f} s")
