@@ -9,7 +9,7 @@ issue: fit on batch <= 32, predict batch 33-64 (Justus rows, all GPUs).
 Reference: Justus et al. 2018 report 39.6% MAPE leaving the V100 out.
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/layers_logo.py [--rows-per-file 1000] [--dataset justus2018|neusight]
-       [--estimator hgb|mlp|ensemble|hgb_nohw|auto] [--cv-splits K] [--cv-max-rows N]
+       [--estimator hgb|mlp|ensemble|hgb_nohw|auto] [--cv-splits K] [--cv-max-rows N] [--adapt 10,30 --draws 5]
 With ``--estimator auto`` each held-out fit chooses its model per op family and framework by a CV grouped by
 GPU over the remaining GPUs only (nested: the held-out GPU never takes part in the choice).
 """
@@ -40,7 +40,11 @@ def main(argv=None) -> int:
                     help="the regressor (mlp: as Justus et al.; auto: chosen by GPU-grouped CV)")
     ap.add_argument("--cv-splits", type=int, default=None, help="auto: GroupKFold folds (default: leave one GPU out)")
     ap.add_argument("--cv-max-rows", type=int, default=20000, help="auto: rows per family in the CV (0: all)")
+    ap.add_argument("--adapt", default="", help="comma list of K: also adapt each held-out fit with K random rows "
+                    "of the held-out GPU (GpuAdapter) and score it on the other rows")
+    ap.add_argument("--draws", type=int, default=5, help="random draws of the K adaptation rows per GPU")
     args = ap.parse_args(argv)
+    adapt = [int(k) for k in args.adapt.split(",") if k.strip()]
     t0 = time.perf_counter()
     rows = training_rows(args.data, max_rows_per_file=args.rows_per_file)
     print(f"{len(rows)} rows ({args.rows_per_file} per GPU x op file) loaded in {time.perf_counter() - t0:.0f} s")
@@ -51,7 +55,7 @@ def main(argv=None) -> int:
              f" on <= {args.cv_max_rows or 'all'} rows per family" if args.estimator == "auto" else ""))
     for ds in args.dataset or ("justus2018", "neusight"):
         print(f"\n{ds}: leave one GPU out")
-        res = leave_one_gpu_out(rows, ds, estimator=est)
+        res = leave_one_gpu_out(rows, ds, estimator=est, adapt=adapt, draws=args.draws)
         print(f"  {'held out':<12} {'n':>6} {'MAPE %':>7} {'RMSE ms':>9} {'analytical %':>13}  per op MAPE %"
               + ("  [choice]" if args.estimator == "auto" else ""))
         for r in res:
@@ -60,6 +64,13 @@ def main(argv=None) -> int:
             print(f"  {r.gpu:<12} {r.n_rows:6d} {r.mape_pct:7.1f} {r.rmse_ms:9.3f} {r.analytical_mape_pct:13.1f}  {per}{ch}")
         print(f"  mean over held-out GPUs: learned {np.mean([r.mape_pct for r in res]):.1f}%  "
               f"analytical {np.mean([r.analytical_mape_pct for r in res]):.1f}%  (paper, V100 out: 39.6%)")
+        for k in adapt:
+            print(f"  adapted with {k} measured rows of the held-out GPU, MAPE % on its other rows, "
+                  f"median [min-max] of {args.draws} draws:")
+            for r in res:
+                v = r.adapted_mape_pct[k]
+                print(f"    {r.gpu:<12} {np.median(v):6.1f}  [{min(v):.1f}-{max(v):.1f}]")
+            print(f"    mean of the medians: {np.mean([np.median(r.adapted_mape_pct[k]) for r in res]):.1f}%")
     if not args.skip_batch_range:
         j = rows[rows["source"] == "justus2018"]
         batch = np.where(j["kind"] == "conv", j["cn"], j["m"])

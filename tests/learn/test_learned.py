@@ -347,3 +347,87 @@ def test_fit_layers_unknown_estimator_exit_2(capsys):
     assert _run(["fit", "layers", "--estimator", "svm", "--out", "/nonexistent/x.pkl"]) == 2
     err = capsys.readouterr().err
     assert "--estimator" in err and "auto" in err
+
+
+# --- few-shot adaptation to one GPU (GpuAdapter) -----------------------------------------------
+class _Given:
+    """A stand-in base model whose prediction is the row's ``p`` column."""
+
+    def predict(self, rows):
+        return rows["p"].to_numpy(dtype=float)
+
+
+def _adapt_rows(n=60, seed=1, tf=1):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"p": np.exp(rng.uniform(np.log(0.01), np.log(50.0), n)), "framework_tf": tf})
+
+
+def test_gpu_adapter_recovers_a_machine_power_law_from_few_rows():
+    from traincast.fit.learn import GpuAdapter, mape
+
+    rows = _adapt_rows()
+    y = 2.0 * rows["p"].to_numpy() ** 0.8  # a machine 2x slower at 1 ms, relatively slower on small ops
+    fit, rest = rows.iloc[:20], rows.iloc[20:]
+    ad = GpuAdapter(_Given()).fit(fit, y[:20])
+    a, b, m, lo, hi = ad.coef_[2]  # cell: TensorFlow, forward
+    assert abs(b - 0.8) < 0.03, b
+    inside = (np.log(rest["p"]) - m).between(lo, hi).to_numpy()
+    assert inside.sum() > 30 and mape(ad.predict(rest)[inside], y[20:][inside]) < 2.0
+    big = pd.DataFrame({"p": [1e4], "framework_tf": 1})  # past the rows' range: the scale, not the tilt
+    assert np.isclose(ad.predict(big)[0], np.exp(a + b * hi + (np.log(1e4) - m - hi)))
+    assert mape(_Given().predict(rest), y[20:]) > 40.0  # the base alone is far off
+
+
+def test_gpu_adapter_shrinks_the_slope_with_few_rows_and_shrugs_off_an_outlier():
+    from traincast.fit.learn import GpuAdapter, mape
+
+    rows = _adapt_rows(n=40)
+    y = 3.0 * rows["p"].to_numpy()
+    y_bad = y.copy()
+    y_bad[0] *= 10.0  # one preempted measurement
+    ad = GpuAdapter(_Given()).fit(rows.iloc[:10], y_bad[:10])
+    assert abs(ad.coef_[2][1] - 1.0) < 0.05
+    assert mape(ad.predict(rows.iloc[10:]), y[10:]) < 3.0
+    two = GpuAdapter(_Given()).fit(rows.iloc[:2], y[:2])  # two rows: a scale, slope held at 1 by the prior
+    assert mape(two.predict(rows.iloc[2:]), y[2:]) < 1.0
+
+
+def test_gpu_adapter_corrects_each_framework_and_phase_apart():
+    from traincast.errors import DataError
+    from traincast.fit.learn import GpuAdapter
+
+    tf, torch_rows = _adapt_rows(n=10, tf=1), _adapt_rows(n=10, seed=2, tf=0)
+    tf["train_step"] = np.arange(10) % 2
+    y = np.where(tf["train_step"] > 0, 5.0, 2.0) * tf["p"]  # training steps cost more on this machine
+    ad = GpuAdapter(_Given()).fit(tf, y.to_numpy())
+    assert sorted(ad.coef_) == [2, 3]
+    assert np.allclose(ad.predict(torch_rows), torch_rows["p"])  # a framework it did not see: unchanged
+    assert np.allclose(ad.predict(tf), y, rtol=1e-3)
+    with pytest.raises(DataError, match="not fitted"):
+        GpuAdapter(_Given()).predict(tf)
+    with pytest.raises(DataError, match="measured time"):
+        GpuAdapter(_Given()).fit(tf, np.full(10, np.nan))
+
+
+def test_eval_layers_adapt_uses_k_rows_and_scores_the_others(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    n = 30
+    df = pd.DataFrame({"gpu": "X", "op": "dense", "batchsize": rng.integers(1, 64, n),
+                       "dim_input": rng.integers(64, 4096, n), "dim_output": rng.integers(64, 4096, n),
+                       "optimizer": "none", "time_ms_median": 1.0})
+    p, out = tmp_path / "d.csv", tmp_path / "pred.csv"
+    df.to_csv(p, index=False)
+    assert _run(["eval-layers", str(p), "--gpu", "T4", "--out", str(out)]) == 0
+    df["time_ms_median"] = 3.0 * pd.read_csv(out)["predicted_ms"]  # this "machine" is 3x the model
+    df.to_csv(p, index=False)
+    capsys.readouterr()
+    assert _run(["eval-layers", str(p), "--gpu", "T4", "--out", str(out)]) == 0
+    assert "MAPE 66.7%" in capsys.readouterr().out
+    assert _run(["eval-layers", str(p), "--gpu", "T4", "--out", str(out), "--adapt", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "adapted to T4 with 8 measured rows" in text and "MAPE 0.0%" in text, text
+    pred = pd.read_csv(out)
+    assert pred["adapt_row"].sum() == 8
+    assert _run(["eval-layers", str(p), "--gpu", "T4", "--adapt", "31"]) == 2
+    assert "needs 31 rows" in capsys.readouterr().err
+    assert _run(["eval-layers", str(p), "--gpu", "T4", "--adapt", "-1"]) == 2

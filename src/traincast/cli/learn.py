@@ -25,13 +25,15 @@ def register(app: typer.Typer) -> None:
         fmt: str = typer.Option("justus", "--format", help="justus | neusight"),
         out: Optional[str] = typer.Option(None, "--out", help="write the rows with a predicted_ms column here"),
         model: Optional[str] = typer.Option(None, "--model", help="a model file from `traincast fit layers` (default: the shipped one)"),
+        adapt: int = typer.Option(0, "--adapt", help="adapt the model to this GPU with K measured rows of the CSV drawn at random; MAPE is over the other rows"),
+        seed: int = typer.Option(0, "--seed", help="with --adapt: the random draw"),
     ):
         """Predict each layer/kernel row's time on GPU; print MAPE when measured times are present."""
         from traincast.fit.evaluate import eval_layers
         from traincast.predict.learned import LearnedPredictor
 
         m = LearnedPredictor.load(model).model if model else None
-        res = eval_layers(csv, gpu, fmt.lower(), model=m)
+        res = eval_layers(csv, gpu, fmt.lower(), model=m, adapt=adapt, seed=seed)
         if out:
             try:
                 res.frame.to_csv(out, index=False)
@@ -39,8 +41,11 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError(f"cannot write {out!r}: {exc.strerror}") from None
         console.print(f"{res.rows} rows on {res.gpu}: {res.predicted_rows} predicted"
                       + (f", {res.skipped_rows} skipped (missing or non-numeric fields)" if res.skipped_rows else ""))
+        if res.adapt_rows:
+            console.print(f"adapted to {res.gpu} with {res.adapt_rows} measured rows (column adapt_row)")
         if res.mape_pct is not None:
-            console.print(f"MAPE {res.mape_pct:.1f}%  RMSE {res.rmse_ms:.3f} ms  (against {res.measured_column})")
+            console.print(f"MAPE {res.mape_pct:.1f}%  RMSE {res.rmse_ms:.3f} ms  (against {res.measured_column}"
+                          + (", rows not used to adapt)" if res.adapt_rows else ")"))
         if out:
             console.print(f"wrote {out}")
 

@@ -28,6 +28,7 @@ class LayerEval:
     measured_column: str | None
     mape_pct: float | None
     rmse_ms: float | None
+    adapt_rows: int = 0  # measured rows that adapted the model to this GPU (left out of MAPE/RMSE)
 
 
 def canonical_rows(df: pd.DataFrame, fmt: str, gpu: str) -> pd.DataFrame:
@@ -51,8 +52,14 @@ def canonical_rows(df: pd.DataFrame, fmt: str, gpu: str) -> pd.DataFrame:
     raise DataError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
 
 
-def eval_layers(csv: str | Path, gpu: str, fmt: str = "justus", model=None) -> LayerEval:
-    """Predict every row of ``csv`` on ``gpu`` (a catalog name; need not be one the model saw)."""
+def eval_layers(csv: str | Path, gpu: str, fmt: str = "justus", model=None, adapt: int = 0,
+                seed: int = 0) -> LayerEval:
+    """Predict every row of ``csv`` on ``gpu`` (a catalog name; need not be one the model saw).
+
+    ``adapt=K``: first correct the model to this GPU with K of the CSV's measured rows drawn at random
+    (:class:`~traincast.fit.learn.GpuAdapter`); those rows are marked in an ``adapt_row`` column and
+    MAPE/RMSE are over the other measured rows only."""
+    from traincast.fit.learn import adapt_predictions, adapter_coefs, GpuAdapter
     from traincast.hardware.catalog import get_catalog
     from traincast.predict.learned import LearnedPredictor
 
@@ -66,17 +73,32 @@ def eval_layers(csv: str | Path, gpu: str, fmt: str = "justus", model=None) -> L
     model = model if model is not None else LearnedPredictor.load_default().model
     rows = F.attach_devices(rows, device)
     pred = model.predict(rows)
-    out = df.copy()
-    out["predicted_ms"] = pred
     measured_col = D.JUSTUS_TIME if fmt == "justus" else D.NEUSIGHT_TIME
     ok_pred = np.isfinite(pred)
+    y = (pd.to_numeric(df[measured_col], errors="coerce").to_numpy(dtype=float) if measured_col in df.columns
+         else np.full(len(df), np.nan))
+    use = np.zeros(len(df), bool)
+    if adapt < 0:
+        raise DataError(f"--adapt must be >= 0 rows, got {adapt}")
+    if adapt:
+        can = np.flatnonzero(ok_pred & np.isfinite(y) & (y > 0))
+        if len(can) < adapt:
+            raise DataError(f"--adapt {adapt} needs {adapt} rows with a measured {measured_col}; "
+                            f"{str(csv)!r} has {len(can)}")
+        use[np.random.default_rng(seed).choice(can, size=adapt, replace=False)] = True
+        cell = GpuAdapter.cells(rows)
+        pred = adapt_predictions(pred, cell, adapter_coefs(pred[use], cell[use], y[use]))
+    out = df.copy()
+    out["predicted_ms"] = pred
+    if adapt:
+        out["adapt_row"] = use
     mape = rmse = None
     if measured_col in df.columns:
-        y = pd.to_numeric(df[measured_col], errors="coerce").to_numpy(dtype=float)
-        ok = ok_pred & np.isfinite(y) & (y > 0)
+        ok = ok_pred & np.isfinite(y) & (y > 0) & ~use
         if ok.any():
             mape = float(np.mean(np.abs(pred[ok] - y[ok]) / y[ok]) * 100)
             rmse = float(np.sqrt(np.mean((pred[ok] - y[ok]) ** 2)))
     else:
         measured_col = None
-    return LayerEval(device.name, fmt, out, len(df), int(ok_pred.sum()), int((~ok_pred).sum()), measured_col, mape, rmse)
+    return LayerEval(device.name, fmt, out, len(df), int(ok_pred.sum()), int((~ok_pred).sum()), measured_col, mape, rmse,
+                     int(use.sum()))
