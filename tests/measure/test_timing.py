@@ -167,6 +167,16 @@ def test_bad_policy_and_missing_device(monkeypatch):
     with pytest.raises(ConfigError, match="no CUDA GPU"):
         check_device("cuda")
     assert check_device("CPU") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert check_device("GPU") == "cuda" and check_device("cuda:1") == "cuda:1"
+    with pytest.raises(ConfigError, match="'cuda:2' does not exist; this machine has 2 GPU"):
+        check_device("cuda:2")
+    from traincast.errors import UnknownNameError
+
+    for bad in ("tpu", "cuda:x", "meta"):  # meta traces, it cannot be timed
+        with pytest.raises(UnknownNameError, match="unknown device"):
+            check_device(bad)
 
 
 def test_memory_bandwidth_measures_three_rates():

@@ -286,24 +286,8 @@ def cudnn_benchmark(device: str) -> Iterator[None]:
 
 
 def check_device(device: str) -> str:
-    """Normalise a device name and raise ConfigError if it is not present here."""
-    import torch
+    """A measurable device's normalised name (``cpu``, ``cuda``, ``cuda:1``); ConfigError if it is not present
+    here, UnknownNameError for any other name (one check, :func:`traincast.workload.steps.resolve_device`)."""
+    from traincast.workload.steps import resolve_device
 
-    d = str(device).strip().lower()
-    if d in ("gpu",):
-        d = "cuda"
-    if d == "cpu":
-        return d
-    if d == "cuda" or d.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device {device!r} asked for, but no CUDA GPU is available here; use --device cpu")
-        if ":" in d:
-            idx = int(d.split(":", 1)[1]) if d.split(":", 1)[1].isdigit() else -1
-            if not 0 <= idx < torch.cuda.device_count():
-                raise ConfigError(
-                    f"device {device!r} does not exist; this machine has {torch.cuda.device_count()} GPU(s)"
-                )
-        return d
-    from traincast.errors import UnknownNameError
-
-    raise UnknownNameError("device", device, ["cpu", "cuda", "cuda:0"])
+    return str(resolve_device(device, allowed=("cpu", "cuda")))

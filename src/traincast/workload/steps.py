@@ -121,12 +121,23 @@ class TrainingStep:
         return sum(seen.values())
 
 
-def resolve_device(device: str | torch.device) -> torch.device:
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for but no CUDA GPU is present here; use --device cpu")
-    if dev.type not in ("cpu", "cuda", "meta"):
-        raise ConfigError(f"device must be cpu, cuda or meta, got {device!r}")
+def resolve_device(device: str | torch.device, allowed=("cpu", "cuda", "meta")) -> torch.device:
+    """``device`` as a torch.device that exists on this machine (``gpu`` means ``cuda``); a clear error naming
+    the problem otherwise: an unknown name, CUDA asked for without a GPU, a GPU index past the last one."""
+    name = str(device).strip().lower()
+    name = "cuda" if name == "gpu" else name
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in allowed:
+        raise UnknownNameError("device", str(device), [*allowed, *(["cuda:0"] if "cuda" in allowed else [])])
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {str(device)!r} asked for, but no CUDA GPU is available here; use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(f"device {str(device)!r} does not exist; this machine has "
+                              f"{torch.cuda.device_count()} GPU(s)")
     return dev
 
 
