@@ -11,20 +11,8 @@ from typing import Optional
 
 import typer
 
+from traincast.cli.render import dur
 from traincast.errors import ConfigError, DataError, positive
-
-
-def fmt_duration(s: float | None) -> str:
-    if s is None or not math.isfinite(s):
-        return "never" if s is not None else "-"
-    s = max(s, 0.0)
-    if s < 60:
-        return f"{s:.0f} s"
-    if s < 3600:
-        return f"{int(s // 60)} m {int(s % 60):02d} s"
-    if s < 86400:
-        return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} m"
-    return f"{int(s // 86400)} d {int(s % 86400 // 3600):02d} h"
 
 
 def _clean(x):
@@ -136,8 +124,8 @@ def register(app: typer.Typer) -> None:
                     total = total_steps or parsed.total_steps
                     if est is not None:
                         info = (
-                            f"{est.rate_steps_per_s:,.2f} steps/s  ETA {fmt_duration(est.remaining_s)} "
-                            f"[{fmt_duration(est.low_s)} - {fmt_duration(est.high_s)}]  skipped {parsed.lines_skipped}"
+                            f"{est.rate_steps_per_s:,.2f} steps/s  ETA {dur(est.remaining_s)} "
+                            f"[{dur(est.low_s)} - {dur(est.high_s)}]  skipped {parsed.lines_skipped}"
                         )
                         prog.update(task, total=est.total_steps, completed=est.step, info=info)
                         if est.remaining_steps == 0:
@@ -218,8 +206,8 @@ def register(app: typer.Typer) -> None:
         if mv is not None:
             cost = "" if mv.cost_usd is None else f", ${mv.cost_usd:,.2f} (${mv.cost_low_usd:,.2f} - ${mv.cost_high_usd:,.2f})"
             console.print(
-                f"if moved to {mv.target} now: {fmt_duration(mv.remaining_s)} "
-                f"[{fmt_duration(mv.low_s)} - {fmt_duration(mv.high_s)}]{cost}"
+                f"if moved to {mv.target} now: {dur(mv.remaining_s)} "
+                f"[{dur(mv.low_s)} - {dur(mv.high_s)}]{cost}"
             )
         elif price_usd_per_hour is not None:
             console.print(f"cost of the remaining time: ${est.remaining_s / 3600 * price_usd_per_hour:,.2f}")
@@ -268,7 +256,7 @@ def register(app: typer.Typer) -> None:
                 f"{r['last_step']:,}" if r["last_step"] is not None else "-",
                 f"{r['total_steps']:,}" if r["total_steps"] else "-",
                 f"{r['progress']:.0%}" if r["progress"] is not None else "-",
-                fmt_duration(r["remaining_s"]),
+                dur(r["remaining_s"]),
                 time.strftime("%Y-%m-%d %H:%M", time.localtime(r["updated_s"])),
             )
         console.print(t)
@@ -334,7 +322,7 @@ def register(app: typer.Typer) -> None:
                 f"(now at step {stt.current_step:,}; floor {model.floor_loss():.4g})"
             )
             if ttt:
-                console.print(f"time to target: {fmt_duration(ttt.time_s)} [{fmt_duration(ttt.low_s)} - {fmt_duration(ttt.high_s)}]")
+                console.print(f"time to target: {dur(ttt.time_s)} [{dur(ttt.low_s)} - {dur(ttt.high_s)}]")
         if plot_path:
             console.print(f"plot: {plot_path}")
 
@@ -374,10 +362,10 @@ def _print_estimate(console, est, parsed, name, an=None) -> None:
         console.print(t)
         return
     t.add_row("step", f"{est.step:,} / {est.total_steps:,} ({est.progress:.1%})")
-    t.add_row("elapsed", fmt_duration(est.elapsed_s))
+    t.add_row("elapsed", dur(est.elapsed_s))
     t.add_row("time per step", f"{est.step_time_s * 1e3:,.1f} ms  ({est.rate_steps_per_s:,.2f} steps/s, CoV {est.cov:.2f})")
-    t.add_row("remaining", f"{fmt_duration(est.remaining_s)}  [{fmt_duration(est.low_s)} - {fmt_duration(est.high_s)}]")
-    t.add_row("of which future pauses", fmt_duration(est.future_pause_s))
+    t.add_row("remaining", f"{dur(est.remaining_s)}  [{dur(est.low_s)} - {dur(est.high_s)}]")
+    t.add_row("of which future pauses", dur(est.future_pause_s))
     if an is not None:
         kinds = {}
         for p in an.pauses:

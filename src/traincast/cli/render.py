@@ -12,8 +12,12 @@ console = Console()
 
 
 def dur(seconds: float | None) -> str:
+    """A duration for people: ``-`` when unknown, ``never`` when infinite (a rate of zero), else us to days."""
     if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
         return "-"
+    if math.isinf(seconds):
+        return "never" if seconds > 0 else "-"
+    seconds = max(seconds, 0.0)
     if seconds < 1e-3:
         return f"{seconds * 1e6:.0f} us"
     if seconds < 1:
