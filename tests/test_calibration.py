@@ -33,6 +33,23 @@ def test_fit_recovers_parameters_from_steps_it_generated():
     assert dict(zip(PARAM_NAMES, th))["eff_conv"] == pytest.approx(0.35, rel=0.15)
 
 
+def test_fit_arrays_agree_with_the_predictor_the_profile_makes():
+    """The fit's vectorised per-op formula (_Arrays) and AnalyticalPredictor with the profile's overrides
+    (overrides_from) are two codings of one model: they must give the same op times for any parameters."""
+    from traincast.fit.calibration import overrides_from
+    from traincast.predict.analytical import AnalyticalPredictor
+
+    dev = local_device("cpu", threads=2)
+    fixed = {"fresh_alloc": {"min_bytes": 8 * 2**20, "gb_per_s": 2.5}, "cache_bytes": 2**20}
+    th = np.array([0.55, 0.35, 0.03, 0.2, 0.6, 12.0, 3.0, 16.0, 8.0, 0.02, 0.1, 0.8, 0.05, 1.0, 4.0])
+    for model, b in (("resnet18", 4), ("mobilenet_v2", 2), ("bert-tiny", 8)):
+        wl = trace(model, batch_size=b)
+        arr = _Arrays(wl, dev, fixed)
+        ot = AnalyticalPredictor(overrides=overrides_from(th, dev, fixed)).predict(wl, dev)
+        assert np.allclose(arr.op_times(th), ot.times_s, rtol=1e-9), model
+        assert arr.predict_s(th) == pytest.approx(ot.total_s(), rel=1e-9)
+
+
 def test_profile_round_trip(tmp_path):
     dev = local_device("cpu", threads=2)
     wls = [trace("mnist-cnn", batch_size=b) for b in (4, 16)]

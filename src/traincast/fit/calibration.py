@@ -156,6 +156,14 @@ def _measured_terms(fixed: dict | None, base: dict) -> tuple[float, float, float
     return fa_min, fa_rate, cache
 
 
+def _rates(a, th: np.ndarray, in_cache: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-op attainable FLOP/s and bytes/s of ``a`` (``_Arrays`` or ``_LayerArrays``) under parameters ``th``:
+    the op kind's fitted efficiency times the skinny-GEMM factor, and the table's memory efficiency times
+    mem_scale, times the DRAM factor for working sets above the cache (``in_cache`` for the others)."""
+    eff = th[_EFF_SLOTS][a.kind] * gemm_factors(a.dmin, _halves(a.kind, th))
+    return a.peak * eff, a.bw * a.mem_eff * th[4] * np.where(a.big, th[11], in_cache)
+
+
 class _Arrays:
     """One workload as arrays, for fast repeated prediction (the analytical
     predictor's per-op formula, with the fitted parameters as a vector)."""
@@ -187,10 +195,9 @@ class _Arrays:
         self.phase = np.array([o.phase for o in wl.ops])
 
     def op_times(self, th: np.ndarray) -> np.ndarray:
-        eff = th[_EFF_SLOTS][self.kind] * gemm_factors(self.dmin, _halves(self.kind, th))
-        bw = self.bw * self.mem_eff * th[4] * np.where(self.big, th[11], 1.0)
+        flops_s, bw = _rates(self, th, in_cache=1.0)
         over = np.where(self.light, th[14], th[5]) * 1e-6
-        return roofline_s(self.flops, self.bytes, self.peak * eff, bw, 0.0, self.launches, over, self.fresh_s)
+        return roofline_s(self.flops, self.bytes, flops_s, bw, 0.0, self.launches, over, self.fresh_s)
 
     def predict_s(self, th: np.ndarray) -> float:
         return float(self.op_times(th).sum() + th[6] * 1e-3)
@@ -286,13 +293,12 @@ class _LayerArrays:
         self.big = (self.bytes > cache) if cache else np.zeros(len(self.bytes), dtype=bool)
 
     def resid(self, th: np.ndarray) -> np.ndarray:
-        eff = th[_EFF_SLOTS][self.kind] * gemm_factors(self.dmin, _halves(self.kind, th))
         # an op timed alone in a loop finds its inputs in cache where they fit (warm_cache, th[13]);
         # inside a model step they were written long before and come from further away. With the
         # cache size unknown (no sysfs) every sample counts as fitting. A sample's overhead is that
         # of a forward op called alone (th[14]), the light overhead of steps.
-        bw = self.bw * self.mem_eff * th[4] * np.where(self.big, th[11], th[13])
-        t = roofline_s(self.flops, self.bytes, self.peak * eff, bw, 0.0, 1.0, th[14] * 1e-6, 0.0)
+        flops_s, bw = _rates(self, th, in_cache=th[13])
+        t = roofline_s(self.flops, self.bytes, flops_s, bw, 0.0, 1.0, th[14] * 1e-6, 0.0)
         return np.log(t) - self.y
 
 
