@@ -26,6 +26,7 @@ class UnknownNameError(TraincastError):
         self.kind = kind
         self.name = name
         known = sorted(set(known))
+        self.known = known
         self.suggestions = suggest(name, known)
         msg = f"unknown {kind} {name!r}"
         if self.suggestions:
@@ -34,6 +35,9 @@ class UnknownNameError(TraincastError):
             shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
             msg += f"; known: {shown}"
         super().__init__(msg)
+
+    def __reduce__(self):  # survives pickling (errors raised in a worker process come back whole)
+        return type(self), (self.kind, self.name, self.known)
 
 
 class SpecError(TraincastError):

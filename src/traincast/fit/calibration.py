@@ -453,74 +453,24 @@ class Measured:
     phases_s: dict  # forward/backward/optimizer from the profiler, when available
 
 
-def _child_main(conn, fn, args, kw) -> None:
-    """Body of ``in_fresh_process``'s child: run, send ("ok", result) or ("err", exception)."""
-    import pickle
-
-    from traincast.errors import ConfigError, TraincastError
-
-    try:
-        msg = ("ok", fn(*args, **kw))
-    except BaseException as exc:  # sent back and raised in the parent
-        try:
-            pickle.loads(pickle.dumps(exc))
-            msg = ("err", exc)
-        except Exception:  # an exception class that does not survive pickling
-            msg = ("err", ConfigError(str(exc)) if isinstance(exc, TraincastError)
-                   else RuntimeError(f"{type(exc).__name__}: {exc}"))
-    try:
-        conn.send(msg)
-    finally:
-        conn.close()
-
-
-def in_fresh_process(fn, *args, **kw):
-    """``fn(*args, **kw)`` in a freshly spawned process (``fn`` importable at module level); its
-    result or its exception comes back. The child is terminated if this process is interrupted
-    or the call fails, so no orphan keeps timing on the cores; a child that dies (killed for lack
-    of memory) is a ConfigError."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main, args=(send, fn, args, kw), daemon=True)
-    proc.start()
-    send.close()
-    try:
-        try:
-            status, value = recv.recv()
-        except EOFError:
-            proc.join()
-            raise ConfigError(f"the measuring process died (exit code {proc.exitcode}"
-                              f"{': killed, out of memory?' if proc.exitcode and proc.exitcode < 0 else ''}); "
-                              "try smaller batch sizes") from None
-        if status == "err":
-            raise value
-        return value
-    finally:
-        recv.close()
-        if proc.is_alive():
-            proc.terminate()
-        proc.join()
-
-
 def _isolated_time_model(model, *, batch_size, **kw):
+    from traincast.measure import worker
     from traincast.measure.model import time_model
 
-    return in_fresh_process(time_model, model, batch_size=batch_size, **kw)
+    return worker.call(time_model, model, batch_size=batch_size, **kw)
 
 
 def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threads=None, seq_len=None,
                   progress=None, budget_s: float | None = None, retries: int = 2,
-                  max_cov: float = DISTURBED_COV, isolate: bool = False) -> list[Measured]:
+                  max_cov: float = DISTURBED_COV, isolate: bool = True) -> list[Measured]:
     """Time each (model, batch); with ``budget_s``, stop starting new ones once it is spent.
 
     A measurement whose steps spread more than ``max_cov`` (robust CoV) was
     disturbed (another process took the cores for part of it): it is taken
     again, up to ``retries`` times, and the run with the lowest median kept.
 
-    ``isolate``: time each (model, batch) in a fresh process, as a training job
-    runs. In one long-lived process the heap an earlier model left behind
+    ``isolate`` (default): time each (model, batch) in a fresh process
+    (:mod:`traincast.measure.worker`), as a training job runs. In one long-lived process the heap an earlier model left behind
     changes how many of the next one's allocations fault fresh pages in from the
     OS: on a 2-core VM a ResNet-18 batch-8 step took 0.95 s in a process that had
     just run a calibration and 0.60-0.62 s in processes of their own a minute
@@ -564,15 +514,13 @@ def _trace_measured(m: Measured, fused: bool | None) -> Workload:
 def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 16), *, device="cpu",
               steps=5, warmup=2, threads=None, name="local", measured: list[Measured] | None = None,
               progress=None, layer_samples: list[dict] | None = None, bandwidth=None,
-              isolate: bool = False) -> DeviceProfile:
+              isolate: bool = True) -> DeviceProfile:
     """Measure, trace, fit; return (not save) the profile.
 
     On CPUs the memory bandwidth and the cost of writing fresh pages are measured
     (``traincast.measure.memory``; pass ``bandwidth`` to reuse a measurement), not fitted.
     ``isolate``: time the steps not given in ``measured`` each in a fresh process
-    (see ``measure_steps``; the CLI does by default). Off by default here: a spawned
-    process re-imports the caller's main module, which re-runs a script that calls
-    this without an ``if __name__ == "__main__"`` guard."""
+    (see ``measure_steps``)."""
     from traincast.measure.fingerprint import fingerprint
 
     fixed = None

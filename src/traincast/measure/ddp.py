@@ -1,7 +1,7 @@
 """Data-parallel training timing with ``torch.distributed`` on this machine.
 
 ``time_ddp("resnet18", procs=2, batch_size=8)`` starts ``procs`` processes
-(``python -m traincast.measure._ddp_worker``; backend gloo on CPU, nccl on CUDA with one
+(``python -m traincast.measure.worker``; backend gloo on CPU, nccl on CUDA with one
 GPU per process), wraps the step's modules in ``DistributedDataParallel`` and
 measures, per step:
 
@@ -25,7 +25,6 @@ import json
 import os
 import socket
 import sqlite3
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -158,7 +157,9 @@ class _CommClock:
         return total
 
 
-def _worker(rank: int, world: int, port: int, cfg: dict, out_path: str, destroy: bool = True) -> None:
+def _worker(rank: int, world: int, port: int, cfg: dict, destroy: bool = True) -> list | None:
+    """One rank's DDP run; rank 0 returns every rank's timings. In a worker process ``destroy=False``: the
+    process leaves without tearing the group down (see :mod:`traincast.measure.worker`)."""
     import torch
     import torch.distributed as dist
 
@@ -244,70 +245,27 @@ def _worker(rank: int, world: int, port: int, cfg: dict, out_path: str, destroy:
                 "grad_bytes": grad_bytes, "name": getattr(step, "name", str(cfg["model"]))}
         gathered: list = [None] * world
         dist.all_gather_object(gathered, mine)
-        if rank == 0:
-            with open(out_path, "w") as f:
-                json.dump(gathered, f)
         dist.barrier()  # every rank is done communicating before any tears down
+        return gathered if rank == 0 else None
     finally:
         if destroy:
             dist.destroy_process_group()
 
 
 def _launch(procs: int, cfg: dict) -> list[dict]:
-    """Start ``procs`` worker processes (``python -m traincast.measure._ddp_worker``).
+    """Run the ``procs`` ranks, each in a fresh process (:mod:`traincast.measure.worker`); every rank's timings."""
+    from traincast.measure import worker
 
-    Plain subprocesses rather than multiprocessing.spawn: spawn re-imports the
-    parent's main module, which breaks under ``python -m traincast`` and scripts
-    without a ``__main__`` guard.
-    """
-    import subprocess
-    import sys
-
-    import traincast
-
-    src = os.path.dirname(os.path.dirname(os.path.abspath(traincast.__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("OMP_NUM_THREADS", str(cfg["threads"]))
-    with tempfile.TemporaryDirectory(prefix="traincast-ddp-") as tmp:
-        cfg_path = os.path.join(tmp, "cfg.json")
-        out_path = os.path.join(tmp, "result.json")
-        with open(cfg_path, "w") as f:
-            json.dump(cfg, f)
-        port = _free_port()
-        logs = [open(os.path.join(tmp, f"rank{r}.log"), "w+") for r in range(procs)]
-        workers = [
-            subprocess.Popen([sys.executable, "-m", "traincast.measure._ddp_worker", str(r), str(procs), str(port),
-                              cfg_path, out_path], env=env, stdout=logs[r], stderr=subprocess.STDOUT)
-            for r in range(procs)
-        ]
-        deadline = time.monotonic() + cfg.get("timeout_s", 600.0)
-        failed = None
-        try:
-            while any(w.poll() is None for w in workers):
-                bad = [r for r, w in enumerate(workers) if w.poll() not in (None, 0)]
-                if bad or time.monotonic() > deadline:
-                    failed = bad[0] if bad else None
-                    break
-                time.sleep(0.05)
-            else:
-                bad = [r for r, w in enumerate(workers) if w.returncode != 0]
-                failed = bad[0] if bad else None
-        finally:
-            for w in workers:
-                if w.poll() is None:
-                    w.kill()
-                    w.wait()
-        if failed is not None or not os.path.exists(out_path):
-            r = failed if failed is not None else 0
-            logs[r].seek(0)
-            tail = [ln for ln in logs[r].read().splitlines() if ln.strip()][-3:]
-            why = "timed out" if failed is None else f"exited with code {workers[r].returncode}"
-            raise RuntimeError(f"DDP worker {r} {why}: " + " | ".join(tail))
-        for lg in logs:
-            lg.close()
-        with open(out_path) as f:
-            return json.load(f)
+    port = _free_port()
+    ranks = []
+    try:
+        for r in range(procs):
+            ranks.append(worker.start(_worker, (r, procs, port, cfg), {"destroy": False}, threads=cfg["threads"],
+                                      name=f"DDP worker {r}"))
+        return worker.wait_all(ranks, timeout=cfg.get("timeout_s", 600.0))[0]
+    finally:
+        for w in ranks:
+            w.close()
 
 
 def _free_port() -> int:
