@@ -350,21 +350,24 @@ class OpTimeRegressor:
         return -mape(p[ok], y[ok])
 
 
-# --- training data -------------------------------------------------------------------
+# --- adapting to one GPU from a few of its measurements --------------------------------
 class GpuAdapter:
     """Few-shot correction of a fitted op-time model to one GPU from a handful of its measured rows.
 
     Specs do not predict a machine's per-op overheads (framework session, driver, host CPU): held out,
     the Justus M60 and Quadro P2000 miss by 45-100% whatever the estimator. A few measured rows do.
-    Per cell -- framework (``framework_tf``) x phase (forward pass or training step: held out, the Quadro
-    P2000's convolution training steps run at a median 1.6-3.2x the prediction, its forward passes 0.6-1.2x) -- the
-    adapter fits ``log t = a + b * (log p - m)`` on the rows' measured times ``t`` and the base model's predictions ``p`` (``m`` the mean log prediction), by
-    robust least squares (soft-L1 loss, scale 0.2 in log units). The slope ``b`` (a tilt: small,
-    overhead-bound ops against large ones) is fitted, shrunk toward 1 by a penalty worth ``prior`` rows,
-    only where cross-validation on the adaptation rows says it beats a plain scale (``tilt=None``; four
-    rows at least); ten rows that happen to hold one large kernel would otherwise tilt every prediction.
-    The tilt holds over the range of predictions the rows covered and is not extrapolated past it.
-    Cells without adaptation rows keep the base prediction. scikit-learn style:
+    Per cell -- framework (``framework_tf``) x phase (forward pass or training step; held out, the
+    Quadro P2000's convolution training steps run at a median 1.6-3.2x the prediction, its forward
+    passes 0.6-1.2x) -- the adapter fits ``log t = a + b * (log p - m)`` on the rows' measured times
+    ``t`` and the base model's predictions ``p`` (``m`` their mean log) by robust least squares
+    (soft-L1 loss, scale 0.2 in log units).
+
+    The slope ``b`` (a tilt: small, overhead-bound ops against large ones) is fitted only where a
+    cross-validation on the adaptation rows prefers it to a plain scale (``tilt=None``; four rows at
+    least), shrunk toward 1 by a penalty worth about ``prior`` rows, and it holds only over the range of
+    predictions the rows covered: beyond it the scale alone applies. Without that clamp, ten A100
+    kernel rows with one large bmm among small elementwise ops tilted the large kernels' predictions
+    to 202% MAPE. Cells without adaptation rows keep the base prediction. scikit-learn style:
     ``fit(rows, time_ms)``, ``predict(rows)``, ``coef_`` (cell -> a, b, m, lo, hi).
     """
 
@@ -460,6 +463,7 @@ def adapt_predictions(pred, cell, coef: dict) -> np.ndarray:
     return out
 
 
+# --- training data -------------------------------------------------------------------
 def training_rows(data_dir=None, max_rows_per_file: int | None = 4000, seed: int = 0,
                   exclude_groups=()) -> pd.DataFrame:
     """Justus + NeuSight canonical rows with device columns, subsampled per file."""
