@@ -470,9 +470,9 @@ def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threa
     again, up to ``retries`` times, and the run with the lowest median kept.
 
     ``isolate`` (default): time each (model, batch) in a fresh process
-    (:mod:`traincast.measure.worker`), as a training job runs. In one long-lived process the heap an earlier model left behind
-    changes how many of the next one's allocations fault fresh pages in from the
-    OS: on a 2-core VM a ResNet-18 batch-8 step took 0.95 s in a process that had
+    (:mod:`traincast.measure.worker`), as a training job runs. In one
+    long-lived process the heap an earlier model left behind changes how many
+    of the next one's allocations fault fresh pages in from the OS: on a 2-core VM a ResNet-18 batch-8 step took 0.95 s in a process that had
     just run a calibration and 0.60-0.62 s in processes of their own a minute
     later; MobileNetV2 at batch 16 was timed at 0.82 s inside a long validation
     process and at 1.05-1.1 s in fresh ones."""

@@ -59,11 +59,13 @@ def eval_layers(csv: str | Path, gpu: str, fmt: str = "justus", model=None, adap
     ``adapt=K``: first correct the model to this GPU with K of the CSV's measured rows drawn at random
     (:class:`~traincast.fit.learn.GpuAdapter`); those rows are marked in an ``adapt_row`` column and
     MAPE/RMSE are over the other measured rows only."""
-    from traincast.fit.learn import adapt_predictions, adapter_coefs, GpuAdapter
+    from traincast.fit.learn import GpuAdapter, adapt_predictions, adapter_coefs
     from traincast.hardware.catalog import get_catalog
     from traincast.predict.learned import LearnedPredictor
 
     device = get_catalog().device(gpu)
+    if adapt < 0:
+        raise DataError(f"--adapt must be >= 0 rows, got {adapt}")
     if fmt not in FORMATS:
         raise DataError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     df = D._read_csv(Path(csv))
@@ -78,8 +80,6 @@ def eval_layers(csv: str | Path, gpu: str, fmt: str = "justus", model=None, adap
     y = (pd.to_numeric(df[measured_col], errors="coerce").to_numpy(dtype=float) if measured_col in df.columns
          else np.full(len(df), np.nan))
     use = np.zeros(len(df), bool)
-    if adapt < 0:
-        raise DataError(f"--adapt must be >= 0 rows, got {adapt}")
     if adapt:
         can = np.flatnonzero(ok_pred & np.isfinite(y) & (y > 0))
         if len(can) < adapt:
