@@ -59,3 +59,20 @@ def test_a_caller_script_without_a_main_guard_is_not_rerun(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("child pid differs: True") == 1
+
+
+class _TwoArgError(Exception):
+    def __init__(self, a, b):
+        super().__init__(f"{a}/{b}")
+
+
+def test_what_does_not_survive_pickling_comes_back_as_a_plain_error():
+    """An exception whose constructor takes other arguments dumps but does not load; a value that does not
+    pickle cannot be sent at all: both come back as errors naming what happened."""
+    import pickle
+
+    status, err = pickle.loads(worker._sendable(("err", _TwoArgError(1, 2)), divmod))
+    assert status == "err" and type(err) is RuntimeError and "_TwoArgError: 1/2" in str(err)
+    status, err = pickle.loads(worker._sendable(("ok", lambda: 0), divmod))
+    assert status == "err" and "result of 'divmod' cannot be sent back" in str(err)
+    assert pickle.loads(worker._sendable(("ok", (3, 1)), divmod)) == ("ok", (3, 1))

@@ -149,23 +149,32 @@ def wait_all(workers: list[Worker], timeout: float | None = None, poll_s: float 
     return [w.result() for w in workers]
 
 
+def _sendable(msg: tuple, fn) -> bytes:
+    """``msg`` pickled, checked to load back (an exception class whose constructor takes other arguments
+    dumps but does not load); what does not survive the trip comes back as a plain error instead."""
+    try:
+        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(data)
+        return data
+    except Exception as exc:
+        status, value = msg
+        if status == "err":
+            value = (ConfigError(str(value)) if isinstance(value, TraincastError)
+                     else RuntimeError(f"{type(value).__name__}: {value}"))
+        else:
+            value = RuntimeError(f"the result of {getattr(fn, '__name__', fn)!r} cannot be sent back: "
+                                 f"{type(exc).__name__}: {exc}")
+        return pickle.dumps(("err", value))
+
+
 def _main(call_path: str, result_path: str) -> None:
     with open(call_path, "rb") as f:
         fn, args, kw = pickle.load(f)
     try:
         msg = ("ok", fn(*args, **kw))
     except BaseException as exc:  # sent back and raised in the parent
-        try:
-            pickle.loads(pickle.dumps(exc))
-            msg = ("err", exc)
-        except Exception:  # an exception class that does not survive pickling
-            msg = ("err", ConfigError(str(exc)) if isinstance(exc, TraincastError)
-                   else RuntimeError(f"{type(exc).__name__}: {exc}"))
-    try:
-        data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:  # a value that does not pickle
-        data = pickle.dumps(("err", RuntimeError(f"the result of {getattr(fn, '__name__', fn)!r} cannot be sent "
-                                                 f"back: {type(exc).__name__}: {exc}")))
+        msg = ("err", exc)
+    data = _sendable(msg, fn)
     tmp = result_path + ".part"
     with open(tmp, "wb") as f:
         f.write(data)
