@@ -78,6 +78,9 @@ def register(app: typer.Typer) -> None:
         profile: Optional[str] = typer.Option(None, "--profile", help="a device profile from `traincast calibrate`"),
         predictor_name: str = typer.Option("analytical", "--predictor",
                                            help="analytical | learned | auto (learned where it covers the GPU)"),
+        adaptation: str = typer.Option("auto", "--adaptation",
+                                       help="learned predictor: auto (the one `traincast fit adapt` saved for "
+                                            "the GPU, if any) | none | an adaptation file"),
         catalog: Catalogs = typer.Option(None, "--catalog", help="extra catalog YAML file(s)"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     ):
@@ -86,10 +89,12 @@ def register(app: typer.Typer) -> None:
         from traincast.predict import forecast, make_predictor
 
         predictor = None
+        if adaptation not in ("auto", "none") and predictor_name == "analytical":
+            raise ConfigError("--adaptation goes with --predictor learned or auto")
         if predictor_name != "analytical":
             cat = _catalog(catalog)
             dev = cat.instance(instance).device if instance else cat.device(gpu) if gpu else None
-            predictor = make_predictor(predictor_name, dev)
+            predictor = make_predictor(predictor_name, dev, adaptation)
         if device is not None or profile is not None:
             from traincast.fit.calibration import find_profile
 

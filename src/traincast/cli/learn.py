@@ -107,6 +107,65 @@ def register(app: typer.Typer) -> None:
             fit_layers(data_dir, out=out, max_rows_per_file=rows_per_file, exclude_groups=groups,
                        log=console.print, max_iter=max_iter, estimator=estimator)
 
+    @fit.command("adapt")
+    def fit_adapt_cmd(
+        csv: Optional[str] = typer.Argument(None, help="kernels measured on the GPU, in the kernels/neusight "
+                                                        "schema (OPName, dimensions, Latency), or use --from-store"),
+        gpu: str = typer.Option(..., "--gpu", help="the GPU the rows were measured on (catalog name)"),
+        from_store: bool = typer.Option(False, "--from-store", help="use the forward samples `traincast bench "
+                                                                    "layers --device cuda` stored instead of a CSV"),
+        db: Optional[str] = typer.Option(None, "--db", help="with --from-store: database file (default $TRAINCAST_DB)"),
+        campaign: Optional[str] = typer.Option(None, "--campaign", help="with --from-store: only this campaign's samples"),
+        model: Optional[str] = typer.Option(None, "--model", help="a model file from `traincast fit layers` (default: the shipped one)"),
+        out: Optional[str] = typer.Option(None, "--out", help="write the adaptation here (default: where `predict` finds it for --gpu)"),
+        as_json: bool = typer.Option(False, "--json"),
+    ):
+        """Adapt the learned per-op model to one GPU from rows measured on it; `predict --predictor learned`
+        then uses it on that GPU."""
+        from pathlib import Path
+
+        from traincast.cli.render import print_json, table
+        from traincast.fit import adapt as A
+        from traincast.hardware.catalog import get_catalog
+        from traincast.predict.learned import LearnedPredictor, default_model_path
+
+        if (csv is None) == (not from_store):
+            raise ConfigError("give either a CSV of rows measured on the GPU or --from-store")
+        if not from_store and (db or campaign):
+            raise ConfigError("--db and --campaign go with --from-store")
+        device = get_catalog().device(gpu)
+        model_path = Path(model) if model else default_model_path()
+        base = LearnedPredictor.load(model_path)
+        if from_store:
+            from traincast.store import Store
+
+            if db and not Path(db).expanduser().is_file():
+                raise ConfigError(f"--db {db!r}: no such database file")
+            with Store(db) as store:
+                got = A.rows_from_store(store.conn, device, campaign=campaign)
+                source = f"{store.path}" + (f" campaign {campaign}" if campaign else "")
+            rows, y, timing = got.rows, got.time_ms, "in-step"
+            for why, n in got.skipped.items():
+                console.print(f"skipped {n} sample(s): {why}")
+            console.print(f"{len(rows)} samples measured on {', '.join(got.gpu_names)}")
+        else:
+            rows, y = A.rows_from_csv(csv, device)
+            source, timing = str(Path(csv).resolve()), "kernel"
+        ad = A.fit_adaptation(rows, y, base.model, device.name, timing=timing, source=source,
+                              model_sha256=base.model_sha256)
+        path = ad.save(out)
+        if as_json:
+            print_json({**ad.to_dict(), "path": str(path)})
+            return
+        console.print(table(f"adaptation to {device.name} ({ad.rows} rows, {timing} timings)",
+                            ["cell", "rows", "x model at the rows' mean", "slope"],
+                            [[n, k, f"{f:.3g}", f"{b:.3f}"] for n, k, f, b in ad.cell_summary()], 1))
+        cv = "n/a (fewer than 10 rows)" if ad.cv_mape_pct is None else f"{ad.cv_mape_pct:.1f}%"
+        console.print(f"MAPE on the rows: {ad.base_mape_pct:.1f}% unadapted, {ad.fit_mape_pct:.1f}% adapted; "
+                      f"5-fold cross-validated {cv}")
+        console.print(f"saved {path}" + ("" if out else f"; `traincast predict --predictor learned --gpu "
+                                                         f"'{device.name}'` uses it"))
+
     # ------------------------------------------------------------------ end-to-end job regression
 
     @data.command("jobs")

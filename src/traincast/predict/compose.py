@@ -353,6 +353,9 @@ def forecast(
         cov = predictor.coverage(wl, precision)
         notes.append(f"{predictor.name} predictor: {cov['learned']} of {cov['ops']} ops learned, "
                      f"{cov['fallback']} analytical")
+        adapted = getattr(predictor, "adaptation_note", lambda d: None)(device)
+        if adapted:
+            notes.append(adapted)
     steps = math.ceil(dataset_size / global_batch)
     epoch_s = steps * st.iteration_s
     total_s = epoch_s * epochs
@@ -398,7 +401,7 @@ def forecast(
     bw = wl.by_phase()
     return Forecast(
         model=wl.model, device=device.name, gpus=gpus, nodes=n_nodes, instance=inst.name if inst else None,
-        precision=precision, optimizer=wl.optimizer, predictor=getattr(predictor, "name", type(predictor).__name__),
+        precision=precision, optimizer=wl.optimizer, predictor=st.op_times.predictor,
         sync=sync, overlap=overlap, per_gpu_batch=b, global_batch=global_batch, dataset_size=int(dataset_size),
         epochs=epochs, iteration_s=st.iteration_s, forward_s=st.forward_s, backward_s=st.backward_s,
         optimizer_s=st.optimizer_s, communication_s=st.communication_s,

@@ -59,6 +59,9 @@ class LearnedPredictor:
     fallback: AnalyticalPredictor = field(default_factory=AnalyticalPredictor)
     measurement_floor_ms: float | None = None
     name: str = "learned"
+    # a GpuAdaptation (traincast.fit.adapt) applied on its GPU only; set by `with_adaptation`
+    adaptation: object | None = None
+    model_sha256: str | None = None  # of the file the model was loaded from
 
     # --- loading ---------------------------------------------------------------------
     @classmethod
@@ -73,7 +76,35 @@ class LearnedPredictor:
             raise DataError(f"{str(path)!r} is not a traincast learned model ({exc}); rebuild it with `traincast fit layers`") from None
         if not hasattr(model, "predict") or not hasattr(model, "models_"):
             raise DataError(f"{str(path)!r} holds a {type(model).__name__}, not a fitted OpTimeRegressor")
+        from traincast.fit.adapt import file_sha256
+
+        kw.setdefault("model_sha256", file_sha256(path))
         return cls(model=model, **kw)
+
+    def with_adaptation(self, adaptation) -> "LearnedPredictor":
+        """This predictor with a :class:`~traincast.fit.adapt.GpuAdaptation` applied on its GPU.
+
+        Refused (DataError) when the adaptation was fitted against another model file, or corrects no
+        PyTorch kernel (TensorFlow layer rows only): it would change nothing or the wrong thing."""
+        from dataclasses import replace
+
+        if adaptation.model_sha256 and self.model_sha256 and adaptation.model_sha256 != self.model_sha256:
+            raise DataError(f"the adaptation to {adaptation.gpu} was fitted against another learned model "
+                            f"(sha256 {adaptation.model_sha256[:12]}, this one {self.model_sha256[:12]}); "
+                            "refit it with `traincast fit adapt`")
+        if not adaptation.applies_to_torch:
+            raise DataError(f"the adaptation to {adaptation.gpu} was fitted on TensorFlow layer rows only and "
+                            "corrects no PyTorch kernel; fit one on NeuSight-schema kernels or `traincast bench "
+                            "layers` samples")
+        return replace(self, adaptation=adaptation)
+
+    def adaptation_note(self, device: Device) -> str | None:
+        a = self.adaptation
+        if a is None or a.gpu != device.name:
+            return None
+        return (f"learned predictor adapted to {a.gpu} with {a.rows} measured rows ({a.timing} timings, "
+                f"cross-validated MAPE {'n/a' if a.cv_mape_pct is None else f'{a.cv_mape_pct:.1f}%'}; "
+                f"{a.source})")
 
     @classmethod
     def load_default(cls, **kw) -> "LearnedPredictor":
@@ -127,12 +158,20 @@ class LearnedPredictor:
                 floor_ms = max(getattr(self.model, "min_time_ms_", 0.0) - p["kernel_floor_us"] * 1e-3, 0.0)
             df = attach_devices(pd.DataFrame(rows), device)
             pred_ms = self.model.predict(df)
-            kernel_ms = np.maximum(pred_ms - floor_ms, p["kernel_floor_us"] * 1e-3)
+            adapted = self.adaptation is not None and self.adaptation.gpu == device.name
+            in_step = adapted and self.adaptation.timing == "in-step"
+            if adapted:
+                from traincast.fit.learn import GpuAdapter, adapt_predictions
+
+                pred_ms = adapt_predictions(pred_ms, GpuAdapter.cells(df), self.adaptation.coef)
+            # in-step adapted times are per-call times inside a stream of ops: no harness floor to take off
+            kernel_ms = pred_ms if in_step else np.maximum(pred_ms - floor_ms, p["kernel_floor_us"] * 1e-3)
             per_op = np.zeros(len(workload.ops))
             np.add.at(per_op, owner, np.nan_to_num(kernel_ms, nan=0.0) * mult)
             bad = np.zeros(len(workload.ops), dtype=bool)
             np.logical_or.at(bad, owner, ~np.isfinite(pred_ms))
-            over_s = op_overheads_s(workload.ops, p)
+            over_s = np.zeros(len(workload.ops)) if in_step else op_overheads_s(workload.ops, p)
             for i in np.flatnonzero(covered & ~bad):
                 times[i] = per_op[i] * 1e-3 + over_s[i]
-        return OpTimes(self.name, tuple(times), tuple(bound), base.step_overhead_s)
+        name = self.name + ("+adapted" if self.adaptation is not None and self.adaptation.gpu == device.name else "")
+        return OpTimes(name, tuple(times), tuple(bound), base.step_overhead_s)

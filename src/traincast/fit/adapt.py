@@ -1,0 +1,246 @@
+"""A learned op-time model adapted to one GPU from a few of its measurements, saved for ``traincast predict``.
+
+``traincast fit adapt`` fits a :class:`~traincast.fit.learn.GpuAdapter` on rows measured on the GPU and
+saves its coefficients (a :class:`GpuAdaptation`, JSON) under ``$TRAINCAST_HOME/adaptations/``;
+``traincast predict --predictor learned|auto --gpu NAME`` applies the saved adaptation of that GPU.
+
+Two sources of rows, with different timing meanings:
+
+``kernel``
+    a CSV of PyTorch kernels in the NeuSight schema (what ``traincast eval-layers --format neusight``
+    reads): harness latencies like the data the model was fitted on, so ``predict`` treats the adapted times
+    as it does the model's own (the harness floor taken off, the per-op overhead put back).
+``in-step``
+    forward fp32 samples ``traincast bench layers --device cuda`` stored: one op called back to back, its
+    time per call already holding what dispatching it costs. ``predict`` takes the adapted time as the op's
+    time in a step (no floor taken off, no per-op overhead added). Only samples that are one learned
+    kernel are used (a convolution, a matmul, a layer norm, a softmax, an elementwise op).
+
+The adapter corrects each cell of rows apart (:meth:`GpuAdapter.cells`); a traced PyTorch op is a
+forward kernel row (cell 0), so TensorFlow layer rows (the Justus schema, which ``eval-layers --adapt``
+takes) would correct nothing ``predict`` times and are not taken here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from traincast.errors import ConfigError, DataError
+from traincast.fit import features as F
+
+TIMINGS = ("kernel", "in-step")
+CELL_NAMES = {0: "torch forward", 1: "torch train step", 2: "tf forward", 3: "tf train step"}
+TORCH_CELL = 0  # what a traced PyTorch op maps to (features.op_rows: framework_tf 0, train_step 0)
+
+
+def adaptations_dir() -> Path:
+    from traincast.fit.calibration import profiles_dir
+
+    return profiles_dir().parent / "adaptations"
+
+
+def _slug(gpu: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-") or "gpu"
+
+
+def adaptation_path(gpu: str) -> Path:
+    return adaptations_dir() / f"{_slug(gpu)}.json"
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class GpuAdaptation:
+    """A fitted :class:`~traincast.fit.learn.GpuAdapter` for one GPU, as saved and applied."""
+
+    gpu: str  # catalog device name
+    coef: dict  # cell -> (a, b, m, lo, hi), GpuAdapter.coef_
+    rows: int  # measured rows it was fitted on
+    timing: str  # one of TIMINGS
+    source: str  # the CSV or database the rows came from
+    model_sha256: str | None  # of the learned model file the base predictions came from
+    base_mape_pct: float  # the base model on the rows
+    fit_mape_pct: float  # adapted, on the same rows
+    cv_mape_pct: float | None  # adapted, each row predicted by an adaptation fitted without it (5-fold)
+    rows_per_cell: dict = field(default_factory=dict)
+    created: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M:%S"))
+
+    def __post_init__(self):
+        if self.timing not in TIMINGS:
+            raise DataError(f"adaptation timing must be one of {', '.join(TIMINGS)}, got {self.timing!r}")
+        self.coef = {int(k): tuple(float(x) for x in v) for k, v in self.coef.items()}
+        self.rows_per_cell = {int(k): int(v) for k, v in self.rows_per_cell.items()}
+
+    @property
+    def applies_to_torch(self) -> bool:
+        return TORCH_CELL in self.coef
+
+    def cell_summary(self) -> list[tuple[str, int, float, float]]:
+        """(cell name, rows, factor at the rows' mean prediction, slope) per fitted cell."""
+        return [(CELL_NAMES.get(c, str(c)), self.rows_per_cell.get(c, 0), float(np.exp(a - m)), b)
+                for c, (a, b, m, lo, hi) in sorted(self.coef.items())]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["coef"] = {str(k): list(v) for k, v in self.coef.items()}
+        d["rows_per_cell"] = {str(k): v for k, v in self.rows_per_cell.items()}
+        return d
+
+    def save(self, path: str | Path | None = None) -> Path:
+        path = Path(path) if path else adaptation_path(self.gpu)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(self.to_dict(), indent=1))
+        except OSError as exc:
+            raise ConfigError(f"cannot write the adaptation to {str(path)!r}: {exc.strerror}") from None
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "GpuAdaptation":
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise DataError(f"no adaptation file {str(path)!r}; make one with `traincast fit adapt`") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DataError(f"{str(path)!r} is not an adaptation file ({exc})") from None
+        try:
+            return cls(**d)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise DataError(f"{str(path)!r} is not an adaptation file ({exc})") from None
+
+
+def find_adaptation(gpu: str) -> GpuAdaptation | None:
+    """The saved adaptation of catalog GPU ``gpu``, or None."""
+    p = adaptation_path(gpu)
+    return GpuAdaptation.load(p) if p.exists() else None
+
+
+def list_adaptations() -> list[tuple[Path, GpuAdaptation]]:
+    d = adaptations_dir()
+    return [(p, GpuAdaptation.load(p)) for p in sorted(d.glob("*.json"))] if d.is_dir() else []
+
+
+# --- fitting ------------------------------------------------------------------------------
+def fit_adaptation(rows: pd.DataFrame, time_ms, model, gpu: str, *, timing: str, source: str,
+                   model_sha256: str | None = None, folds: int = 5, seed: int = 0) -> GpuAdaptation:
+    """Fit the adapter of ``model`` (an OpTimeRegressor) to ``gpu`` on measured ``rows`` (device columns
+    attached) and their times; the cross-validated error is over ``folds`` folds (from 10 rows up)."""
+    from traincast.fit.learn import GpuAdapter, adapt_predictions, adapter_coefs, mape
+
+    y = np.asarray(time_ms, dtype=float)
+    pred = np.asarray(model.predict(rows), dtype=float)
+    cell = GpuAdapter.cells(rows)
+    ok = np.isfinite(pred) & (pred > 0) & np.isfinite(y) & (y > 0)
+    if ok.sum() < 2:
+        raise DataError(f"an adaptation needs at least 2 rows with a measured time and a prediction; got {int(ok.sum())}")
+    p, c, t = pred[ok], cell[ok], y[ok]
+    coef = adapter_coefs(p, c, t)
+    cv = None
+    if len(t) >= 10:
+        fold = np.random.default_rng(seed).permutation(len(t)) % folds
+        out = p.copy()
+        for f in range(folds):
+            tr, te = fold != f, fold == f
+            out[te] = adapt_predictions(p[te], c[te], adapter_coefs(p[tr], c[tr], t[tr]))
+        cv = mape(out, t)
+    per_cell = {int(k): int(v) for k, v in zip(*np.unique(c, return_counts=True))}
+    return GpuAdaptation(gpu=gpu, coef=coef, rows=int(len(t)), timing=timing, source=source,
+                         model_sha256=model_sha256, base_mape_pct=mape(p, t),
+                         fit_mape_pct=mape(adapt_predictions(p, c, coef), t), cv_mape_pct=cv,
+                         rows_per_cell=per_cell)
+
+
+def rows_from_csv(csv: str | Path, device) -> tuple[pd.DataFrame, np.ndarray]:
+    """Canonical rows (device columns attached) and measured times (ms) of a NeuSight-schema kernel CSV."""
+    from traincast.fit import datasets as D
+    from traincast.fit.evaluate import canonical_rows
+
+    df = D._read_csv(Path(csv))
+    if df.empty:
+        raise DataError(f"{str(csv)!r} has no rows")
+    if "OPName" not in df.columns and "op" in df.columns:
+        raise DataError(f"{str(csv)!r} looks like Justus TensorFlow layer rows: an adaptation from them would "
+                        "correct no PyTorch op `predict` times; give PyTorch kernels in the NeuSight schema")
+    if D.NEUSIGHT_TIME not in df.columns:
+        raise DataError(f"{str(csv)!r} has no measured time column {D.NEUSIGHT_TIME!r}: nothing to adapt to")
+    rows = F.attach_devices(canonical_rows(df, "neusight", device.name), device)
+    return rows, pd.to_numeric(df[D.NEUSIGHT_TIME], errors="coerce").to_numpy(dtype=float)
+
+
+@dataclass(frozen=True)
+class StoreRows:
+    rows: pd.DataFrame  # canonical rows, device columns attached
+    time_ms: np.ndarray
+    gpu_names: tuple[str, ...]  # what the samples' fingerprints call the GPU
+    skipped: dict  # reason -> samples
+
+
+def sample_row(sample: dict) -> dict | None:
+    """The canonical row of a stored forward fp32 layer sample that is one learned kernel, else None."""
+    import torch
+
+    from traincast.measure.ops import get_op
+    from traincast.workload.tracer import trace_call
+
+    try:
+        call, _, _ = get_op(sample["op"]).build(sample["params"], "meta", torch.float32, True)
+        ops = trace_call(call)
+    except Exception:  # noqa: BLE001 - a sample of an op this version cannot rebuild is skipped, not fatal
+        return None
+    mapped = [F.op_rows(o) for o in ops]
+    if len(mapped) != 1 or mapped[0] is None:
+        return None
+    rows, mult = mapped[0]
+    return rows[0] if len(rows) == 1 and mult[0] == 1.0 else None
+
+
+def rows_from_store(conn, device, *, campaign: str | None = None, device_prefix: str = "cuda") -> StoreRows:
+    """Canonical rows and per-call times of the forward fp32 samples ``traincast bench layers`` stored on a
+    ``device_prefix`` device (``cuda``: any GPU index), optionally of one campaign."""
+    from traincast.measure.layers import load_samples
+
+    samples = load_samples(conn, campaign)
+    fps = {r[0]: r[1] for r in conn.execute("SELECT id, gpu_name FROM measure_fingerprints")}
+    skipped: dict[str, int] = {}
+
+    def skip(why):
+        skipped[why] = skipped.get(why, 0) + 1
+
+    rows, ys, names = [], [], set()
+    for s in samples:
+        if not str(s.get("device", "")).startswith(device_prefix):
+            continue
+        if s.get("phase") != "forward" or s.get("dtype") not in ("fp32", "float32"):
+            skip("not a forward fp32 sample")
+            continue
+        r = sample_row(s)
+        if r is None:
+            skip("not one learned kernel (e.g. batch norm, pooling, attention)")
+            continue
+        rows.append(r)
+        ys.append(float(s["median_ms"]))
+        names.add(fps.get(s.get("fingerprint_id")) or "unknown GPU")
+    if not rows:
+        where = f"campaign {campaign!r}" if campaign else "the database"
+        raise DataError(f"no forward fp32 {device_prefix} layer sample of a learned op kind in {where}"
+                        + (f" ({', '.join(f'{n} {k}' for k, n in skipped.items())})" if skipped else "")
+                        + f"; measure some with `traincast bench layers --device {device_prefix} --phase forward`")
+    if len(names) > 1:
+        raise DataError(f"the samples come from several GPUs ({', '.join(sorted(names))}); pick one with --campaign")
+    frame = F.attach_devices(pd.DataFrame(rows), device)
+    return StoreRows(frame, np.array(ys), tuple(sorted(names)), skipped)
