@@ -12,8 +12,13 @@ Columns: ``analytical`` (roofline, catalog efficiencies), ``learned`` (the shipp
 and kernel GPUs), ``learned-LOGO`` (a model refitted without any layer/kernel rows of the target GPU: the
 honest held-out-GPU figure; RTX 2080 Ti and L4 are never in the kernel data, so there it equals ``learned``).
 
+``--adapt K``: a further column, ``LOGO+adapt``: the leave-target-GPU-out model adapted to the target GPU
+with K of its NeuSight kernels drawn at random (``traincast fit adapt``'s fit; median prediction over
+``--draws`` draws) -- a GPU the model never saw, with a few kernels measured on it. The A100 labels are of
+the 80 GB PCIe board: its own kernels adapt it where the data has them, else a board of the same chip's.
+
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_models.py [--data ../shared/data] [--rows-per-file 1500]
-       [--estimator hgb|mlp|ensemble|hgb_nohw|auto]
+       [--estimator hgb|mlp|ensemble|hgb_nohw|auto] [--adapt 30 [--draws 5]]
 ``--estimator``: the estimator of the leave-target-GPU-out refits and, where it is not the shipped model's, of
 a refit on all GPUs that stands in for the shipped model (default: the shipped model's estimator).
 """
@@ -75,6 +80,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-logo", action="store_true", help="skip the leave-target-GPU-out refits")
     ap.add_argument("--estimator", choices=ESTIMATORS, default=None,
                     help="estimator of the refits (default: the shipped model's)")
+    ap.add_argument("--adapt", type=int, default=0, help="adapt each LOGO model with K kernels of its target GPU")
+    ap.add_argument("--draws", type=int, default=5, help="with --adapt: random draws of the K kernels")
     args = ap.parse_args(argv)
     data = Path(args.data)
     cat = get_catalog()
@@ -99,6 +106,28 @@ def main(argv=None) -> int:
                 m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, exclude_groups=(g,), estimator=est)
                 logo[g] = LearnedPredictor(m)
                 print(f"refitted without {g} kernels/layers ({time.perf_counter() - t0:.0f} s)")
+    adapted: dict[str, list[LearnedPredictor]] = {}  # kernel GPU name -> one adapted LOGO predictor per draw
+    if args.adapt and logo:
+        from traincast.fit.adapt import fit_adaptation
+        from traincast.fit.datasets import load_neusight, neusight_gpus
+        from traincast.fit.features import attach_devices
+
+        for name in neusight_gpus(args.data):
+            g = gpu_group(name)
+            if g not in logo or not any(gpu_group(c["gpu"]) == g for c in todo):
+                continue
+            dev = cat.device(name)
+            kern = load_neusight(args.data, gpus=[name], max_rows_per_file=args.rows_per_file)
+            kern = attach_devices(kern[np.isfinite(kern["time_ms"]) & (kern["time_ms"] > 0)].reset_index(drop=True), dev)
+            adapted[dev.name] = []
+            for d in range(args.draws):
+                pick = np.random.default_rng(d).choice(len(kern), size=args.adapt, replace=False)
+                sub = kern.iloc[pick]
+                a = fit_adaptation(sub, sub["time_ms"].to_numpy(), logo[g].model, dev.name, timing="kernel",
+                                   source="neusight kernels")
+                adapted[dev.name].append(logo[g].with_adaptation(a))
+            print(f"adapted the model without {g} to {dev.name} with {args.adapt} of its {len(kern)} kernels, "
+                  f"{args.draws} draws")
     traces: dict = {}
     rows = []
     for c in todo:
@@ -112,29 +141,41 @@ def main(argv=None) -> int:
         lp = learned.predict(w, dev)
         l_ = phase_ms(w, lp, c["phases"])
         lo = phase_ms(w, logo[g].predict(w, dev), c["phases"]) if g in logo else l_
+        ad = lo
+        same = [n for n in adapted if gpu_group(n) == g]
+        if same:  # each draw's adaptation: this GPU's own, else that of a board of the same chip
+            from dataclasses import replace
+
+            src = dev.name if dev.name in adapted else same[0]
+            ad = float(np.median([phase_ms(w, replace(p, adaptation=replace(p.adaptation, gpu=dev.name))
+                                           .predict(w, dev), c["phases"]) for p in adapted[src]]))
         cov = learned.coverage(w)
         rows.append(dict(src=c["src"], gpu=dev.name, model=c["model"], batch=c["batch"], seq=c["seq"] or "",
-                         measured_ms=c["measured_ms"], analytical_ms=a, learned_ms=l_, logo_ms=lo,
+                         measured_ms=c["measured_ms"], analytical_ms=a, learned_ms=l_, logo_ms=lo, adapt_ms=ad,
                          covered=f"{cov['learned']}/{cov['ops']}"))
     df = pd.DataFrame(rows)
-    for col in ("analytical", "learned", "logo"):
+    cols = ("analytical", "learned", "logo") + (("adapt",) if adapted else ())
+    for col in cols:
         df[f"{col}_err_pct"] = (df[f"{col}_ms"] / df["measured_ms"] - 1) * 100
     pd.set_option("display.width", 200)
     print()
     print(df[["src", "gpu", "model", "batch", "seq", "measured_ms", "analytical_ms", "analytical_err_pct",
-              "learned_ms", "learned_err_pct", "logo_ms", "logo_err_pct", "covered"]]
+              "learned_ms", "learned_err_pct", "logo_ms", "logo_err_pct"]
+             + (["adapt_ms", "adapt_err_pct"] if adapted else []) + ["covered"]]
           .to_string(index=False, float_format=lambda v: f"{v:.1f}"))
-    print("\nMAPE (%) per model (learned-LOGO: the target GPU's layers/kernels left out of the fit)")
+    print("\nMAPE (%) per model (learned-LOGO: the target GPU's layers/kernels left out of the fit"
+          + (f"; adapt: LOGO adapted with {args.adapt} of the target GPU's kernels" if adapted else "") + ")")
     by = df.groupby(["src", "model"])
-    summ = pd.DataFrame({k: by[f"{k}_err_pct"].apply(lambda s: s.abs().mean()) for k in ("analytical", "learned", "logo")})
+    summ = pd.DataFrame({k: by[f"{k}_err_pct"].apply(lambda s: s.abs().mean()) for k in cols})
     print(summ.round(1).to_string())
     print("\nMAPE (%) per source and GPU")
     by = df.groupby(["src", "gpu"])
-    print(pd.DataFrame({k: by[f"{k}_err_pct"].apply(lambda s: s.abs().mean()) for k in ("analytical", "learned", "logo")}).round(1).to_string())
+    print(pd.DataFrame({k: by[f"{k}_err_pct"].apply(lambda s: s.abs().mean()) for k in cols}).round(1).to_string())
     for src in ("habitat", "neusight"):
         s = df[df.src == src]
         print(f"\n{src}: n={len(s)}  MAPE analytical {s.analytical_err_pct.abs().mean():.1f}%  "
-              f"learned {s.learned_err_pct.abs().mean():.1f}%  learned-LOGO {s.logo_err_pct.abs().mean():.1f}%")
+              f"learned {s.learned_err_pct.abs().mean():.1f}%  learned-LOGO {s.logo_err_pct.abs().mean():.1f}%"
+              + (f"  LOGO+adapt({args.adapt}) {s.adapt_err_pct.abs().mean():.1f}%" if adapted else ""))
     if skipped:
         print("\nskipped (no zoo entry): " + "; ".join(skipped))
     return 0
