@@ -93,6 +93,22 @@ def test_real_calibration_and_validation_smoke(tmp_path, capsys, monkeypatch):
     assert f["iteration_ms"] > 0
     assert run(["devices", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["name"] == "local"
+    # the profile's forecast beside a measured step, op by op
+    bench = ["bench", "model", "mnist-cnn", "-b", "2", "--steps", "2", "--warmup", "1", "--threads", "1", "--no-save"]
+    assert run(bench + ["--profile-steps", "1", "--against", "local", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    a = d["against"]
+    assert a["profile"] == "local" and 1 / 3 < a["predicted_ms"] / a["measured_ms"] < 3
+    conv = [o for o in a["ops"] if o[0] == "convolution" and o[1] == "forward"]
+    from traincast.workload import trace
+
+    n_conv = sum(o.aten == "convolution" and o.phase == "forward" for o in trace("mnist-cnn", batch_size=2).ops)
+    assert conv and conv[0][2] == n_conv > 0 and conv[0][3] > 0 and conv[0][4] > 0
+    assert set(a["phases"]) >= {"forward", "backward", "optimizer"}
+    assert run(bench + ["--against", "nosuch"]) == 2
+    assert "nosuch" in capsys.readouterr().err
+    assert run(bench + ["--against", "local", "--profile-steps", "0"]) == 2
+    assert "--profile-steps" in capsys.readouterr().err
 
 
 def test_calibration_bad_input(capsys, tmp_path, monkeypatch):

@@ -134,6 +134,9 @@ def test_light_ops_pay_the_light_overhead():
     assert any(o.phase == "backward" and o.aten == "add" for o in light)  # residual gradients accumulate
     assert any(o.phase == "optimizer" for o in light)
     assert not any(o.aten == "convolution" for o in light)
+    # batch norm's num_batches_tracked += 1: an int64 op (no float tensor: dtype "none"), never an autograd node
+    counters = [o for o in light if o.phase == "forward" and o.aten == "add_" and o.dtype == "none"]
+    assert len(counters) == sum(1 for o in wl.ops if o.aten == "native_batch_norm") == 20
     chunk = AnalyticalPredictor().params(dev)["foreach_chunk"]
     n_light = sum(launches_of(o, chunk) for o in light)
 

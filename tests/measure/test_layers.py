@@ -40,6 +40,11 @@ def test_linear_matmul_bmm_flops():
     t = op_cost("linear", dict(tokens=64, in_features=384, out_features=1536, bias=False), "train")
     assert t.flops == 3 * 2 * 64 * 384 * 1536 + 2 * 384 * 1536
     assert op_cost("matmul", dict(m=7, k=9, n=11)).flops == 2 * 7 * 9 * 11
+    # formula ops are counted as a traced step counts them: a max pool reads its window per output
+    for k in (2, 3):
+        c = op_cost("maxpool", dict(batch=2, channels=8, height=16, kernel=k, stride=2))
+        out = 2 * 8 * ((16 + 2 * (k == 3) - k) // 2 + 1) ** 2  # the sampler pads 3x3 windows by 1
+        assert c.flops == out * k * k
     assert op_cost("bmm", dict(batch=12, m=128, k=64, n=128)).flops == 2 * 12 * 128 * 64 * 128
     sdpa = op_cost("sdpa", dict(batch=2, heads=4, seq=64, head_dim=32, causal=False))
     assert sdpa.flops == 2 * (2 * 2 * 4 * 64 * 64 * 32)  # QK^T and PV

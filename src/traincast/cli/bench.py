@@ -141,6 +141,8 @@ def register(app: typer.Typer) -> None:
         out: Optional[str] = typer.Option(None, "--out", help="write the full result (breakdown included) as JSON here"),
         db: Optional[str] = typer.Option(None, "--db", help="database file (default $TRAINCAST_DB)"),
         no_save: bool = typer.Option(False, "--no-save", help="do not store the result"),
+        against: Optional[str] = typer.Option(None, "--against", help="a device profile (`traincast calibrate`): "
+                                                                      "its forecast beside the measured step, per phase and per op"),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Time real training steps of MODEL, with a per-module / per-op breakdown."""
@@ -148,10 +150,28 @@ def register(app: typer.Typer) -> None:
 
         if batch_size < 1:
             raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
+        prof = None
+        if against is not None:
+            from traincast.fit.calibration import find_profile
+
+            prof = find_profile(against)  # fails before the measuring, not after
+            if profile_steps < 1:
+                raise ConfigError("--against compares op by op: it needs --profile-steps 1 or more")
+            pdev = str((prof.fingerprint or {}).get("device") or "")
+            if pdev and pdev.split(":")[0] != device.split(":")[0]:
+                raise ConfigError(f"profile {prof.name!r} was calibrated on {pdev}, the step runs on {device}")
         mt = time_model(model_name, batch_size=batch_size, device=device, steps=steps, warmup=warmup,
                         profile_steps=profile_steps, optimizer=optimizer, precision=precision, seq_len=seq_len,
                         threads=threads)
         d = mt.as_dict()
+        cmp = None
+        if prof is not None:
+            from dataclasses import asdict
+
+            from traincast.fit.calibration import compare_step
+
+            cmp = compare_step(mt, prof)
+            d["against"] = {"profile": prof.name, **asdict(cmp)}
         if not no_save:
             with open_store(db) as store:
                 d["id"] = save_model_timing(store.conn, mt)
@@ -176,6 +196,19 @@ def register(app: typer.Typer) -> None:
                 tab.add_column(col, justify="right")
             for name, v in sorted(rows.items(), key=lambda kv: -kv[1].get(key, 0.0))[:top]:
                 tab.add_row(name, *(f"{v.get(c + '_ms', 0.0):.2f}" for c in ("forward", "backward", "optimizer", "total")))
+            console.print(tab)
+        if cmp is not None:
+            err = (cmp.predicted_ms / cmp.measured_ms - 1) * 100
+            console.print(f"profile {prof.name!r} forecasts {_fmt_ms(cmp.predicted_ms)} per step ({err:+.1f}%); phases "
+                          "measured / predicted: " + ", ".join(f"{k} {_fmt_ms(m)} / {_fmt_ms(p)}"
+                                                              for k, (m, p) in cmp.phases.items()))
+            tab = Table(title=f"top {top} ops by |measured - predicted| (ms per step; measured: profiler self time, "
+                              f"without the {_fmt_ms(cmp.framework_ms)} outside aten ops that predicted per-op "
+                              "overheads stand for)")
+            for col in ("aten op", "phase", "ops", "measured", "predicted", "difference"):
+                tab.add_column(col, justify="left" if col in ("aten op", "phase") else "right")
+            for a, ph, n, m, p in cmp.ops[:top]:
+                tab.add_row(a, ph, str(n), f"{m:.2f}", f"{p:.2f}", f"{m - p:+.2f}")
             console.print(tab)
 
     @bench.command("ddp")

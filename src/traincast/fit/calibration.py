@@ -242,6 +242,19 @@ def prior_theta(dev: Device) -> np.ndarray:
                      p.get("light_overhead_us", p["op_overhead_us"])], dtype=float)
 
 
+def _sample_flops(r: dict) -> float:
+    """A forward layer sample's FLOPs in the traced steps' convention. Samples stored before the campaign
+    counted formula ops that way (e.g. 9 per max-pool output whatever the window) are recounted."""
+    if r.get("flops_source") != "formula":
+        return float(r["flops"] or 0)
+    from traincast.measure.layers import traced_forward_flops
+
+    try:
+        return traced_forward_flops(r["op"], r.get("params") or {}, r.get("dtype") or "fp32")
+    except Exception:  # noqa: BLE001 - an op this version cannot rebuild keeps its stored count
+        return float(r["flops"] or 0)
+
+
 class _LayerArrays:
     """Forward single-op samples of a layer campaign (``measure_layer_samples`` rows)."""
 
@@ -268,7 +281,7 @@ class _LayerArrays:
             outs.append(out)
         self.rows = keep
         self.n = len(keep)
-        self.flops = np.array([float(r["flops"] or 0) for r in keep])
+        self.flops = np.array([_sample_flops(r) for r in keep])
         self.bytes = np.array([float((r["bytes_read"] or 0) + (r["bytes_written"] or 0)) for r in keep])
         kinds = []
         for r in keep:
@@ -577,6 +590,51 @@ def predict_measured(profile: DeviceProfile, meas: list[Measured], device: str =
             "measured_phases_s": m.phases_s,
         })
     return rows
+
+
+@dataclass(frozen=True)
+class StepComparison:
+    """A measured step (``traincast bench model``) beside a device profile's forecast of it, op by op."""
+
+    measured_ms: float  # median step
+    predicted_ms: float
+    phases: dict  # phase -> (measured ms, predicted ms); measured from the profiler's phase ranges
+    ops: list  # (aten, phase, count, measured ms, predicted ms), largest |difference| first
+    framework_ms: float  # measured self time outside aten ops (Python, autograd engine, hooks)
+    step_overhead_ms: float  # predicted per-step fixed cost
+
+
+def compare_step(mt, profile: "DeviceProfile") -> StepComparison:
+    """Compare a profiled :class:`~traincast.measure.model.ModelTiming` with ``profile``'s forecast of the same
+    step. Measured op times are profiler self times (kernels rolled up into the op a dispatch mode sees);
+    predicted op times include each op's share of the per-op overhead, which on the measured side is mostly in
+    ``framework_ms``."""
+    from collections import defaultdict
+
+    from traincast.workload import trace
+
+    b = mt.breakdown
+    if b is None:
+        raise ConfigError("the step was not profiled (--profile-steps 0): nothing to compare op by op")
+    wl = trace(mt.model, batch_size=mt.batch_size, optimizer=mt.optimizer or "sgd", precision=mt.precision or "fp32",
+               seq_len=mt.seq_len, fused_attention=_fused_attention_for(mt.device))
+    ot = profile.predictor().predict(wl, profile.device_record(), mt.precision or "fp32")
+    pred, count, phase_pred = defaultdict(float), defaultdict(int), defaultdict(float)
+    for op, t in zip(wl.ops, ot.times_s):
+        pred[(op.aten, op.phase)] += t * 1e3
+        count[(op.aten, op.phase)] += 1
+        phase_pred[op.phase] += t * 1e3
+    keys = set(pred)
+    for a, d in b.per_aten.items():
+        keys |= {(a, k[:-3]) for k, v in d.items() if k.endswith("_ms") and k != "total_ms" and v > 0}
+    ops = [(a, ph, count.get((a, ph), 0), float(b.per_aten.get(a, {}).get(ph + "_ms", 0.0)), pred.get((a, ph), 0.0))
+           for a, ph in keys]
+    ops.sort(key=lambda r: -abs(r[3] - r[4]))
+    phases = {ph: (float(b.per_phase_ms.get(ph, 0.0)), phase_pred.get(ph, 0.0))
+              for ph in dict.fromkeys(list(b.per_phase_ms) + list(phase_pred))}
+    framework = sum(v.get("overhead_ms", 0.0) for v in b.per_module.values())
+    return StepComparison(float(mt.timing.median_ms), ot.total_s() * 1e3, phases, ops, float(framework),
+                          ot.step_overhead_s * 1e3)
 
 
 def mape(rows: list[dict]) -> float:

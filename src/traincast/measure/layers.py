@@ -119,6 +119,16 @@ def _check_params(spec: OpSpec, params: Mapping[str, object]) -> dict:
     return out
 
 
+def traced_forward_flops(op: str, params: Mapping[str, object], dtype: str = "fp32") -> float:
+    """Forward FLOPs of one op configuration as a traced training step counts them (the dispatch-level ops
+    its call runs, costed by ``traincast.workload.costs``): the convention the predictor's efficiencies are
+    fitted in. (A 2x2 max pool is 4 FLOPs per output there, a 3x3 one 9.)"""
+    from traincast.workload.tracer import trace_call
+
+    call, _, _ = get_op(op).build(dict(params), "meta", _dtype(dtype), True)
+    return float(sum(o.flops for o in trace_call(call)))
+
+
 def op_cost(op: str, params: Mapping[str, object], phase: str = "forward", dtype: str = "fp32") -> OpCost:
     """FLOPs, bytes and shapes of one op configuration, from a build on the meta device.
 
@@ -155,8 +165,8 @@ def op_cost(op: str, params: Mapping[str, object], phase: str = "forward", dtype
     fwd_read, fwd_written = in_bytes + w_bytes, out_bytes
     if spec.counted:
         fwd_flops, source = float(fwd_counted), "counter"
-    else:
-        fwd_flops, source = float(spec.flops_per_elem * out.numel()), "formula"
+    else:  # the FLOPs a traced step counts for the same op (traincast.workload.costs)
+        fwd_flops, source = traced_forward_flops(spec.name, params, dtype), "formula"
     if phase == "forward":
         flops, read, written = fwd_flops, fwd_read, fwd_written
     else:

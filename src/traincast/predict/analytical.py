@@ -146,11 +146,15 @@ def launches_of(op, chunk: int) -> int:
     return math.ceil(op.n_tensors / chunk) if op.n_tensors > 1 else 1
 
 
+_NO_GRAD_DTYPES = frozenset({"int64", "int32", "int8", "uint8", "bool", "none"})
+
+
 def is_light(op) -> bool:
     """Ops the framework runs without the cost of an autograd node: gradient accumulation
-    in the backward pass (the engine adds a second gradient into the first) and the
-    per-tensor steps of a foreach optimizer op."""
-    return (op.phase == "backward" and op.aten in ("add", "add_")) or op.n_tensors > 1
+    in the backward pass (the engine adds a second gradient into the first), the
+    per-tensor steps of a foreach optimizer op, and ops on integer or boolean tensors,
+    which autograd never records (batch norm's ``num_batches_tracked += 1``)."""
+    return (op.phase == "backward" and op.aten in ("add", "add_")) or op.n_tensors > 1 or op.dtype in _NO_GRAD_DTYPES
 
 
 def op_overheads_s(ops, p: dict) -> np.ndarray:
