@@ -243,8 +243,8 @@ def prior_theta(dev: Device) -> np.ndarray:
 
 
 def _sample_flops(r: dict) -> float:
-    """A forward layer sample's FLOPs in the traced steps' convention. Samples stored before the campaign
-    counted formula ops that way (e.g. 9 per max-pool output whatever the window) are recounted."""
+    """A forward layer sample's FLOPs in the traced steps' convention. Formula ops stored by earlier versions,
+    which counted a fixed constant per output (9 per max-pool output whatever the window), are recounted."""
     if r.get("flops_source") != "formula":
         return float(r["flops"] or 0)
     from traincast.measure.layers import traced_forward_flops
