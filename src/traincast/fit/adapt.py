@@ -192,14 +192,10 @@ class StoreRows:
 
 def sample_row(sample: dict) -> dict | None:
     """The canonical row of a stored forward fp32 layer sample that is one learned kernel, else None."""
-    import torch
-
-    from traincast.measure.ops import get_op
-    from traincast.workload.tracer import trace_call
+    from traincast.measure.layers import traced_ops
 
     try:
-        call, _, _ = get_op(sample["op"]).build(sample["params"], "meta", torch.float32, True)
-        ops = trace_call(call)
+        ops = traced_ops(sample["op"], sample["params"])
     except Exception:  # noqa: BLE001 - a sample of an op this version cannot rebuild is skipped, not fatal
         return None
     mapped = [F.op_rows(o) for o in ops]

@@ -119,14 +119,20 @@ def _check_params(spec: OpSpec, params: Mapping[str, object]) -> dict:
     return out
 
 
-def traced_forward_flops(op: str, params: Mapping[str, object], dtype: str = "fp32") -> float:
-    """Forward FLOPs of one op configuration as a traced training step counts them (the dispatch-level ops
-    its call runs, costed by ``traincast.workload.costs``): the convention the predictor's efficiencies are
-    fitted in. (A 2x2 max pool is 4 FLOPs per output there, a 3x3 one 9.)"""
+def traced_ops(op: str, params: Mapping[str, object], dtype: str = "fp32") -> list:
+    """The dispatch-level ops (``OpRecord``s) one forward call of an op configuration runs, traced on
+    meta as a training step traces them."""
     from traincast.workload.tracer import trace_call
 
     call, _, _ = get_op(op).build(dict(params), "meta", _dtype(dtype), True)
-    return float(sum(o.flops for o in trace_call(call)))
+    return trace_call(call)[1]
+
+
+def traced_forward_flops(op: str, params: Mapping[str, object], dtype: str = "fp32") -> float:
+    """Forward FLOPs of one op configuration as a traced training step counts them (costed by
+    ``traincast.workload.costs``): the convention the predictor's efficiencies are fitted in. (A 2x2 max
+    pool is 4 FLOPs per output there, a 3x3 one 9.)"""
+    return float(sum(o.flops for o in traced_ops(op, params, dtype)))
 
 
 def op_cost(op: str, params: Mapping[str, object], phase: str = "forward", dtype: str = "fp32") -> OpCost:
@@ -137,6 +143,8 @@ def op_cost(op: str, params: Mapping[str, object], phase: str = "forward", dtype
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    from traincast.workload.tracer import trace_call
+
     spec = get_op(op)
     if phase not in PHASES:
         raise UnknownNameError("phase", phase, PHASES)
@@ -145,7 +153,7 @@ def op_cost(op: str, params: Mapping[str, object], phase: str = "forward", dtype
     try:
         call, inputs, weights = spec.build(params, "meta", tdtype, True)
         with FlopCounterMode(display=False) as fwd_counter:
-            out = call()
+            out, fwd_ops = trace_call(call)  # one forward, seen by both counters
         fwd_counted = fwd_counter.get_total_flops()
         train_counted = 0
         if phase == "train":
@@ -166,7 +174,7 @@ def op_cost(op: str, params: Mapping[str, object], phase: str = "forward", dtype
     if spec.counted:
         fwd_flops, source = float(fwd_counted), "counter"
     else:  # the FLOPs a traced step counts for the same op (traincast.workload.costs)
-        fwd_flops, source = traced_forward_flops(spec.name, params, dtype), "formula"
+        fwd_flops, source = float(sum(o.flops for o in fwd_ops)), "formula"
     if phase == "forward":
         flops, read, written = fwd_flops, fwd_read, fwd_written
     else:

@@ -98,10 +98,13 @@ class LearnedPredictor:
                             "layers` samples")
         return replace(self, adaptation=adaptation)
 
+    def _adapts(self, device: Device) -> bool:
+        return self.adaptation is not None and self.adaptation.gpu == device.name
+
     def adaptation_note(self, device: Device) -> str | None:
-        a = self.adaptation
-        if a is None or a.gpu != device.name:
+        if not self._adapts(device):
             return None
+        a = self.adaptation
         return (f"learned predictor adapted to {a.gpu} with {a.rows} measured rows ({a.timing} timings, "
                 f"cross-validated MAPE {'n/a' if a.cv_mape_pct is None else f'{a.cv_mape_pct:.1f}%'}; "
                 f"{a.source})")
@@ -158,7 +161,7 @@ class LearnedPredictor:
                 floor_ms = max(getattr(self.model, "min_time_ms_", 0.0) - p["kernel_floor_us"] * 1e-3, 0.0)
             df = attach_devices(pd.DataFrame(rows), device)
             pred_ms = self.model.predict(df)
-            adapted = self.adaptation is not None and self.adaptation.gpu == device.name
+            adapted = self._adapts(device)
             in_step = adapted and self.adaptation.timing == "in-step"
             if adapted:
                 from traincast.fit.learn import GpuAdapter, adapt_predictions
@@ -173,5 +176,5 @@ class LearnedPredictor:
             over_s = np.zeros(len(workload.ops)) if in_step else op_overheads_s(workload.ops, p)
             for i in np.flatnonzero(covered & ~bad):
                 times[i] = per_op[i] * 1e-3 + over_s[i]
-        name = self.name + ("+adapted" if self.adaptation is not None and self.adaptation.gpu == device.name else "")
-        return OpTimes(name, tuple(times), tuple(bound), base.step_overhead_s)
+        return OpTimes(self.name + ("+adapted" if self._adapts(device) else ""), tuple(times), tuple(bound),
+                       base.step_overhead_s)

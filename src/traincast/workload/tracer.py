@@ -234,14 +234,14 @@ def _storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
 
 
-def trace_call(fn, phase: str = "forward") -> list[OpRecord]:
-    """The aten ops one call of ``fn`` runs (on meta tensors: nothing is computed), as ``OpRecord``s of
-    ``phase``: a single op timed alone (``traincast bench layers``) mapped onto the ops a step traces."""
+def trace_call(fn, phase: str = "forward") -> tuple[object, list[OpRecord]]:
+    """``fn()``'s result and the aten ops it ran (on meta tensors: nothing is computed), as ``OpRecord``s
+    of ``phase``: a single op timed alone (``traincast bench layers``) mapped onto the ops a step traces."""
     rec = _OpRecorder(ModuleTracker(), "op")
     rec.phase = phase
     with rec:
-        fn()
-    return rec.ops
+        out = fn()
+    return out, rec.ops
 
 
 def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> Workload:
