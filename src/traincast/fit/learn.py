@@ -14,7 +14,9 @@ roofline and through hardware features, never through its name.
 
 The model of a family is HistGradientBoosting (``estimator="hgb"``), an MLP as
 in Justus et al. (``"mlp"``), the mean of both log-ratio predictions
-(``"ensemble"``), or chosen by cross-validation grouped by GPU (``"auto"``):
+(``"ensemble"``), ``"hybrid"`` (HistGradientBoosting with the device-spec features on TensorFlow layer
+rows, without them on PyTorch rows: see ``hgb_nohw`` below), or chosen by cross-validation grouped by GPU
+(``"auto"``):
 for each *cell* (op family x framework: ``tf`` for the Justus TensorFlow
 layers, ``torch`` for the NeuSight PyTorch kernels and traced ops) the
 candidate (``hgb``, ``mlp``, ``ensemble``, ``hgb_nohw`` = HistGradientBoosting
@@ -43,10 +45,13 @@ from traincast.fit import features as F
 FAMILY_OF = F.FAMILIES
 
 
-ESTIMATORS = ("hgb", "mlp", "ensemble", "hgb_nohw", "auto")
+ESTIMATORS = ("hgb", "mlp", "ensemble", "hgb_nohw", "hybrid", "auto")
 CANDIDATES = ("hgb", "mlp", "ensemble", "hgb_nohw", "roofline")
 HW_FEATURES = ("log_peak_tflops", "log_bw_gbps", "sms", "clock_mhz", "log_mem_gib", "log_balance")
 FRAMEWORKS = {0: "torch", 1: "tf"}  # the framework_tf flag -> cell suffix
+# ``hybrid``: the device-spec columns where the rows come from six GPUs of three generations (the TensorFlow
+# layers), not where a handful of GPUs makes them a GPU's name (the PyTorch kernels and traced ops)
+HYBRID_CHOICE = {0: "hgb_nohw", 1: "hgb"}
 _NEEDS = {"hgb": ("hgb",), "mlp": ("mlp",), "ensemble": ("hgb", "mlp"), "hgb_nohw": ("hgb_nohw",), "roofline": ()}
 
 
@@ -99,7 +104,8 @@ class OpTimeRegressor:
     """Per-family regressor on log(time / roofline): HistGradientBoosting (``estimator="hgb"``,
     the default), a multi-layer perceptron as in Justus et al. (``"mlp"``: the op kind one-hot,
     other features standardised), their mean in log space (``"ensemble"``), HistGradientBoosting without
-    the device-spec features (``"hgb_nohw"``), or ``"auto"``: per op
+    the device-spec features (``"hgb_nohw"``), ``"hybrid"`` (``hgb`` on TensorFlow rows, ``hgb_nohw`` on
+    PyTorch rows), or ``"auto"``: per op
     family and framework, the candidate of ``candidates`` with the lowest cross-validated MAPE,
     the folds grouped by GPU (``cv_splits=None``: leave one GPU model out; an int: that many
     GroupKFold folds), on at most ``cv_max_rows`` rows of each family (the final fit uses all).
@@ -225,6 +231,8 @@ class OpTimeRegressor:
             else:
                 if est == "auto":
                     choice = self._choose(f, Xf, tf, fwf, gf, cells, cands)
+                elif est == "hybrid":
+                    choice = {c: HYBRID_CHOICE[c] for c in codes}
                 else:
                     choice = {c: "ensemble" for c in codes}
                 need = sorted({m for c in codes for m in _NEEDS[choice[c]]})
