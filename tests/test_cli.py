@@ -102,3 +102,17 @@ def test_predictor_choice(capsys):
     code, out, _ = cli(capsys, "predict", "gpt2", "--gpu", "EPYC-7763", "--batch-size", "1", "--seq-len", "128",
                        "--dataset-size", "10", "--predictor", "auto", "--json")
     assert code == 0 and json.loads(out)["predictor"] == "analytical"  # no learned model for CPUs
+
+
+def test_predict_a_hugging_face_config(capsys, tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "gpt2", "n_embd": 256, "n_head": 4, "n_layer": 2, "n_positions": 64,
+                             "vocab_size": 500}))
+    code, out, _ = cli(capsys, "predict", str(p), "--gpu", "V100", "--batch-size", "4", "--dataset-size", "400",
+                       "--json")
+    assert code == 0
+    got = json.loads(out)
+    assert got["steps_per_epoch"] == 100 and got["iteration_s"] > 0
+    p.write_text(json.dumps({"model_type": "gpt2", "architectures": ["Gpt2Nope"]}))
+    code, _, err = cli(capsys, "predict", str(p), "--gpu", "V100", "--batch-size", "4", "--dataset-size", "400")
+    assert code == 2 and "'Gpt2Nope' is not a model class" in err and "Traceback" not in err

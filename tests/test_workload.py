@@ -210,3 +210,51 @@ def test_in_place_foreach_optimizer_ops_write_their_first_list():
     assert [o.aten for o in opt] == ["_foreach_mul_", "_foreach_add_", "_foreach_add_"]
     assert all(o.bytes_written == pbytes for o in opt)
     assert [o.bytes_read for o in opt] == [pbytes, 2 * pbytes, 2 * pbytes]
+
+
+def _decoder_matmul_flops(layers, h, vocab, ffn, tokens, seq):
+    """Forward matmul FLOPs of a decoder-only transformer by hand: per layer QKV (3h^2), output projection
+    (h^2) and MLP (2 h ffn) on every token, attention scores and values (2 seq h per token), and the LM head."""
+    per_token = layers * (2 * (4 * h * h + 2 * h * ffn) + 2 * 2 * seq * h) + 2 * h * vocab
+    return per_token * tokens
+
+
+@pytest.mark.parametrize("name, layers, h, ffn, vocab", [
+    ("gpt3-2.7b", 32, 2560, 4 * 2560, 50257),
+    ("opt-1.3b", 24, 2048, 8192, 50272),
+])
+def test_new_language_models_match_hand_formulas(name, layers, h, ffn, vocab):
+    seq = 256
+    wl = trace(name, batch_size=2, seq_len=seq)
+    mm = sum(o.flops for o in wl.ops if o.phase == "forward" and o.op_class in ("matmul", "attention"))
+    assert mm == pytest.approx(_decoder_matmul_flops(layers, h, vocab, ffn, 2 * seq, seq), rel=0.01)
+    from traincast.workload import zoo
+
+    assert zoo.get(name.replace("-", "_").replace("2.7b", "27").replace("1.3b", "13")).name == name  # NeuSight's names
+
+
+def test_a_hugging_face_config_json_is_a_model(tmp_path):
+    cfg = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 384, "n_head": 6,
+           "n_layer": 3, "n_positions": 128, "vocab_size": 1000}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    wl = trace(str(p), batch_size=2)  # seq_len: the config's 128 positions
+    mm = sum(o.flops for o in wl.ops if o.phase == "forward" and o.op_class in ("matmul", "attention"))
+    assert mm == pytest.approx(_decoder_matmul_flops(3, 384, 1000, 4 * 384, 2 * 128, 128), rel=0.01)
+    assert any(o.op_class == "attention" for o in wl.ops)  # fused attention, as for zoo transformers
+    # no architectures: the causal-LM class of the model type
+    del cfg["architectures"]
+    p.write_text(json.dumps(cfg))
+    assert trace(str(p), batch_size=1, seq_len=32).flops() > 0
+
+
+@pytest.mark.parametrize("cfg, message", [
+    ({"model_type": "no-such-type"}, "model_type 'no-such-type' is not one transformers"),
+    ({"model_type": "gpt2", "architectures": ["NoSuchModel"]}, "architectures[0] 'NoSuchModel' is not a model class"),
+    ({"model_type": "gpt2", "n_embd": 100, "n_head": 3}, "cannot build"),
+])
+def test_bad_hugging_face_configs_are_clear_errors(tmp_path, cfg, message):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises((SpecError, ConfigError), match=message.replace("[", r"\[").replace("]", r"\]")):
+        trace(str(p), batch_size=1, seq_len=16)

@@ -5,7 +5,8 @@
     >>> wl.flops("forward") / 32 / 2e9   # GMACs per image
     4.1...
 
-A model is a zoo name, a spec file (``.yaml``/``.json``), or an ``nn.Module``
+A model is a zoo name, a spec file (``.yaml``/``.json``), a Hugging Face
+``config.json`` (built from the config, no weights), or an ``nn.Module``
 together with an ``inputs`` description.
 """
 
@@ -87,6 +88,8 @@ def build_step(
     if isinstance(model, nn.Module):
         return _module_step(model, inputs, **kw)
     text = str(model)
+    if zoo.is_hf_config(text):
+        return zoo.hf_config_step(text, seq_len=seq_len, **kw)
     if text.endswith((".yaml", ".yml", ".json")) or Path(text).is_file():
         from traincast.workload.spec import build_spec_step
 
@@ -119,12 +122,13 @@ def trace(
         if isinstance(model, str) and not str(model).endswith((".yaml", ".yml", ".json")):
             fused_attention = zoo.get(model).family == "transformer" or zoo.get(model).name.startswith("vit")
         elif isinstance(model, (str, Path)):
-            fused_attention = False
+            fused_attention = zoo.is_hf_config(model)
 
     step = build_step(model, batch_size=batch_size, device="meta", optimizer=optimizer,
                       precision=precision, seq_len=seq_len, freeze=freeze, inputs=inputs)
     try:
         return trace_step(step, precision=precision, fused_attention=fused_attention)
-    except (RuntimeError, ValueError, IndexError) as exc:
+    except (RuntimeError, ValueError, IndexError, AttributeError, TypeError, KeyError, NotImplementedError) as exc:
+        # a model built from a user's config can fail inside its own forward in any of these ways
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TraceError(f"cannot trace {step.name} with batch {batch_size}: {msg}") from None

@@ -154,12 +154,16 @@ def _hf_config(name: str, seq_len: int):
         cfg = tf.BertConfig(hidden_size=h, num_hidden_layers=layers, num_attention_heads=heads,
                             intermediate_size=4 * h, max_position_embeddings=max(512, seq_len))
         return cfg, tf.BertForMaskedLM
-    if name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt3-xl"):
+    if name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt3-xl", "gpt3-2.7b"):
         dims = {"gpt2": (768, 12, 12), "gpt2-medium": (1024, 24, 16),
-                "gpt2-large": (1280, 36, 20), "gpt3-xl": (2048, 24, 16)}[name]
+                "gpt2-large": (1280, 36, 20), "gpt3-xl": (2048, 24, 16), "gpt3-2.7b": (2560, 32, 32)}[name]
         h, layers, heads = dims
         cfg = tf.GPT2Config(n_embd=h, n_layer=layers, n_head=heads, n_positions=max(1024, seq_len))
         return cfg, tf.GPT2LMHeadModel
+    if name == "opt-1.3b":
+        cfg = tf.OPTConfig(hidden_size=2048, ffn_dim=8192, num_hidden_layers=24, num_attention_heads=32,
+                           vocab_size=50272, word_embed_proj_dim=2048, max_position_embeddings=max(2048, seq_len))
+        return cfg, tf.OPTForCausalLM
     if name == "llama-7b":
         cfg = tf.LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                              num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
@@ -171,14 +175,24 @@ def _hf_config(name: str, seq_len: int):
 def _transformer(entry: ZooEntry, *, batch_size, device, optimizer, precision, freeze, seq_len=None, **_):
     seq_len = seq_len or entry.default_seq_len
     cfg, cls = _hf_config(entry.name, seq_len)
+    return hf_step(entry.name, cfg, cls, batch_size=batch_size, device=device, optimizer=optimizer,
+                   precision=precision, freeze=freeze, seq_len=seq_len)
+
+
+def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, freeze, seq_len) -> TrainingStep:
+    """A language-model training step of the Hugging Face model ``cls(cfg)`` built on ``device`` (no weights
+    downloaded): random token ids of ``batch_size x seq_len``, the ids as labels, the model's own loss."""
     cfg._attn_implementation = "sdpa"
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
     limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
     if limit and seq_len > limit:
-        raise ConfigError(f"--seq-len {seq_len} exceeds {entry.name}'s {limit} positions")
-    with torch.device(device):
-        model = cls(cfg)
+        raise ConfigError(f"--seq-len {seq_len} exceeds {name}'s {limit} positions")
+    try:
+        with torch.device(device):
+            model = cls(cfg)
+    except ValueError as exc:  # e.g. a hidden size its heads do not divide
+        raise ConfigError(f"cannot build {name}: {str(exc).splitlines()[0]}") from None
     vocab = cfg.vocab_size
 
     def make_batch(dev):
@@ -190,10 +204,70 @@ def _transformer(entry: ZooEntry, *, batch_size, device, optimizer, precision, f
         return out.loss
 
     return supervised_step(
-        entry.name, model, make_batch, loss_fn,
+        name, model, make_batch, loss_fn,
         batch_size=batch_size, device=device, optimizer=optimizer, precision=precision,
         freeze=freeze, input_description=f"{batch_size}x{seq_len} tokens, vocab {vocab}",
     )
+
+
+def is_hf_config(source) -> bool:
+    """Whether ``source`` is a Hugging Face ``config.json`` (a JSON mapping with a ``model_type``)."""
+    import json
+    from pathlib import Path
+
+    path = Path(str(source))
+    if path.suffix != ".json" or not path.is_file():
+        return False
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, OSError):
+        return False
+    return isinstance(data, dict) and "model_type" in data
+
+
+def hf_config_step(source, *, batch_size, device, optimizer, precision, freeze, seq_len=None, **_) -> TrainingStep:
+    """A training step of the model a Hugging Face ``config.json`` describes, built from the config alone.
+
+    The class is the config's first ``architectures`` entry (a transformers model class), else the
+    causal-LM, masked-LM or seq2seq-LM class transformers maps the ``model_type`` to. ``seq_len`` defaults
+    to the config's position limit (512 where it has none)."""
+    import json
+    from pathlib import Path
+
+    import transformers as tf
+
+    from traincast.errors import SpecError
+
+    tf.logging.set_verbosity_error()
+    path = Path(str(source))
+    data = json.loads(path.read_text())
+    model_type = data["model_type"]
+    rest = {k: v for k, v in data.items() if k != "model_type"}
+    try:
+        cfg = tf.AutoConfig.for_model(model_type, **rest)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SpecError(f"{path}: model_type {model_type!r} is not one transformers {tf.__version__} knows "
+                        f"({str(exc).splitlines()[0][:120]})") from None
+    arch = (data.get("architectures") or [None])[0]
+    cls = getattr(tf, arch, None) if isinstance(arch, str) else None
+    if cls is None or not hasattr(cls, "_from_config"):
+        if arch is not None:
+            raise SpecError(f"{path}: architectures[0] {arch!r} is not a model class of transformers {tf.__version__}")
+        for auto in (tf.AutoModelForCausalLM, tf.AutoModelForMaskedLM, tf.AutoModelForSeq2SeqLM):
+            if type(cfg) in auto._model_mapping:
+                cls = auto._model_mapping[type(cfg)]
+                break
+        else:
+            raise SpecError(f"{path}: no language-model class for model_type {model_type!r}; "
+                            "name one in 'architectures' (e.g. GPT2LMHeadModel)")
+    if getattr(cfg, "is_encoder_decoder", False) and getattr(cfg, "decoder_start_token_id", None) is None:
+        cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # labels shift right from it
+    limit = (getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+             or getattr(cfg, "n_ctx", None))
+    seq_len = seq_len or (int(limit) if limit else 512)
+    name = str(data.get("_name_or_path") or path.stem).rsplit("/", 1)[-1] or path.stem
+    return hf_step(name, cfg, cls, batch_size=batch_size, device=device, optimizer=optimizer,
+                   precision=precision, freeze=freeze, seq_len=seq_len)
 
 
 # --- Mozilla DeepSpeech (TensorFlow DeepSpeech of the Ardagna talk's job JJ1) ----
@@ -269,6 +343,8 @@ _ENTRIES = [
     ZooEntry("gpt2-medium", "transformer", "GPT-2 medium (355M)", 1000000, default_seq_len=1024),
     ZooEntry("gpt2-large", "transformer", "GPT-2 large (774M)", 1000000, default_seq_len=1024),
     ZooEntry("gpt3-xl", "transformer", "GPT-3 XL shape: GPT-2 architecture, 2048 hidden, 24 layers, 16 heads (1.3B)", 1000000, default_seq_len=2048),
+    ZooEntry("gpt3-2.7b", "transformer", "GPT-3 2.7B shape: GPT-2 architecture, 2560 hidden, 32 layers, 32 heads", 1000000, default_seq_len=2048),
+    ZooEntry("opt-1.3b", "transformer", "OPT-1.3B (Meta): 2048 hidden, 24 layers, 32 heads, 8192 MLP, ReLU", 1000000, default_seq_len=2048),
     ZooEntry("llama-7b", "transformer", "LLaMA-7B shape: 32 layers, 4096 hidden, 11008 MLP, 32 heads", 1000000, default_seq_len=2048),
     ZooEntry("deepspeech", "audio", "Mozilla DeepSpeech (TensorFlow DeepSpeech shape): 3x dense 2048, LSTM 2048; --seq-len frames", 281241, default_seq_len=300),
     ZooEntry("mnist-cnn", "spec", "MNIST CNN of the practicum report (24,330 params)", 60000, input_hw=28),
@@ -283,6 +359,8 @@ ALIASES = {
     "mobilenet-v2": "mobilenet_v2",
     "vit-b16": "vit_b_16",
     "gpt3_xl": "gpt3-xl",
+    "gpt3_27": "gpt3-2.7b",
+    "opt_13": "opt-1.3b",
     "deepspeech2": "deepspeech",
     "deep-speech": "deepspeech",
 }
