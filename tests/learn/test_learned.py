@@ -317,6 +317,32 @@ def test_auto_drops_device_specs_when_they_only_name_the_gpu():
     assert {"clock_mhz", "log_mem_gib"} <= set(HW_FEATURES)
 
 
+def test_hybrid_keeps_device_specs_for_gpus_of_the_fit_and_drops_them_for_others():
+    """``hybrid``: rows of a GPU in the fit are predicted as ``hgb`` predicts them (its spec columns pick out
+    its own ratios); PyTorch rows of a GPU the fit never saw as ``hgb_nohw`` (no spec column read)."""
+    import warnings
+
+    from threadpoolctl import threadpool_limits
+
+    from traincast.fit.learn import OpTimeRegressor
+
+    clocks = (1000.0, 1200.0, 1400.0, 1600.0)
+    offset = dict(zip(clocks, (0.3, -0.1, 0.2, -0.3)))
+    noise = np.random.default_rng(5).normal(0.0, 0.05, 4 * 160)
+    df, y = _synthetic_gpus(lambda d: 1.5 * (d["m"].to_numpy() < 700) + d["dev_clock_mhz"].map(offset).to_numpy() + noise,
+                            peaks=clocks, column="dev_clock_mhz")
+    with threadpool_limits(1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fits = {e: OpTimeRegressor(estimator=e, max_iter=100).fit(df, y) for e in ("hgb", "hgb_nohw", "hybrid")}
+    np.testing.assert_allclose(fits["hybrid"].predict(df), fits["hgb"].predict(df), rtol=1e-12)
+    new = df.copy()
+    new["dev_clock_mhz"] = 1300.0  # a GPU between the fitted ones
+    np.testing.assert_allclose(fits["hybrid"].predict(new), fits["hgb_nohw"].predict(new), rtol=1e-12)
+    assert not np.allclose(fits["hybrid"].predict(new), fits["hgb"].predict(new))
+    # on the GPUs it knows, hybrid is as good as hgb and better than the spec-blind member
+    assert fits["hybrid"].score(df, y) > fits["hgb_nohw"].score(df, y) + 1.0
+
+
 def test_ratio_constant_minimises_mape():
     from traincast.fit.learn import ratio_constant
 

@@ -14,9 +14,9 @@ roofline and through hardware features, never through its name.
 
 The model of a family is HistGradientBoosting (``estimator="hgb"``), an MLP as
 in Justus et al. (``"mlp"``), the mean of both log-ratio predictions
-(``"ensemble"``), ``"hybrid"`` (HistGradientBoosting with the device-spec features on TensorFlow layer
-rows, without them on PyTorch rows: see ``hgb_nohw`` below), or chosen by cross-validation grouped by GPU
-(``"auto"``):
+(``"ensemble"``), ``"hybrid"`` (``hgb`` on the GPUs of the fit; on other GPUs HistGradientBoosting with
+the device-spec features on TensorFlow layer rows and without them on PyTorch rows: see ``hgb_nohw`` below),
+or chosen by cross-validation grouped by GPU (``"auto"``):
 for each *cell* (op family x framework: ``tf`` for the Justus TensorFlow
 layers, ``torch`` for the NeuSight PyTorch kernels and traced ops) the
 candidate (``hgb``, ``mlp``, ``ensemble``, ``hgb_nohw`` = HistGradientBoosting
@@ -49,8 +49,9 @@ ESTIMATORS = ("hgb", "mlp", "ensemble", "hgb_nohw", "hybrid", "auto")
 CANDIDATES = ("hgb", "mlp", "ensemble", "hgb_nohw", "roofline")
 HW_FEATURES = ("log_peak_tflops", "log_bw_gbps", "sms", "clock_mhz", "log_mem_gib", "log_balance")
 FRAMEWORKS = {0: "torch", 1: "tf"}  # the framework_tf flag -> cell suffix
-# ``hybrid``: the device-spec columns where the rows come from six GPUs of three generations (the TensorFlow
-# layers), not where a handful of GPUs makes them a GPU's name (the PyTorch kernels and traced ops)
+# ``hybrid``: for a GPU the fit saw, ``hgb`` (the device-spec columns pick out its own ratios); for any other
+# GPU, the device-spec columns where the rows come from six GPUs of three generations (the TensorFlow layers),
+# not where a handful of GPUs makes them a GPU's name (the PyTorch kernels and traced ops)
 HYBRID_CHOICE = {0: "hgb_nohw", 1: "hgb"}
 _NEEDS = {"hgb": ("hgb",), "mlp": ("mlp",), "ensemble": ("hgb", "mlp"), "hgb_nohw": ("hgb_nohw",), "roofline": ()}
 
@@ -74,15 +75,31 @@ class FamilyBlend:
     """One op family's fitted members (``hgb``, ``mlp``, ``hgb_nohw``) and, per framework (``framework_tf`` feature
     column ``fw_col``: 0 torch, 1 tf), the candidate that predicts its rows' log(time/roofline)."""
 
-    def __init__(self, members: dict, choice: dict, constants: dict, fw_col: int, default: str):
+    def __init__(self, members: dict, choice: dict, constants: dict, fw_col: int, default: str,
+                 known: tuple = ()):
         self.members = members      # name -> fitted scikit-learn regressor
         self.choice = choice        # framework code -> candidate name
         self.constants = constants  # framework code -> log ratio (the roofline candidate), None: whole family
         self.fw_col = fw_col
         self.default = default      # candidate for a framework the fit never saw
+        # (device-spec column indices, the fitted GPUs' spec rows, candidate): rows of a GPU the fit saw use it
+        self.known = known
+
+    def _seen(self, X: np.ndarray) -> np.ndarray:
+        """Rows whose device-spec columns are those of a GPU in the fit."""
+        known = getattr(self, "known", ())
+        if not known:
+            return np.zeros(len(X), bool)
+        cols, specs, _ = known
+        seen = np.zeros(len(X), bool)
+        for spec in specs:
+            seen |= (np.abs(X[:, cols] - spec) <= 1e-6 * (1 + np.abs(spec))).all(axis=1)
+        return seen
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         fw = (X[:, self.fw_col] > 0.5).astype(int)
+        seen = self._seen(X)
+        fw = np.where(seen, -1, fw)  # -1: a GPU of the fit, predicted by the known-GPU candidate
         out = np.full(len(X), np.nan)
 
         def member(name, sel):
@@ -90,7 +107,7 @@ class FamilyBlend:
 
         for code in np.unique(fw):
             sel = fw == code
-            name = self.choice.get(int(code), self.default)
+            name = self.known[2] if code == -1 else self.choice.get(int(code), self.default)
             if name == "roofline":
                 out[sel] = self.constants.get(int(code), self.constants.get(None, 0.0))
             elif name == "ensemble":
@@ -104,8 +121,8 @@ class OpTimeRegressor:
     """Per-family regressor on log(time / roofline): HistGradientBoosting (``estimator="hgb"``,
     the default), a multi-layer perceptron as in Justus et al. (``"mlp"``: the op kind one-hot,
     other features standardised), their mean in log space (``"ensemble"``), HistGradientBoosting without
-    the device-spec features (``"hgb_nohw"``), ``"hybrid"`` (``hgb`` on TensorFlow rows, ``hgb_nohw`` on
-    PyTorch rows), or ``"auto"``: per op
+    the device-spec features (``"hgb_nohw"``), ``"hybrid"`` (``hgb`` on the GPUs of the fit and on TensorFlow
+    rows, ``hgb_nohw`` on PyTorch rows of other GPUs), or ``"auto"``: per op
     family and framework, the candidate of ``candidates`` with the lowest cross-validated MAPE,
     the folds grouped by GPU (``cv_splits=None``: leave one GPU model out; an int: that many
     GroupKFold folds), on at most ``cv_max_rows`` rows of each family (the final fit uses all).
@@ -235,12 +252,18 @@ class OpTimeRegressor:
                     choice = {c: HYBRID_CHOICE[c] for c in codes}
                 else:
                     choice = {c: "ensemble" for c in codes}
-                need = sorted({m for c in codes for m in _NEEDS[choice[c]]})
+                need = sorted({m for c in codes for m in _NEEDS[choice[c]]} | ({"hgb"} if est == "hybrid" else set()))
                 members = {name: self._member(name).fit(Xf, tf) for name in need}
                 consts = {c: ratio_constant(tf[fwf == c]) for c in codes}
                 consts[None] = ratio_constant(tf)
                 big = max(codes, key=lambda c: int((fwf == c).sum()))
-                m = FamilyBlend(members, choice, consts, fw_col, default=choice[big])
+                known = ()
+                if est == "hybrid":  # the GPUs of the fit keep the model that knows their specs
+                    names = list(np.array(F.FEATURE_NAMES)[cols])
+                    hw = np.array([names.index(n) for n in HW_FEATURES if n in names])
+                    if len(hw):
+                        known = (hw, np.unique(Xf[:, hw], axis=0), "hgb")
+                m = FamilyBlend(members, choice, consts, fw_col, default=choice[big], known=known)
                 self.choice_.update({cells[c]: choice[c] for c in codes})
             self.models_[f] = m
             self.n_train_[f] = int(sel.sum())
@@ -305,6 +328,9 @@ class OpTimeRegressor:
         out = []
         for cell in sorted(getattr(self, "choice_", {})):
             line = f"{cell:<13} {self.choice_[cell]}"
+            known = getattr(self.models_.get(cell.split("/")[0]), "known", ())
+            if known and known[2] != self.choice_[cell]:
+                line += f" ({known[2]} on the {len(known[1])} GPUs of the fit)"
             sc = getattr(self, "cv_scores_", {}).get(cell)
             if sc:
                 fam = cell.split("/")[0]

@@ -13,7 +13,7 @@ from traincast.fit.learn import OpTimeRegressor, training_rows
 
 MAX_MODEL_BYTES = 20 * 1024 * 1024
 DEFAULT_ROWS_PER_FILE = 1500
-DEFAULT_ESTIMATOR = "hgb"  # see docs/learned.md, "Choosing the estimator"
+DEFAULT_ESTIMATOR = "hybrid"  # see docs/learned.md, "Choosing the estimator"
 
 
 def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: int = DEFAULT_ROWS_PER_FILE,
