@@ -242,3 +242,33 @@ def test_eta_move_to_other_hardware(tmp_path, capsys):
     assert d["move"]["remaining_s"] < 0.5 * d["remaining_s"]
     assert run(["eta", str(log), "--total-steps", "1000", "--move-to", "4xA100"]) == 2
     assert "--move-to needs" in capsys.readouterr().err
+
+
+def test_amd_fp32_gemms_run_on_the_matrix_units():
+    """AMD CDNA has full-precision FP32 matrix instructions at twice the vector rate, and rocBLAS uses them:
+    a large fp32 matmul is timed at the fp32_matrix peak x the tensor efficiency; elementwise ops stay on the
+    vector units; fp32-strict keeps GEMMs on the vector rate."""
+    from torch import nn
+
+    dev = get_catalog().device("MI210")
+    assert dev.fp32_matrix_tflops == 45.3 and dev.fp32_tflops == 22.6
+    wl = trace(nn.Linear(4096, 4096, bias=False), batch_size=4096, inputs=(4096,))
+    mm = next(i for i, o in enumerate(wl.ops) if o.phase == "forward" and o.op_class == "matmul")
+    pred = AnalyticalPredictor()
+    p = pred.params(dev)
+    t = pred.predict(wl, dev).times_s[mm]
+    expect = wl.ops[mm].flops / (45.3e12 * p["compute"]["tensor"]["matmul"])
+    assert t == pytest.approx(expect, rel=0.05)
+    strict = pred.predict(wl, dev, precision="fp32-strict").times_s[mm]
+    assert strict == pytest.approx(wl.ops[mm].flops / (22.6e12 * p["compute"]["simt"]["matmul"]), rel=0.05)
+    # a GPU without the field is unchanged: NVIDIA fp32 matmuls stay on the FP32 (SIMT) rate
+    assert get_catalog().device("V100").fp32_matrix_tflops is None
+
+
+def test_catalog_rejects_an_unknown_peak_precision(tmp_path):
+    from traincast.errors import SpecError
+    from traincast.hardware.catalog import device_from_row
+
+    row = {"name": "X", "peak_tflops": {"fp32": 10, "fp23": 5}, "memory_gb": 8, "memory_bandwidth_gb_per_s": 100}
+    with pytest.raises(SpecError, match="unknown precision.*fp23"):
+        device_from_row(row, "x.yaml")

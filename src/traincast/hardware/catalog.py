@@ -50,7 +50,12 @@ def device_from_row(row: dict, where: str) -> Device:
     peaks = row["peak_tflops"]
     if not isinstance(peaks, dict) or "fp32" not in peaks:
         raise SpecError(f"{where}: peak_tflops must be a mapping with at least fp32")
-    pk = {d: _num(peaks, d, f"{where}.peak_tflops", required=(d == "fp32")) for d in ("fp32", "tf32", "fp16", "bf16")}
+    unknown_peaks = set(peaks) - {"fp32", "tf32", "fp16", "bf16", "fp32_matrix"}
+    if unknown_peaks:
+        raise SpecError(f"{where}.peak_tflops: unknown precision(s) {', '.join(sorted(map(str, unknown_peaks)))}; "
+                        "known: fp32, tf32, fp16, bf16, fp32_matrix")
+    pk = {d: _num(peaks, d, f"{where}.peak_tflops", required=(d == "fp32"))
+          for d in ("fp32", "tf32", "fp16", "bf16", "fp32_matrix")}
     link = row.get("intra_node_link") or {"type": "none", "gb_per_s": 0}
     return Device(
         name=str(row["name"]),
@@ -71,6 +76,7 @@ def device_from_row(row: dict, where: str) -> Device:
         date=str(row.get("date", "")),
         aliases=tuple(str(a) for a in row.get("aliases") or ()),
         note=str(row.get("note", "") or ""),
+        fp32_matrix_tflops=pk["fp32_matrix"],
     )
 
 

@@ -37,15 +37,18 @@ class Device:
     date: str = ""
     aliases: tuple[str, ...] = ()
     note: str = ""
+    # full-precision FP32 on matrix units (AMD CDNA MFMA; rocBLAS/MIOpen run fp32 GEMMs and convolutions there)
+    fp32_matrix_tflops: float | None = None
 
     @property
     def has_tensor_cores(self) -> bool:
         return self.generation in ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna1", "cdna2", "cdna3")
 
     def peak_flops_per_s(self, dtype: str) -> float:
-        """Dense peak for ``dtype`` in fp32 | tf32 | fp16 | bf16, falling back to fp32."""
+        """Dense peak for ``dtype`` in fp32 | tf32 | fp16 | bf16 | fp32_matrix, falling back to fp32."""
         tflops = {
             "fp32": self.fp32_tflops,
+            "fp32_matrix": self.fp32_matrix_tflops,
             "tf32": self.tf32_tflops,
             "fp16": self.fp16_tflops,
             "bf16": self.bf16_tflops,

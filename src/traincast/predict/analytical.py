@@ -227,6 +227,8 @@ class AnalyticalPredictor:
             return "fp32", "simt"
         if dtype in ("fp16", "bf16"):
             return dtype, "simt"
+        if device.fp32_matrix_tflops and precision != "fp32-strict":
+            return "fp32_matrix", "tensor"  # full FP32 on matrix units: what rocBLAS/MIOpen use on AMD CDNA
         if device.tf32_tflops:
             if precision == "tf32" or (op_class == "conv" and precision != "fp32-strict"):
                 return "tf32", "tensor"
