@@ -22,7 +22,7 @@ with K of its NeuSight kernels drawn at random (``traincast fit adapt``'s fit; m
 the 80 GB PCIe board: its own kernels adapt it where the data has them, else a board of the same chip's.
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_models.py [--data ../shared/data] [--rows-per-file 1500]
-       [--estimator hgb|mlp|ensemble|hgb_nohw|auto] [--adapt 30 [--draws 5]]
+       [--estimator hybrid|hgb|mlp|ensemble|hgb_nohw|auto] [--adapt 30 [--draws 5]]
 ``--estimator``: the estimator of the leave-target-GPU-out refits and, where it is not the shipped model's, of
 a refit on all GPUs that stands in for the shipped model (default: the shipped model's estimator).
 """

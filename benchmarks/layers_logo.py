@@ -9,7 +9,7 @@ issue: fit on batch <= 32, predict batch 33-64 (Justus rows, all GPUs).
 Reference: Justus et al. 2018 report 39.6% MAPE leaving the V100 out.
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/layers_logo.py [--rows-per-file 1000] [--dataset justus2018|neusight]
-       [--estimator hgb|mlp|ensemble|hgb_nohw|auto] [--cv-splits K] [--cv-max-rows N] [--adapt 10,30 --draws 5]
+       [--estimator hybrid|hgb|mlp|ensemble|hgb_nohw|auto] [--cv-splits K] [--cv-max-rows N] [--adapt 10,30 --draws 5]
 With ``--estimator auto`` each held-out fit chooses its model per op family and framework by a CV grouped by
 GPU over the remaining GPUs only (nested: the held-out GPU never takes part in the choice).
 """
@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from traincast.fit.learn import ESTIMATORS, OpTimeRegressor, leave_one_gpu_out, mape, training_rows  # noqa: E402
+from traincast.fit.train import DEFAULT_ESTIMATOR  # noqa: E402  the shipped model's
 
 
 def main(argv=None) -> int:
@@ -36,7 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dataset", action="append", choices=("justus2018", "neusight"))
     ap.add_argument("--max-iter", type=int, default=200)
     ap.add_argument("--skip-batch-range", action="store_true")
-    ap.add_argument("--estimator", choices=ESTIMATORS, default="hgb",
+    ap.add_argument("--estimator", choices=ESTIMATORS, default=DEFAULT_ESTIMATOR,
                     help="the regressor (mlp: as Justus et al.; auto: chosen by GPU-grouped CV)")
     ap.add_argument("--cv-splits", type=int, default=None, help="auto: GroupKFold folds (default: leave one GPU out)")
     ap.add_argument("--cv-max-rows", type=int, default=20000, help="auto: rows per family in the CV (0: all)")

@@ -4,7 +4,7 @@ Fits on ``--rows-per-file`` rows of every GPU x op file (as ``traincast fit laye
 predicts rows drawn with another seed, keeping only those not in the training sample, and prints MAPE per
 GPU and its mean per data set. The in-distribution counterpart of ``layers_logo.py`` (GPUs left out).
 
-Usage: PYTHONPATH=src .venv/bin/python benchmarks/layers_unseen_rows.py [--estimator hgb|mlp|ensemble|hgb_nohw|auto]
+Usage: PYTHONPATH=src .venv/bin/python benchmarks/layers_unseen_rows.py [--estimator hybrid|hgb|mlp|ensemble|hgb_nohw|auto]
        [--rows-per-file 1500] [--test-rows-per-file 1800]
 """
 
@@ -21,13 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from traincast.fit.learn import ESTIMATORS, OpTimeRegressor, mape, training_rows  # noqa: E402
-from traincast.fit.train import DEFAULT_ROWS_PER_FILE  # noqa: E402
+from traincast.fit.train import DEFAULT_ESTIMATOR, DEFAULT_ROWS_PER_FILE  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=None)
-    ap.add_argument("--estimator", choices=ESTIMATORS, default="hgb")
+    ap.add_argument("--estimator", choices=ESTIMATORS, default=DEFAULT_ESTIMATOR)
     ap.add_argument("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE)
     ap.add_argument("--test-rows-per-file", type=int, default=1800, help="drawn with seed 7 before removing training rows")
     args = ap.parse_args(argv)

@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
         exclude: Optional[str] = typer.Option(None, "--exclude", help="comma list of GPU models to leave out (e.g. V100,A100)"),
         max_iter: int = typer.Option(300, "--max-iter", help="boosting iterations (MLP: epochs) per op family"),
         estimator: Optional[str] = typer.Option(
-            None, "--estimator", help="hgb | mlp | ensemble | hgb_nohw | auto (per op family and framework, by GPU-grouped CV); "
+            None, "--estimator", help="hybrid | hgb | mlp | ensemble | hgb_nohw | auto (per op family and framework, by GPU-grouped CV); "
                                       "default: the one docs/learned.md says"),
     ):
         """Rebuild the learned per-op model from the layer/kernel data."""
