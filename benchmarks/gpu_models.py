@@ -2,8 +2,8 @@
 
 Measured rows (never fitted on here; the learned model is fitted on layer/kernel data only):
 - Habitat, RTX 2080 Ti (``models/habitat_rtx2080ti_iterations.csv``): resnet50, inception (=inception_v3),
-  dcgan at 3 batch sizes; full iteration (forward, backward, SGD step). gnmt and transformer have no zoo
-  entry and are skipped.
+  dcgan (SGD step), gnmt and transformer (=transformer-base; Adam step; 50-token sentence pairs, WMT vocab
+  32,317, as Habitat's input providers) at 3 batch sizes; full iteration (forward, backward, optimizer).
 - NeuSight labels (``models/neusight_labels.csv``), no parallelism: bert_large, gpt2_large, gpt3_xl, gpt3_27
   and opt_13 at their sequence length, each built from the shape NeuSight measured
   (``benchmarks/data/neusight_models/*.json``, Hugging Face configs; NeuSight's gpt3_xl is 3072 wide, not
@@ -48,7 +48,9 @@ from traincast.predict.analytical import AnalyticalPredictor  # noqa: E402
 from traincast.predict.learned import LearnedPredictor  # noqa: E402
 from traincast.workload import trace  # noqa: E402
 
-HABITAT_ZOO = {"resnet50": "resnet50", "inception": "inception_v3", "dcgan": "dcgan"}
+HABITAT_ZOO = {"resnet50": "resnet50", "inception": "inception_v3", "dcgan": "dcgan", "gnmt": "gnmt",
+               "transformer": "transformer-base"}
+HABITAT_OPTIMIZER = {"gnmt": "adam", "transformer": "adam"}  # Habitat's iteration providers; SGD elsewhere
 NEUSIGHT_MODELS = ROOT / "benchmarks" / "data" / "neusight_models"  # <label name>.json: the shape measured
 
 
@@ -60,7 +62,8 @@ def cases(data: Path) -> tuple[list[dict], list[str]]:
             skipped.append(f"habitat {r.model} b{r.batch_size}: no zoo entry")
             continue
         out.append(dict(src="habitat", gpu="RTX2080Ti", model=HABITAT_ZOO[r.model], batch=int(r.batch_size),
-                        seq=None, measured_ms=float(r.iteration_ms), phases=("forward", "backward", "optimizer")))
+                        seq=None, measured_ms=float(r.iteration_ms), phases=("forward", "backward", "optimizer"),
+                        optimizer=HABITAT_OPTIMIZER.get(r.model, "sgd")))
     n = pd.read_csv(data / "models" / "neusight_labels.csv")
     n = n[n["parallel"].isna()]
     for r in n.itertuples():
@@ -139,9 +142,10 @@ def main(argv=None) -> int:
     traces: dict = {}
     rows = []
     for c in todo:
-        key = (c["model"], c["batch"], c["seq"])
+        opt = c.get("optimizer", "sgd")
+        key = (c["model"], c["batch"], c["seq"], opt)
         if key not in traces:
-            traces[key] = trace(c["model"], batch_size=c["batch"], seq_len=c["seq"], optimizer="sgd")
+            traces[key] = trace(c["model"], batch_size=c["batch"], seq_len=c["seq"], optimizer=opt)
         w = traces[key]
         dev = cat.device(c["gpu"])
         g = gpu_group(c["gpu"])

@@ -258,3 +258,29 @@ def test_bad_hugging_face_configs_are_clear_errors(tmp_path, cfg, message):
     p.write_text(json.dumps(cfg))
     with pytest.raises((SpecError, ConfigError), match=message.replace("[", r"\[").replace("]", r"\]")):
         trace(str(p), batch_size=1, seq_len=16)
+
+
+def test_transformer_base_matches_the_hand_formula():
+    """Vaswani et al. base on WMT: per token, encoder layers 4 d^2 (attention projections) + 2 d ffn, decoder
+    layers 8 d^2 + 2 d ffn, the tied output projection d x vocab; attention scores and values 2 seq d per
+    token per attention (one per encoder layer, two per decoder layer)."""
+    from traincast.workload.zoo import WMT_VOCAB
+
+    b, n, d, ffn, L = 2, 20, 512, 2048, 6
+    wl = trace("transformer", batch_size=b, seq_len=n)
+    mm = sum(o.flops for o in wl.ops if o.phase == "forward" and o.op_class in ("matmul", "attention"))
+    per_token = L * 2 * (4 * d * d + 2 * d * ffn) + L * 2 * (8 * d * d + 2 * d * ffn) + 2 * d * WMT_VOCAB \
+        + 3 * L * 2 * 2 * n * d
+    assert mm == pytest.approx(per_token * b * n, rel=0.01)
+
+
+def test_gnmt_lstm_flops_match_the_hand_formula():
+    """GNMT v2: every LSTM step computes 4 gates from its input and hidden state, 2 x 4H x (in + H) FLOPs per
+    token: a bidirectional first encoder layer (in H, twice), three encoder layers (in 2H, H, H), the
+    attention LSTM (in H) and three decoder layers fed [output, context] (in 2H)."""
+    b, n, H = 2, 12, 1024
+    wl = trace("gnmt", batch_size=b, seq_len=n)
+    lstm = sum(o.flops for o in wl.ops if o.phase == "forward" and o.op_class == "matmul"
+               and (o.module.split(".") + [""])[1] in ("enc_bi", "enc", "dec_att", "dec"))
+    ins = [H, H, 2 * H, H, H, H, 2 * H, 2 * H, 2 * H]
+    assert lstm == pytest.approx(sum(2 * 4 * H * (i + H) for i in ins) * b * n, rel=0.001)

@@ -120,7 +120,8 @@ def trace(
     if fused_attention is None:
         fused_attention = True
         if isinstance(model, str) and not str(model).endswith((".yaml", ".yml", ".json")):
-            fused_attention = zoo.get(model).family == "transformer" or zoo.get(model).name.startswith("vit")
+            fused_attention = (zoo.get(model).family in ("transformer", "translation")
+                               or zoo.get(model).name.startswith("vit"))
         elif isinstance(model, (str, Path)):
             fused_attention = zoo.is_hf_config(model)
 

@@ -26,7 +26,7 @@ from traincast.workload.steps import (
 @dataclass(frozen=True)
 class ZooEntry:
     name: str
-    family: str  # vision | transformer | gan | spec
+    family: str  # vision | transformer | translation | gan | audio | spec
     description: str
     default_dataset_size: int
     input_hw: int = 224
@@ -313,6 +313,97 @@ def _deepspeech(entry: ZooEntry, *, batch_size, device, optimizer, precision, fr
     )
 
 
+# --- translation: Transformer base and GNMT v2 (the Habitat paper's two WMT models) ----
+WMT_VOCAB = 32317  # the WMT'16 en-de BPE vocabulary both models were measured with
+
+
+def _sinusoid_table(n_pos: int, d: int) -> torch.Tensor:
+    pos = torch.arange(n_pos, dtype=torch.float32)[:, None]
+    i = torch.arange(d, dtype=torch.float32)[None, :]
+    angle = pos / torch.pow(10000.0, 2 * (i // 2) / d)
+    return torch.where(i % 2 == 0, torch.sin(angle), torch.cos(angle))
+
+
+class TransformerBase(nn.Module):
+    """Vaswani et al. 2017 base: 6+6 post-norm layers, 512 wide, 8 heads, 2048 FFN, sinusoid positions,
+    separate source/target embeddings, the output projection tied to the target embedding."""
+
+    def __init__(self, vocab: int = WMT_VOCAB, d: int = 512, heads: int = 8, layers: int = 6, ffn: int = 2048,
+                 max_len: int = 512, dropout: float = 0.1):
+        super().__init__()
+        self.src_emb = nn.Embedding(vocab, d)
+        self.tgt_emb = nn.Embedding(vocab, d)
+        self.register_buffer("pos", _sinusoid_table(max_len, d), persistent=False)
+        self.core = nn.Transformer(d, heads, layers, layers, ffn, dropout, batch_first=True)
+        self.proj = nn.Linear(d, vocab, bias=False)
+        self.proj.weight = self.tgt_emb.weight
+
+    def forward(self, src, tgt):
+        s = self.src_emb(src) + self.pos[: src.shape[1]]
+        t = self.tgt_emb(tgt) + self.pos[: tgt.shape[1]]
+        mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=tgt.device, dtype=t.dtype)
+        return self.proj(self.core(s, t, tgt_mask=mask, tgt_is_causal=True))
+
+
+class GNMT(nn.Module):
+    """GNMT v2 as in NVIDIA's DeepLearningExamples: a shared 1024 embedding; encoder = one bidirectional
+    LSTM layer, then three unidirectional ones (residual from the third); decoder = an LSTM layer whose
+    output queries normalised Bahdanau attention over the encoder states, then three LSTM layers fed
+    [output, context] (residual from the third), then the classifier."""
+
+    def __init__(self, vocab: int = WMT_VOCAB, hidden: int = 1024, layers: int = 4, dropout: float = 0.2):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, hidden)
+        self.enc_bi = nn.LSTM(hidden, hidden, bidirectional=True)
+        self.enc = nn.ModuleList([nn.LSTM(2 * hidden if i == 0 else hidden, hidden) for i in range(layers - 1)])
+        self.dec_att = nn.LSTM(hidden, hidden)
+        self.q = nn.Linear(hidden, hidden, bias=False)
+        self.k = nn.Linear(hidden, hidden, bias=False)
+        self.v = nn.Parameter(torch.empty(hidden).uniform_(-0.1, 0.1))
+        self.dec = nn.ModuleList([nn.LSTM(2 * hidden, hidden) for _ in range(layers - 1)])
+        self.drop = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden, vocab)
+
+    def forward(self, src, tgt):  # (time, batch) token ids
+        x, _ = self.enc_bi(self.drop(self.emb(src)))
+        for i, lstm in enumerate(self.enc):
+            y, _ = lstm(self.drop(x))
+            x = y + x if i >= 1 else y
+        keys = self.k(x)  # (S, B, H)
+        h, _ = self.dec_att(self.drop(self.emb(tgt)))  # (T, B, H)
+        score = torch.tanh(self.q(h)[:, None] + keys[None]) @ (self.v / self.v.norm())  # (T, S, B)
+        ctx = torch.einsum("tsb,sbh->tbh", torch.softmax(score, dim=1), x)
+        out = h
+        for i, lstm in enumerate(self.dec):
+            y, _ = lstm(self.drop(torch.cat([out, ctx], dim=-1)))
+            out = y + out if i >= 1 else y
+        return self.classifier(self.drop(out))
+
+
+def _translation(entry: ZooEntry, *, batch_size, device, optimizer, precision, freeze, seq_len=None, **_):
+    n = seq_len or entry.default_seq_len
+    with torch.device(device):
+        model = TransformerBase(max_len=max(512, n)) if entry.name == "transformer-base" else GNMT()
+    time_major = entry.name == "gnmt"
+
+    def make_batch(dev):
+        shape = (n, batch_size) if time_major else (batch_size, n)
+        src = torch.randint(0, WMT_VOCAB, shape, device=dev)
+        tgt = torch.randint(0, WMT_VOCAB, shape, device=dev)
+        return (src, tgt), {}, tgt
+
+    def loss_fn(out, tgt):  # label-smoothed cross-entropy, next-token targets
+        logits = out[:-1] if time_major else out[:, :-1]
+        gold = tgt[1:] if time_major else tgt[:, 1:]
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), gold.reshape(-1), label_smoothing=0.1)
+
+    return supervised_step(
+        entry.name, model, make_batch, loss_fn, batch_size=batch_size, device=device, optimizer=optimizer,
+        precision=precision, freeze=freeze,
+        input_description=f"{batch_size} sentence pairs x {n} tokens, vocab {WMT_VOCAB}",
+    )
+
+
 def _spec_example(entry: ZooEntry, **kw):
     from traincast.workload.spec import build_spec_step, example_path
 
@@ -346,6 +437,8 @@ _ENTRIES = [
     ZooEntry("gpt3-2.7b", "transformer", "GPT-3 2.7B shape: GPT-2 architecture, 2560 hidden, 32 layers, 32 heads", 1000000, default_seq_len=2048),
     ZooEntry("opt-1.3b", "transformer", "OPT-1.3B (Meta): 2048 hidden, 24 layers, 32 heads, 8192 MLP, ReLU", 1000000, default_seq_len=2048),
     ZooEntry("llama-7b", "transformer", "LLaMA-7B shape: 32 layers, 4096 hidden, 11008 MLP, 32 heads", 1000000, default_seq_len=2048),
+    ZooEntry("transformer-base", "translation", "Transformer base (Vaswani et al. 2017): 6+6 layers, 512 wide, 8 heads, WMT en-de vocab; --seq-len tokens", 4500966, default_seq_len=50),
+    ZooEntry("gnmt", "translation", "GNMT v2 (NVIDIA): 4+4 LSTM layers of 1024, attention, WMT en-de vocab; --seq-len tokens", 4500966, default_seq_len=50),
     ZooEntry("deepspeech", "audio", "Mozilla DeepSpeech (TensorFlow DeepSpeech shape): 3x dense 2048, LSTM 2048; --seq-len frames", 281241, default_seq_len=300),
     ZooEntry("mnist-cnn", "spec", "MNIST CNN of the practicum report (24,330 params)", 60000, input_hw=28),
     ZooEntry("pcam-cnn", "spec", "PatchCamelyon CNN of the practicum report (19.9M params)", 262144, input_hw=96),
@@ -362,12 +455,14 @@ ALIASES = {
     "gpt3_27": "gpt3-2.7b",
     "opt_13": "opt-1.3b",
     "deepspeech2": "deepspeech",
+    "transformer": "transformer-base",
+    "gnmt-v2": "gnmt",
     "deep-speech": "deepspeech",
 }
 _BUILDERS: dict[str, Callable] = {}
 for _e in _ENTRIES:
     _BUILDERS[_e.name] = {"vision": _torchvision, "gan": _dcgan, "transformer": _transformer, "spec": _spec_example,
-                          "audio": _deepspeech}[_e.family]
+                          "audio": _deepspeech, "translation": _translation}[_e.family]
 ZOO: dict[str, ZooEntry] = {e.name: e for e in _ENTRIES}
 
 
