@@ -272,3 +272,66 @@ def test_catalog_rejects_an_unknown_peak_precision(tmp_path):
     row = {"name": "X", "peak_tflops": {"fp32": 10, "fp23": 5}, "memory_gb": 8, "memory_bandwidth_gb_per_s": 100}
     with pytest.raises(SpecError, match="unknown precision.*fp23"):
         device_from_row(row, "x.yaml")
+
+
+def test_recurrent_layers_run_as_cudnn_schedules_on_gpus():
+    """An LSTM traced on meta is PyTorch's native per-step decomposition (two GEMMs and ~10 pointwise ops
+    per step). On a GPU cuDNN runs one input GEMM for all steps, per step one recurrent GEMM and one fused
+    pointwise kernel, and batched gradient GEMMs: same FLOPs, far fewer kernels."""
+    from torch import nn
+
+    from traincast.predict.rnn import cudnn_schedule
+
+    import dataclasses
+
+    import torch
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.LSTM(n_in, H, num_layers=2, bidirectional=True, batch_first=True)
+            self.head = nn.Linear(2 * H, 10)
+
+        def forward(self, x):
+            return self.head(self.rnn(x)[0][:, -1])
+
+    T, B, n_in, H = 40, 8, 256, 512
+    wl = trace(Tagger(), batch_size=B, inputs=(T, n_in))
+    calls = wl.meta["rnn_calls"]
+    assert len(calls) == 1
+    c = calls[0]
+    assert (c["mode"], c["seq_len"], c["batch"], c["hidden_size"], c["num_layers"], c["bidirectional"]) == \
+        ("LSTM", T, B, H, 2, True)
+    sched = cudnn_schedule(c)
+    traced_fwd = sum(o.flops for o in wl.ops if o.phase == "forward" and o.op_class == "matmul"
+                     and o.module == "Tagger.rnn")
+    fwd_mm = [o for o in sched if o.phase == "forward" and o.op_class == "matmul"]
+    bwd_mm = [o for o in sched if o.phase == "backward" and o.op_class == "matmul"]
+    # forward GEMM FLOPs by hand: 2 x 4H x (in + H) per token, layer 2 reads both directions (2H)
+    by_hand = 2 * 4 * H * ((n_in + H) * 2 + (2 * H + H) * 2) * T * B
+    assert sum(o.flops for o in fwd_mm) == by_hand == pytest.approx(traced_fwd, rel=1e-6)
+    assert sum(o.flops for o in bwd_mm) == 2 * by_hand  # input and weight gradients
+    # per layer and direction: 1 + T forward GEMMs, T recurrent + 3 batched gradient GEMMs
+    assert len(fwd_mm) == 4 * (1 + T) and len(bwd_mm) == 4 * (T + 3)
+    assert c["module"] == "Tagger.rnn"
+    assert sum(o.phase == "forward" for o in sched) < 0.3 * sum(o.phase == "forward" for o in wl.ops)
+
+    pred = AnalyticalPredictor()
+    gpu = get_catalog().device("V100")
+    ot, plain = pred.predict(wl, gpu), pred.predict_traced(wl, gpu)
+    assert len(ot.times_s) == len(wl.ops)
+    mod = calls[0]["module"]
+    s_ot = pred.predict_traced(dataclasses.replace(wl, ops=tuple(sched), meta={}), gpu)
+    for phase in ("forward", "backward"):
+        got = sum(t for o, t in zip(wl.ops, ot.times_s) if o.phase == phase and o.module == mod)
+        want = sum(t for o, t in zip(sched, s_ot.times_s) if o.phase == phase)
+        assert got == pytest.approx(want, rel=1e-9)
+    assert ot.total_s() < 0.5 * plain.total_s()  # thousands of launches fewer
+    cpu = get_catalog().device("generic-2core-avx2")  # on a CPU the native decomposition is what runs
+    assert pred.predict(wl, cpu).times_s == pred.predict_traced(wl, cpu).times_s
+
+
+def test_interpolated_workloads_scale_the_recurrent_batch():
+    w = interpolate(trace("gnmt", batch_size=8, seq_len=6), trace("gnmt", batch_size=16, seq_len=6), 24)
+    calls = w.meta["rnn_calls"]
+    assert "interpolated_from" in w.meta and calls and {c["batch"] for c in calls} == {24}

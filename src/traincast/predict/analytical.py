@@ -235,6 +235,16 @@ class AnalyticalPredictor:
         return "fp32", "simt"
 
     def predict(self, workload: Workload, device: Device, precision: str = "fp32") -> OpTimes:
+        ot = self.predict_traced(workload, device, precision)
+        from traincast.predict import rnn
+
+        if rnn.applies(device):
+            ot = rnn.rescale_rnn_modules(workload, ot, lambda w: self.predict_traced(w, device, precision))
+        return ot
+
+    def predict_traced(self, workload: Workload, device: Device, precision: str = "fp32") -> OpTimes:
+        """Per-op times of the ops as traced (on a GPU, ``predict`` then times recurrent layers as cuDNN
+        runs them: :mod:`traincast.predict.rnn`)."""
         p = self.params(device)
         chunk = max(1, int(p.get("foreach_chunk", 64)))
         halves = {"matmul": float(p.get("gemm_half_dim", 0) or 0), "conv": float(p.get("conv_half_dim", 0) or 0)}

@@ -118,8 +118,11 @@ def interpolate(a: Workload, b: Workload, batch: int) -> Workload | None:
         transient_bytes=lin(ma.transient_bytes, mb.transient_bytes),
         batch_size=batch,
     )
-    return replace(a, batch_size=batch, ops=ops, memory=mem, samples_per_step=batch,
-                   meta=dict(a.meta, interpolated_from=[a.batch_size, b.batch_size]))
+    meta = dict(a.meta, interpolated_from=[a.batch_size, b.batch_size])
+    ca, cb = a.meta.get("rnn_calls") or [], b.meta.get("rnn_calls") or []
+    if ca and len(ca) == len(cb):  # recurrent calls: their batch follows the step's
+        meta["rnn_calls"] = [dict(x, batch=max(1, lin(x["batch"], y["batch"]))) for x, y in zip(ca, cb)]
+    return replace(a, batch_size=batch, ops=ops, memory=mem, samples_per_step=batch, meta=meta)
 
 
 class WorkloadFamily:

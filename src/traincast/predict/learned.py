@@ -146,9 +146,18 @@ class LearnedPredictor:
 
     # --- the interface ---------------------------------------------------------------
     def predict(self, workload: Workload, device: Device, precision: str = "fp32") -> OpTimes:
+        ot = self.predict_traced(workload, device, precision)
+        from traincast.predict import rnn
+
+        if rnn.applies(device):
+            ot = rnn.rescale_rnn_modules(workload, ot, lambda w: self.predict_traced(w, device, precision))
+        return ot
+
+    def predict_traced(self, workload: Workload, device: Device, precision: str = "fp32") -> OpTimes:
+        """Per-op times of the ops as traced (``predict`` then times recurrent layers as cuDNN runs them)."""
         from traincast.fit.features import attach_devices
 
-        base = self.fallback.predict(workload, device, precision)
+        base = getattr(self.fallback, "predict_traced", self.fallback.predict)(workload, device, precision)
         if not self.covers(device) or not workload.ops:
             return OpTimes(self.name + "(analytical)", base.times_s, base.bound, base.step_overhead_s)
         rows, owner, mult, covered = self._map(workload, precision)

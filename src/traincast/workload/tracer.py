@@ -244,6 +244,26 @@ def trace_call(fn, phase: str = "forward") -> tuple[object, list[OpRecord]]:
     return out, rec.ops
 
 
+def _rnn_recorder(path: str, calls: list):
+    """A forward hook that records one call of an ``nn.LSTM``/``GRU``/``RNN`` (shape and settings), for
+    predictors that time recurrent layers as cuDNN runs them (:mod:`traincast.predict.rnn`)."""
+
+    def hook(mod, args, _out):
+        x = args[0] if args else None
+        if not isinstance(x, torch.Tensor):  # a PackedSequence: lengths vary, not recorded
+            return
+        if x.dim() == 2:
+            t, b = x.shape[0], 1
+        else:
+            b, t = (x.shape[0], x.shape[1]) if mod.batch_first else (x.shape[1], x.shape[0])
+        calls.append({"module": path, "mode": mod.mode, "input_size": mod.input_size,
+                      "hidden_size": mod.hidden_size, "num_layers": mod.num_layers,
+                      "bidirectional": bool(mod.bidirectional), "seq_len": int(t), "batch": int(b),
+                      "dtype": _DTYPE_NAMES.get(x.dtype, "fp32"), "training": bool(mod.training)})
+
+    return hook
+
+
 def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> Workload:
     """Trace one steady-state training step of a ``TrainingStep`` built on meta."""
     from traincast.workload.steps import TrainingStep  # noqa: F401  (type only)
@@ -275,6 +295,10 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
             for path, mod in root.named_modules():
                 known[mod] = f"{base}.{path}" if path else base
     recorder = _OpRecorder(tracker, type(step.modules[0]).__name__)
+    rnn_calls: list[dict] = []
+    hooks = [mod.register_forward_hook(_rnn_recorder(f"{type(root).__name__}.{path}" if path else type(root).__name__,
+                                                     rnn_calls))
+             for root in step.modules for path, mod in root.named_modules() if isinstance(mod, torch.nn.RNNBase)]
     modes = []
     if precision in AMP_DTYPES:
         modes.append(AutocastEmulation(AMP_DTYPES[precision]))
@@ -295,7 +319,12 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
         finally:
             for m in reversed(modes):
                 m.__exit__(None, None, None)
+            for hk in hooks:
+                hk.remove()
 
+    if precision in AMP_DTYPES:  # autocast runs the recurrent layers in half precision
+        for c in rnn_calls:
+            c["dtype"] = dtype_name(AMP_DTYPES[precision])
     ops = tuple(recorder.ops)
     transient = max((o.bytes_written for o in ops if o.phase != "optimizer"), default=0)
     memory = MemoryFootprint(
@@ -324,5 +353,6 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
             "data_dependent_reads": recorder.data_dependent,
             "trace_s": round(time.perf_counter() - t0, 3),
             "param_tensors": len(trainable),
+            "rnn_calls": rnn_calls,
         },
     )
