@@ -83,7 +83,7 @@ def test_fit_adapt_from_kernels_saves_what_predict_applies(tmp_path, capsys, t4,
     idx, rows = _single_row_ops(wl)
     p = learned.fallback.params(t4)
     kf = p["kernel_floor_us"] * 1e-3
-    floor = max(learned.model.min_time_ms_ - kf, 0.0)
+    floor = np.maximum(learned.harness_floor_ms(rows, t4) - kf, 0.0)  # per kind of kernel
     raw = learned.model.predict(F.attach_devices(rows, t4))
     over = op_overheads_s(wl.ops, p)
     got = np.array([new_t.times_s[i] - over[i] for i in idx]) * 1e3

@@ -457,3 +457,37 @@ def test_eval_layers_adapt_uses_k_rows_and_scores_the_others(tmp_path, capsys):
     assert _run(["eval-layers", str(p), "--gpu", "T4", "--adapt", "31"]) == 2
     assert "needs 31 rows" in capsys.readouterr().err
     assert _run(["eval-layers", str(p), "--gpu", "T4", "--adapt", "-1"]) == 2
+
+
+def test_harness_floor_per_kind_of_kernel():
+    """The kernel data's timing harness adds a floor that depends on the kind of kernel (NeuSight: about
+    0.05 ms per linear, 0.03 per bmm, 0.025 per elementwise kernel): each GPU's smallest latency per kind,
+    the median over GPUs for a GPU the data lacks."""
+    from traincast.fit.train import harness_floors
+    from traincast.predict.learned import LearnedPredictor, harness_floor_keys
+
+    rows = pd.DataFrame({
+        "gpu": ["Tesla_T4", "Tesla_T4", "Tesla_V100-PCIE-32GB", "Tesla_P4", "Tesla_T4", "Tesla_V100-PCIE-32GB"],
+        "op": ["linear", "linear", "linear", "linear", "add", "relu"],
+        "kind": ["matmul", "matmul", "matmul", "matmul", "elementwise", "elementwise"],
+        "b": [1, 1, 1, 1, 0, 0],
+        "time_ms": [0.06, 0.05, 0.07, 0.04, 0.02, 0.03],
+    })
+    fl = harness_floors(rows)
+    assert fl["linear"] == {"T4": 0.05, "V100-PCIE-32GB": 0.07, "P4": 0.04, "default": 0.05}
+    assert fl["elementwise"] == {"T4": 0.02, "V100-PCIE-32GB": 0.03, "default": 0.025}
+    traced = pd.DataFrame({"kind": ["matmul", "matmul", "conv", "norm", "softmax", "elementwise"],
+                           "b": [1, 8, 1, 1, 1, 1]})
+    assert list(harness_floor_keys(traced)) == ["linear", "bmm", "conv", "ln", "softmax", "elementwise"]
+
+    class M:  # a fitted model's stored floors are all the predictor reads here
+        harness_floor_ms_ = fl
+        min_time_ms_ = 0.02
+
+    lp = LearnedPredictor(model=M())
+    cat = get_catalog()
+    two = traced.iloc[[0, 5]]
+    np.testing.assert_allclose(lp.harness_floor_ms(two, cat.device("V100-PCIE-32GB")), [0.07, 0.03])
+    np.testing.assert_allclose(lp.harness_floor_ms(two, cat.device("A100-SXM4-80GB")), [0.05, 0.025])
+    np.testing.assert_allclose(LearnedPredictor(model=M(), measurement_floor_ms=0.01).harness_floor_ms(
+        two, cat.device("T4")), [0.01, 0.01])

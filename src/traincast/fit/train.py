@@ -16,6 +16,26 @@ DEFAULT_ROWS_PER_FILE = 1500
 DEFAULT_ESTIMATOR = "hybrid"  # see docs/learned.md, "Choosing the estimator"
 
 
+def harness_floors(rows) -> dict:
+    """Per kind of kernel (``traincast.predict.learned.harness_floor_keys``): the smallest measured latency
+    on each GPU (catalog name) and the median of those over the GPUs (``default``, for a GPU the data
+    lacks). The kernel data's timing harness adds about that much to every kernel of the kind."""
+    from traincast.fit import features as F
+    from traincast.predict.learned import harness_floor_keys
+
+    if rows is None or len(rows) == 0:
+        return {}
+    keys = harness_floor_keys(rows)
+    gpus = rows["gpu"].astype(str).map(lambda g: F._device_by_name(g).name).to_numpy()
+    t = rows["time_ms"].to_numpy(dtype=float)
+    out = {}
+    for key in sorted(set(keys)):
+        sel = keys == key
+        per = {g: float(np.min(t[sel & (gpus == g)])) for g in sorted(set(gpus[sel]))}
+        out[str(key)] = dict(per, default=float(np.median(list(per.values()))))
+    return out
+
+
 def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: int = DEFAULT_ROWS_PER_FILE,
                exclude_groups=(), store=None, seed: int = 0, log=None, save: bool | None = None,
                **params) -> tuple[OpTimeRegressor, Path | None]:
@@ -46,6 +66,7 @@ def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: 
     model = OpTimeRegressor(**params).fit(rows, rows["time_ms"].to_numpy())
     neu = rows[rows["source"] == "neusight"]["time_ms"]
     model.min_time_ms_ = float(neu.min()) if len(neu) else 0.0
+    model.harness_floor_ms_ = harness_floors(rows[rows["source"] == "neusight"])
     model.n_rows_ = int(len(rows))
     model.trained_on_groups_ = tuple(sorted(rows["gpu_group"].unique()))
     model.fit_seconds_ = time.perf_counter() - t0

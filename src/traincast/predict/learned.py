@@ -43,14 +43,33 @@ def default_model_path() -> Path:
     return Path(str(resources.files("traincast.predict").joinpath("data", DEFAULT_MODEL_FILE)))
 
 
+FLOOR_KEYS = ("linear", "bmm", "conv", "ln", "softmax", "elementwise")
+_FLOOR_OF_OP = {"linear": "linear", "bmm": "bmm", "conv": "conv", "ln": "ln", "softmax": "softmax"}
+
+
+def harness_floor_keys(rows: pd.DataFrame) -> np.ndarray:
+    """The kind of measured kernel whose harness floor applies to each canonical row: a NeuSight row's own
+    op (``linear``, ``bmm``, ``conv``, ``ln``, ``softmax``, else ``elementwise``); a traced row by its kind
+    (a matmul with one batch is a ``linear``, more is a ``bmm``)."""
+    kind = rows["kind"].astype(str).to_numpy()
+    b = pd.to_numeric(rows["b"], errors="coerce").fillna(1).to_numpy() if "b" in rows.columns else np.ones(len(rows))
+    out = np.select([kind == "matmul", kind == "conv", kind == "norm", kind == "softmax"],
+                    [np.where(b > 1, "bmm", "linear"), "conv", "ln", "softmax"], "elementwise").astype(object)
+    if "op" in rows.columns:
+        op = rows["op"].astype(str).str.lower().map(_FLOOR_OF_OP)
+        out = np.where(op.notna().to_numpy(), op.to_numpy(dtype=object), out)
+    return out
+
+
 @dataclass
 class LearnedPredictor:
     """Learned per-op times where covered, analytical elsewhere.
 
-    ``measurement_floor_ms`` is subtracted from each learned kernel time (never
-    below the analytical kernel floor); ``None`` takes the value stored with
-    the model (the smallest latency in its training data, minus the
-    analytical floor).
+    The learned times are harness latencies (the kernel data's timing adds a
+    floor to every kernel); the harness floor of each kind of kernel
+    (``harness_floor_ms``), less the analytical kernel floor, is subtracted from
+    each learned kernel time (never below the analytical kernel floor).
+    ``measurement_floor_ms`` sets one floor for every kind instead.
     """
 
     needs_shapes: ClassVar[bool] = True  # reads op shapes: exact traces, not interpolated ones
@@ -144,6 +163,24 @@ class LearnedPredictor:
         return {"ops": len(workload.ops), "learned": int(covered.sum()), "fallback": int((~covered).sum()),
                 "fallback_by_aten": dict(fb.most_common())}
 
+    # --- the timing harness of the training data ---------------------------------------
+    def harness_floor_ms(self, rows: pd.DataFrame, device: Device) -> np.ndarray:
+        """Per canonical row, the latency the kernel data's timing harness adds to a kernel: the smallest
+        measured latency of that kind of kernel (``harness_floor_key``) on ``device`` where the data has
+        it, else the median over the data's GPUs. ``measurement_floor_ms`` overrides it; models fitted
+        before the per-kind floors existed use their single smallest latency."""
+        if self.measurement_floor_ms is not None:
+            return np.full(len(rows), float(self.measurement_floor_ms))
+        floors = getattr(self.model, "harness_floor_ms_", None)
+        if not floors:
+            return np.full(len(rows), float(getattr(self.model, "min_time_ms_", 0.0)))
+        keys = harness_floor_keys(rows)
+        out = np.empty(len(rows))
+        for key in set(keys):
+            f = floors.get(key) or floors.get("elementwise") or {}
+            out[keys == key] = f.get(device.name, f.get("default", getattr(self.model, "min_time_ms_", 0.0)))
+        return out
+
     # --- the interface ---------------------------------------------------------------
     def predict(self, workload: Workload, device: Device, precision: str = "fp32") -> OpTimes:
         ot = self.predict_traced(workload, device, precision)
@@ -165,10 +202,9 @@ class LearnedPredictor:
         bound = list(base.bound)
         if rows:
             p = self.fallback.params(device)
-            floor_ms = self.measurement_floor_ms
-            if floor_ms is None:
-                floor_ms = max(getattr(self.model, "min_time_ms_", 0.0) - p["kernel_floor_us"] * 1e-3, 0.0)
             df = attach_devices(pd.DataFrame(rows), device)
+            floor_ms = self.harness_floor_ms(df, device) - p["kernel_floor_us"] * 1e-3
+            floor_ms = np.maximum(floor_ms, 0.0)
             pred_ms = self.model.predict(df)
             adapted = self._adapts(device)
             in_step = adapted and self.adaptation.timing == "in-step"
