@@ -183,12 +183,9 @@ class LearnedPredictor:
 
     # --- the interface ---------------------------------------------------------------
     def predict(self, workload: Workload, device: Device, precision: str = "fp32") -> OpTimes:
-        ot = self.predict_traced(workload, device, precision)
         from traincast.predict import rnn
 
-        if rnn.applies(device):
-            ot = rnn.rescale_rnn_modules(workload, ot, lambda w: self.predict_traced(w, device, precision))
-        return ot
+        return rnn.predict(self, workload, device, precision)
 
     def predict_traced(self, workload: Workload, device: Device, precision: str = "fp32") -> OpTimes:
         """Per-op times of the ops as traced (``predict`` then times recurrent layers as cuDNN runs them)."""

@@ -26,7 +26,6 @@ from traincast.predict.base import OpTimes
 from traincast.workload.records import OpRecord, Workload
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
-_ITEMSIZE = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
 
 
 def _mm(phase: str, module: str, m: int, k: int, n: int, dtype: str, size: int) -> OpRecord:
@@ -50,6 +49,8 @@ def cudnn_schedule(call: dict) -> list[OpRecord]:
     g = GATES.get(mode, 4)
     h, t, b = int(call["hidden_size"]), int(call["seq_len"]), int(call["batch"])
     dirs = 2 if call.get("bidirectional") else 1
+    from traincast.predict.analytical import _ITEMSIZE
+
     dtype = str(call.get("dtype", "fp32"))
     size = _ITEMSIZE.get(dtype, 4)
     mod = str(call["module"])
@@ -107,6 +108,10 @@ def rescale_rnn_modules(workload: Workload, ot: OpTimes, predict_plain: Callable
     return OpTimes(ot.predictor, tuple(times), ot.bound, ot.step_overhead_s)
 
 
-def applies(device) -> bool:
-    """cuDNN (or MIOpen) runs the recurrent layers: any GPU."""
-    return getattr(device, "kind", "") == "gpu"
+def predict(predictor, workload: Workload, device, precision: str) -> OpTimes:
+    """``predictor.predict_traced``, and on a GPU (cuDNN or MIOpen runs the recurrent layers) its recurrent
+    modules rescaled to their cuDNN schedule: the ``predict`` of every predictor that times ops one by one."""
+    ot = predictor.predict_traced(workload, device, precision)
+    if getattr(device, "kind", "") != "gpu":
+        return ot
+    return rescale_rnn_modules(workload, ot, lambda w: predictor.predict_traced(w, device, precision))
