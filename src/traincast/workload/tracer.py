@@ -288,17 +288,15 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
     tracker = ModuleTracker()
     # name every module by its path from the root, even when a step calls
     # sub-modules directly (the GAN step calls netD and netG, not the pair)
+    names = {mod: f"{type(root).__name__}.{path}" if path else type(root).__name__
+             for root in step.modules for path, mod in root.named_modules()}
     known = getattr(tracker, "_known_modules", None)
     if known is not None:
-        for root in step.modules:
-            base = type(root).__name__
-            for path, mod in root.named_modules():
-                known[mod] = f"{base}.{path}" if path else base
+        known.update(names)
     recorder = _OpRecorder(tracker, type(step.modules[0]).__name__)
     rnn_calls: list[dict] = []
-    hooks = [mod.register_forward_hook(_rnn_recorder(f"{type(root).__name__}.{path}" if path else type(root).__name__,
-                                                     rnn_calls))
-             for root in step.modules for path, mod in root.named_modules() if isinstance(mod, torch.nn.RNNBase)]
+    hooks = [mod.register_forward_hook(_rnn_recorder(name, rnn_calls))
+             for mod, name in names.items() if isinstance(mod, torch.nn.RNNBase)]
     modes = []
     if precision in AMP_DTYPES:
         modes.append(AutocastEmulation(AMP_DTYPES[precision]))
