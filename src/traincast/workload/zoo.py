@@ -179,13 +179,20 @@ def _transformer(entry: ZooEntry, *, batch_size, device, optimizer, precision, f
                    precision=precision, freeze=freeze, seq_len=seq_len)
 
 
+def _position_limit(cfg) -> int | None:
+    """The longest sequence a Hugging Face config's position embeddings take (None: no such limit)."""
+    limit = (getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+             or getattr(cfg, "n_ctx", None))
+    return int(limit) if limit else None
+
+
 def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, freeze, seq_len) -> TrainingStep:
     """A language-model training step of the Hugging Face model ``cls(cfg)`` built on ``device`` (no weights
     downloaded): random token ids of ``batch_size x seq_len``, the ids as labels, the model's own loss."""
     cfg._attn_implementation = "sdpa"
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
-    limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    limit = _position_limit(cfg)
     if limit and seq_len > limit:
         raise ConfigError(f"--seq-len {seq_len} exceeds {name}'s {limit} positions")
     try:
@@ -262,9 +269,7 @@ def hf_config_step(source, *, batch_size, device, optimizer, precision, freeze, 
                             "name one in 'architectures' (e.g. GPT2LMHeadModel)")
     if getattr(cfg, "is_encoder_decoder", False) and getattr(cfg, "decoder_start_token_id", None) is None:
         cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # labels shift right from it
-    limit = (getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
-             or getattr(cfg, "n_ctx", None))
-    seq_len = seq_len or (int(limit) if limit else 512)
+    seq_len = seq_len or _position_limit(cfg) or 512
     name = str(data.get("_name_or_path") or path.stem).rsplit("/", 1)[-1] or path.stem
     return hf_step(name, cfg, cls, batch_size=batch_size, device=device, optimizer=optimizer,
                    precision=precision, freeze=freeze, seq_len=seq_len)
