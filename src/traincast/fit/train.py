@@ -26,7 +26,8 @@ def harness_floors(rows) -> dict:
     if rows is None or len(rows) == 0:
         return {}
     keys = harness_floor_keys(rows)
-    gpus = rows["gpu"].astype(str).map(lambda g: F._device_by_name(g).name).to_numpy()
+    names = rows["gpu"].astype(str)
+    gpus = names.map({g: F._device_by_name(g).name for g in names.unique()}).to_numpy()
     t = rows["time_ms"].to_numpy(dtype=float)
     out = {}
     for key in sorted(set(keys)):
@@ -64,9 +65,9 @@ def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: 
         raise DataError("no training rows left (every GPU excluded?)")
     params.setdefault("estimator", DEFAULT_ESTIMATOR)
     model = OpTimeRegressor(**params).fit(rows, rows["time_ms"].to_numpy())
-    neu = rows[rows["source"] == "neusight"]["time_ms"]
-    model.min_time_ms_ = float(neu.min()) if len(neu) else 0.0
-    model.harness_floor_ms_ = harness_floors(rows[rows["source"] == "neusight"])
+    neu = rows[rows["source"] == "neusight"]
+    model.min_time_ms_ = float(neu["time_ms"].min()) if len(neu) else 0.0
+    model.harness_floor_ms_ = harness_floors(neu)
     model.n_rows_ = int(len(rows))
     model.trained_on_groups_ = tuple(sorted(rows["gpu_group"].unique()))
     model.fit_seconds_ = time.perf_counter() - t0

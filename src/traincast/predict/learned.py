@@ -43,8 +43,7 @@ def default_model_path() -> Path:
     return Path(str(resources.files("traincast.predict").joinpath("data", DEFAULT_MODEL_FILE)))
 
 
-FLOOR_KEYS = ("linear", "bmm", "conv", "ln", "softmax", "elementwise")
-_FLOOR_OF_OP = {"linear": "linear", "bmm": "bmm", "conv": "conv", "ln": "ln", "softmax": "softmax"}
+FLOOR_KEYS = ("linear", "bmm", "conv", "ln", "softmax", "elementwise")  # NeuSight ops with a floor of their own
 
 
 def harness_floor_keys(rows: pd.DataFrame) -> np.ndarray:
@@ -56,8 +55,8 @@ def harness_floor_keys(rows: pd.DataFrame) -> np.ndarray:
     out = np.select([kind == "matmul", kind == "conv", kind == "norm", kind == "softmax"],
                     [np.where(b > 1, "bmm", "linear"), "conv", "ln", "softmax"], "elementwise").astype(object)
     if "op" in rows.columns:
-        op = rows["op"].astype(str).str.lower().map(_FLOOR_OF_OP)
-        out = np.where(op.notna().to_numpy(), op.to_numpy(dtype=object), out)
+        op = rows["op"].astype(str).str.lower().to_numpy(dtype=object)
+        out = np.where(np.isin(op, FLOOR_KEYS[:-1]), op, out)
     return out
 
 
