@@ -22,7 +22,8 @@ with K of its NeuSight kernels drawn at random (``traincast fit adapt``'s fit; m
 the 80 GB PCIe board: its own kernels adapt it where the data has them, else a board of the same chip's.
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_models.py [--data ../shared/data] [--rows-per-file 1500]
-       [--estimator hybrid|hgb|mlp|ensemble|hgb_nohw|auto] [--adapt 30 [--draws 5]]
+       [--estimator hybrid|hgb|mlp|ensemble|hgb_nohw|auto] [--normalizer tf-compute|compute|roofline]
+       [--adapt 30 [--draws 5]]
 ``--estimator``: the estimator of the leave-target-GPU-out refits and, where it is not the shipped model's, of
 a refit on all GPUs that stands in for the shipped model (default: the shipped model's estimator).
 """
@@ -42,7 +43,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from traincast.fit.datasets import default_data_dir  # noqa: E402
 from traincast.fit.features import gpu_group  # noqa: E402
-from traincast.fit.learn import ESTIMATORS  # noqa: E402
+from traincast.fit.learn import ESTIMATORS, NORMALIZERS  # noqa: E402
 from traincast.hardware.catalog import get_catalog  # noqa: E402
 from traincast.predict.analytical import AnalyticalPredictor  # noqa: E402
 from traincast.predict.learned import LearnedPredictor  # noqa: E402
@@ -91,6 +92,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-logo", action="store_true", help="skip the leave-target-GPU-out refits")
     ap.add_argument("--estimator", choices=ESTIMATORS, default=None,
                     help="estimator of the refits (default: the shipped model's)")
+    ap.add_argument("--normalizer", choices=NORMALIZERS, default=None,
+                    help="what the refits learn ratios to (default: the shipped model's)")
     ap.add_argument("--adapt", type=int, default=0, help="adapt each LOGO model with K kernels of its target GPU")
     ap.add_argument("--draws", type=int, default=5, help="with --adapt: random draws of the K kernels")
     args = ap.parse_args(argv)
@@ -102,19 +105,21 @@ def main(argv=None) -> int:
 
     learned = LearnedPredictor.load_default()
     shipped_est = learned.model.get_params()["estimator"]
-    est = args.estimator or shipped_est
-    if est != shipped_est:
-        m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, estimator=est, save=False)
+    shipped_norm = learned.model.get_params()["normalizer"]
+    est, norm = args.estimator or shipped_est, args.normalizer or shipped_norm
+    if (est, norm) != (shipped_est, shipped_norm):
+        m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, estimator=est, normalizer=norm, save=False)
         learned = LearnedPredictor(m)
-        print(f"estimator {est}: refitted on all GPUs in place of the shipped model")
-    print(f"learned model ({est}) trained on GPU groups: {', '.join(getattr(learned.model, 'trained_on_groups_', ()))}")
+        print(f"estimator {est}, normalizer {norm}: refitted on all GPUs in place of the shipped model")
+    print(f"learned model ({est}, {norm}) trained on GPU groups: {', '.join(getattr(learned.model, 'trained_on_groups_', ()))}")
     # leave-target-GPU-out models, one per target group that the layer/kernel data holds
     logo: dict[str, LearnedPredictor] = {}
     if not args.no_logo:
         for g in sorted({gpu_group(c["gpu"]) for c in todo}):
             if g in learned.model.trained_on_groups_:
                 t0 = time.perf_counter()
-                m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, exclude_groups=(g,), estimator=est)
+                m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, exclude_groups=(g,), estimator=est,
+                                  normalizer=norm)
                 logo[g] = LearnedPredictor(m)
                 print(f"refitted without {g} kernels/layers ({time.perf_counter() - t0:.0f} s)")
     adapted: dict[str, list[LearnedPredictor]] = {}  # kernel GPU name -> one adapted LOGO predictor per draw

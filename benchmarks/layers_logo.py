@@ -9,7 +9,8 @@ issue: fit on batch <= 32, predict batch 33-64 (Justus rows, all GPUs).
 Reference: Justus et al. 2018 report 39.6% MAPE leaving the V100 out.
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/layers_logo.py [--rows-per-file 1000] [--dataset justus2018|neusight]
-       [--estimator hybrid|hgb|mlp|ensemble|hgb_nohw|auto] [--cv-splits K] [--cv-max-rows N] [--adapt 10,30 --draws 5]
+       [--estimator hybrid|hgb|mlp|ensemble|hgb_nohw|auto]
+       [--normalizer tf-compute|compute|roofline] [--cv-splits K] [--cv-max-rows N] [--adapt 10,30 --draws 5]
 With ``--estimator auto`` each held-out fit chooses its model per op family and framework by a CV grouped by
 GPU over the remaining GPUs only (nested: the held-out GPU never takes part in the choice).
 """
@@ -26,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from traincast.fit.learn import ESTIMATORS, OpTimeRegressor, leave_one_gpu_out, mape, training_rows  # noqa: E402
+from traincast.fit.learn import ESTIMATORS, NORMALIZERS, OpTimeRegressor, leave_one_gpu_out, mape, training_rows  # noqa: E402
 from traincast.fit.train import DEFAULT_ESTIMATOR  # noqa: E402  the shipped model's
 
 
@@ -39,6 +40,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-batch-range", action="store_true")
     ap.add_argument("--estimator", choices=ESTIMATORS, default=DEFAULT_ESTIMATOR,
                     help="the regressor (mlp: as Justus et al.; auto: chosen by GPU-grouped CV)")
+    ap.add_argument("--normalizer", choices=NORMALIZERS, default=NORMALIZERS[0],
+                    help="the datasheet time the ratios are learned against")
     ap.add_argument("--cv-splits", type=int, default=None, help="auto: GroupKFold folds (default: leave one GPU out)")
     ap.add_argument("--cv-max-rows", type=int, default=20000, help="auto: rows per family in the CV (0: all)")
     ap.add_argument("--adapt", default="", help="comma list of K: also adapt each held-out fit with K random rows "
@@ -49,9 +52,10 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     rows = training_rows(args.data, max_rows_per_file=args.rows_per_file)
     print(f"{len(rows)} rows ({args.rows_per_file} per GPU x op file) loaded in {time.perf_counter() - t0:.0f} s")
-    est = OpTimeRegressor(max_iter=args.max_iter, estimator=args.estimator, cv_splits=args.cv_splits,
+    est = OpTimeRegressor(max_iter=args.max_iter, estimator=args.estimator, normalizer=args.normalizer,
+                          cv_splits=args.cv_splits,
                           cv_max_rows=args.cv_max_rows or None)
-    print(f"estimator {args.estimator}, max_iter {args.max_iter}"
+    print(f"estimator {args.estimator}, normalizer {args.normalizer}, max_iter {args.max_iter}"
           + (f", CV {'leave one GPU out' if args.cv_splits is None else f'GroupKFold({args.cv_splits})'}"
              f" on <= {args.cv_max_rows or 'all'} rows per family" if args.estimator == "auto" else ""))
     for ds in args.dataset or ("justus2018", "neusight"):

@@ -5,6 +5,7 @@ predicts rows drawn with another seed, keeping only those not in the training sa
 GPU and its mean per data set. The in-distribution counterpart of ``layers_logo.py`` (GPUs left out).
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/layers_unseen_rows.py [--estimator hybrid|hgb|mlp|ensemble|hgb_nohw|auto]
+       [--normalizer tf-compute|compute|roofline]
        [--rows-per-file 1500] [--test-rows-per-file 1800]
 """
 
@@ -20,7 +21,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from traincast.fit.learn import ESTIMATORS, OpTimeRegressor, mape, training_rows  # noqa: E402
+from traincast.fit.learn import ESTIMATORS, NORMALIZERS, OpTimeRegressor, mape, training_rows  # noqa: E402
 from traincast.fit.train import DEFAULT_ESTIMATOR, DEFAULT_ROWS_PER_FILE  # noqa: E402
 
 
@@ -28,6 +29,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=None)
     ap.add_argument("--estimator", choices=ESTIMATORS, default=DEFAULT_ESTIMATOR)
+    ap.add_argument("--normalizer", choices=NORMALIZERS, default=NORMALIZERS[0])
     ap.add_argument("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE)
     ap.add_argument("--test-rows-per-file", type=int, default=1800, help="drawn with seed 7 before removing training rows")
     args = ap.parse_args(argv)
@@ -38,14 +40,14 @@ def main(argv=None) -> int:
     seen = set(map(tuple, train[key].astype(str).to_numpy()))
     test = test[[tuple(r) not in seen for r in test[key].astype(str).to_numpy()]].reset_index(drop=True)
     print(f"{len(train)} training rows, {len(test)} unseen rows of the same GPUs")
-    model = OpTimeRegressor(estimator=args.estimator).fit(train, train["time_ms"].to_numpy())  # as fit_layers does
+    model = OpTimeRegressor(estimator=args.estimator, normalizer=args.normalizer).fit(train, train["time_ms"].to_numpy())  # as fit_layers does
     pred, y = model.predict(test), test["time_ms"].to_numpy()
     for src in ("justus2018", "neusight"):
         s = (test["source"] == src).to_numpy()
         rows = {g: s & (test["gpu"] == g).to_numpy() for g in sorted(test.loc[s, "gpu"].unique())}
         per = {g: mape(pred[r], y[r]) for g, r in rows.items()}
         print(f"{src}: " + "  ".join(f"{g} {v:.1f}" for g, v in per.items()))
-        print(f"  mean over GPUs {np.mean(list(per.values())):.1f}%  (estimator {args.estimator}, n={int(s.sum())})")
+        print(f"  mean over GPUs {np.mean(list(per.values())):.1f}%  (estimator {args.estimator}, normalizer {args.normalizer}, n={int(s.sum())})")
     print(f"total {time.perf_counter() - t0:.0f} s")
     return 0
 

@@ -373,6 +373,9 @@ def test_fit_layers_unknown_estimator_exit_2(capsys):
     assert _run(["fit", "layers", "--estimator", "svm", "--out", "/nonexistent/x.pkl"]) == 2
     err = capsys.readouterr().err
     assert "--estimator" in err and "auto" in err
+    assert _run(["fit", "layers", "--normalizer", "bandwidth", "--out", "/nonexistent/x.pkl"]) == 2
+    err = capsys.readouterr().err
+    assert "--normalizer" in err and "tf-compute" in err
 
 
 # --- few-shot adaptation to one GPU (GpuAdapter) -----------------------------------------------
@@ -491,3 +494,61 @@ def test_harness_floor_per_kind_of_kernel():
     np.testing.assert_allclose(lp.harness_floor_ms(two, cat.device("A100-SXM4-80GB")), [0.05, 0.025])
     np.testing.assert_allclose(LearnedPredictor(model=M(), measurement_floor_ms=0.01).harness_floor_ms(
         two, cat.device("T4")), [0.01, 0.01])
+
+
+def _tf_dense_rows(bandwidths, n=200, seed=0):
+    """Justus-style TensorFlow dense layers (forward, batch 1-16: memory-bound by the roofline) on made-up GPUs
+    that differ only in DRAM bandwidth; time = 3x the fp32 compute time, as if bandwidth held none of them."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for i, bw in enumerate(bandwidths):
+        df = pd.DataFrame({"kind": "matmul", "b": 1, "m": rng.integers(1, 17, n), "n": rng.integers(256, 4096, n),
+                           "k": rng.integers(256, 4096, n), "framework_tf": 1, "train_step": 0, "gpu_group": f"G{i}"})
+        df = F.attach_devices(df, get_catalog().device("V100"))
+        df["dev_bw_gbps"] = bw
+        parts.append(df)
+    df = pd.concat(parts, ignore_index=True)
+    tc = 2 * df["m"] * df["n"] * df["k"] / (df["dev_fp32_tflops"] * 1e12) * 1e3
+    noise = np.random.default_rng(seed + 1).normal(0.0, 0.03, len(df))
+    return df, (3.0 * tc * np.exp(noise)).to_numpy()
+
+
+def test_tf_layers_learn_their_ratio_to_the_compute_time_and_carry_it_to_a_new_bandwidth():
+    """The default normalizer takes TensorFlow matmul/conv layers' ratio to FLOPs / peak: a GPU whose bandwidth
+    lies outside the fitted ones keeps the ratio. Learned against the roofline, the ratio moves with bandwidth and
+    trees cannot follow it past the fitted range. PyTorch rows keep the roofline either way."""
+    import warnings
+
+    from threadpoolctl import threadpool_limits
+
+    from traincast.fit.learn import OpTimeRegressor, mape
+
+    df, y = _tf_dense_rows((400.0, 600.0, 900.0, 1300.0))
+    new, y_new = _tf_dense_rows((150.0,), seed=7)
+    with threadpool_limits(1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fits = {nm: OpTimeRegressor(max_iter=100, normalizer=nm).fit(df, y) for nm in ("tf-compute", "roofline")}
+    assert mape(fits["tf-compute"].predict(new), y_new) < 8.0
+    assert mape(fits["roofline"].predict(new), y_new) > 40.0
+    # what the ratio is taken to: the compute time (+ the roofline's floor) for these rows, the roofline for PyTorch
+    X, roof = F.featurize(new)
+    tc = 2 * new["m"] * new["n"] * new["k"] / (new["dev_fp32_tflops"] * 1e12) * 1e3
+    np.testing.assert_allclose(fits["tf-compute"].base_ms(new), tc + F.ROOF_FLOOR_MS, rtol=1e-6)
+    torch_rows = new.assign(framework_tf=0)
+    np.testing.assert_allclose(fits["tf-compute"].base_ms(torch_rows), F.featurize(torch_rows)[1])
+    np.testing.assert_allclose(fits["roofline"].base_ms(new), roof)
+
+
+def test_models_pickled_before_the_normalizer_read_as_roofline_and_bad_values_are_refused():
+    from traincast.errors import DataError
+    from traincast.fit.learn import OpTimeRegressor
+
+    df, y = _tf_dense_rows((400.0, 900.0), n=80)
+    m = OpTimeRegressor(max_iter=30, normalizer="roofline").fit(df, y)
+    before = m.predict(df)
+    del m.normalizer  # as unpickled from a file written before the parameter existed
+    assert m.get_params()["normalizer"] == "roofline"
+    np.testing.assert_allclose(m.predict(df), before)
+    assert OpTimeRegressor().get_params()["normalizer"] == "tf-compute"
+    with pytest.raises(DataError, match="normalizer must be one of"):
+        OpTimeRegressor(normalizer="bandwidth").fit(df, y)

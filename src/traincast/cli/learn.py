@@ -81,10 +81,14 @@ def register(app: typer.Typer) -> None:
         estimator: Optional[str] = typer.Option(
             None, "--estimator", help="hybrid | hgb | mlp | ensemble | hgb_nohw | auto (per op family and framework, by GPU-grouped CV); "
                                       "default: the one docs/learned.md says"),
+        normalizer: str = typer.Option(
+            "tf-compute", "--normalizer", help="the datasheet time each op's ratio is learned against: tf-compute "
+                                               "(roofline; fp32 compute time for TensorFlow matmul/conv layers) | "
+                                               "compute (for every matmul/conv) | roofline"),
     ):
         """Rebuild the learned per-op model from the layer/kernel data."""
         from traincast.errors import positive
-        from traincast.fit.learn import ESTIMATORS
+        from traincast.fit.learn import ESTIMATORS, NORMALIZERS
         from traincast.fit.train import DEFAULT_ESTIMATOR, fit_layers
 
         positive("--rows-per-file", rows_per_file)
@@ -92,20 +96,23 @@ def register(app: typer.Typer) -> None:
         estimator = (estimator or DEFAULT_ESTIMATOR).strip().lower()
         if estimator not in ESTIMATORS:
             raise ConfigError(f"--estimator must be one of {', '.join(ESTIMATORS)}, got {estimator!r}")
+        normalizer = normalizer.strip().lower()
+        if normalizer not in NORMALIZERS:
+            raise ConfigError(f"--normalizer must be one of {', '.join(NORMALIZERS)}, got {normalizer!r}")
         groups = tuple(g.strip() for g in exclude.split(",") if g.strip()) if exclude else ()
         if db:
             from traincast.store import Store
 
             with Store(db) as store:
                 fit_layers(out=out, max_rows_per_file=rows_per_file, exclude_groups=groups, store=store,
-                           log=console.print, max_iter=max_iter, estimator=estimator)
+                           log=console.print, max_iter=max_iter, estimator=estimator, normalizer=normalizer)
         else:
             from pathlib import Path
 
             if data_dir and not Path(data_dir).is_dir():
                 raise ConfigError(f"--data {data_dir!r} is not a folder")
             fit_layers(data_dir, out=out, max_rows_per_file=rows_per_file, exclude_groups=groups,
-                       log=console.print, max_iter=max_iter, estimator=estimator)
+                       log=console.print, max_iter=max_iter, estimator=estimator, normalizer=normalizer)
 
     @fit.command("adapt")
     def fit_adapt_cmd(

@@ -7,10 +7,22 @@ constructor, ``fit(rows, time_ms)``, ``predict(rows) -> time_ms``,
 ``dev_*`` hardware columns (:func:`~traincast.fit.features.attach_devices`).
 
 One model per op family (``gemm``, ``conv``, ``memory``) predicts
-``log(time_ms / roofline_ms)`` where the roofline uses the target device's
-datasheet fp32 peak and bandwidth. Predicting the ratio rather than the time
-is what lets it carry over to GPUs it never saw: the device enters through the
-roofline and through hardware features, never through its name.
+``log(time_ms / base_ms)``, the ratio to a time computed from the target
+device's datasheet (``normalizer``): the roofline max(FLOPs / peak, bytes /
+bandwidth), except for the TensorFlow matmul and convolution layers (Justus
+et al.) under the default ``"tf-compute"``, whose ratio is to the fp32 compute
+time FLOPs / peak; ``"compute"`` takes the compute time for every matmul and
+convolution, ``"roofline"`` the roofline for every row (models fitted before
+the parameter existed, 2026-11-24). Predicting the ratio rather than the time is what lets it carry
+over to GPUs it never saw: the device enters through that time and through
+hardware features, never through its name. Why the compute time for the
+TensorFlow layers: their small-batch matmuls and convolutions are not held by
+DRAM bandwidth (the largest memory-bound forward dense layers reach 13-55% of
+the datasheet bandwidth, a 4.1x spread over the six GPUs; per fp32 TFLOPS they
+reach 11-18 GB/s, a 1.7x spread: ``benchmarks/justus_bandwidth.py``), so the ratio to the compute time carries across GPUs and the
+ratio to the roofline does not: leaving a GPU out, the M60 went from 102% to
+44% MAPE. On the PyTorch kernels the roofline carries better (NeuSight whole
+models 17.3% vs 19.8% target GPU left out; ``docs/learned.md``).
 
 The model of a family is HistGradientBoosting (``estimator="hgb"``), an MLP as
 in Justus et al. (``"mlp"``), the mean of both log-ratio predictions
@@ -46,6 +58,8 @@ FAMILY_OF = F.FAMILIES
 
 
 ESTIMATORS = ("hgb", "mlp", "ensemble", "hgb_nohw", "hybrid", "auto")
+NORMALIZERS = ("tf-compute", "compute", "roofline")
+COMPUTE_FAMILIES = ("gemm", "conv")  # families whose ratio is taken to the compute time (all rows or TF rows)
 CANDIDATES = ("hgb", "mlp", "ensemble", "hgb_nohw", "roofline")
 HW_FEATURES = ("log_peak_tflops", "log_bw_gbps", "sms", "clock_mhz", "log_mem_gib", "log_balance")
 FRAMEWORKS = {0: "torch", 1: "tf"}  # the framework_tf flag -> cell suffix
@@ -133,14 +147,17 @@ class OpTimeRegressor:
     ``cv_group_scores_`` (cell -> candidate -> GPU -> MAPE %), ``cv_groups_`` (family -> GPUs)."""
 
     _PARAMS = ("max_iter", "learning_rate", "max_leaf_nodes", "min_samples_leaf", "l2_regularization", "loss",
-               "hardware_features", "random_state", "estimator", "candidates", "cv_splits", "cv_max_rows", "n_threads")
+               "hardware_features", "random_state", "estimator", "candidates", "cv_splits", "cv_max_rows", "n_threads",
+               "normalizer")
+    _LEGACY = {"normalizer": "roofline"}  # what a model pickled before the parameter existed was fitted with
 
     def __init__(self, max_iter: int = 300, learning_rate: float = 0.08, max_leaf_nodes: int = 48,
                  min_samples_leaf: int = 40, l2_regularization: float = 1.0, loss: str = "absolute_error",
                  hardware_features: bool = True, random_state: int = 0, estimator: str = "hgb",
                  candidates: tuple = CANDIDATES, cv_splits: int | None = None, cv_max_rows: int | None = 20000,
-                 n_threads: int | None = 1):
+                 n_threads: int | None = 1, normalizer: str = "tf-compute"):
         self.estimator = estimator
+        self.normalizer = normalizer
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.max_leaf_nodes = max_leaf_nodes
@@ -158,8 +175,9 @@ class OpTimeRegressor:
     def get_params(self, deep: bool = True) -> dict:
         defaults = OpTimeRegressor.__init__.__defaults__
         names = OpTimeRegressor.__init__.__code__.co_varnames[1:1 + len(defaults)]
-        # models pickled before a parameter existed read its default
-        return {k: getattr(self, k, dict(zip(names, defaults)).get(k)) for k in self._PARAMS}
+        # models pickled before a parameter existed read its default (or the behaviour they were fitted with)
+        old = {**dict(zip(names, defaults)), **self._LEGACY}
+        return {k: getattr(self, k, old.get(k)) for k in self._PARAMS}
 
     def set_params(self, **params) -> "OpTimeRegressor":
         bad = sorted(set(params) - set(self._PARAMS))
@@ -174,6 +192,22 @@ class OpTimeRegressor:
         names = list(F.FEATURE_NAMES)
         keep = [i for i, n in enumerate(names) if self.hardware_features or n not in HW_FEATURES]
         return np.array(keep)
+
+    def _base(self, X: np.ndarray, roof: np.ndarray, fam: np.ndarray) -> np.ndarray:
+        """The time (ms) the log ratio is taken against, per row of the full feature matrix ``X``."""
+        norm = self.get_params()["normalizer"]
+        if norm == "roofline":
+            return roof
+        tc = np.exp(X[:, F.FEATURE_NAMES.index("log_tc_ms")]) + F.ROOF_FLOOR_MS
+        use = np.isin(fam, COMPUTE_FAMILIES)
+        if norm == "tf-compute":
+            use &= X[:, F.FEATURE_NAMES.index("framework_tf")] > 0.5
+        return np.where(use, tc, roof)
+
+    def base_ms(self, rows: pd.DataFrame) -> np.ndarray:
+        """Per row (canonical op rows with ``dev_*`` columns): the datasheet time whose ratio the model predicts."""
+        X, roof = F.featurize(rows)
+        return self._base(X, roof, rows["kind"].map(FAMILY_OF).to_numpy())
 
     def _member(self, name: str):
         """A fresh regressor for the feature matrix of ``_columns()`` (``hgb_nohw``: without the device-spec
@@ -203,6 +237,8 @@ class OpTimeRegressor:
         bad = [c for c in cands if c not in CANDIDATES]
         if p["estimator"] == "auto" and (bad or not cands):
             raise DataError(f"candidates must be a non-empty subset of {', '.join(CANDIDATES)}, got {cands!r}")
+        if p["normalizer"] not in NORMALIZERS:
+            raise DataError(f"normalizer must be one of {', '.join(NORMALIZERS)}, got {p['normalizer']!r}")
         if p["cv_splits"] is not None and (int(p["cv_splits"]) != p["cv_splits"] or p["cv_splits"] < 2):
             raise DataError(f"cv_splits must be None (leave one GPU out) or an integer >= 2, got {p['cv_splits']!r}")
         return cands
@@ -225,10 +261,10 @@ class OpTimeRegressor:
             raise DataError("no valid rows to fit on (every row has a missing shape field or time)")
         rows, y = rows[ok], y[ok]
         X, roof = F.featurize(rows)
+        fam = rows["kind"].map(FAMILY_OF).to_numpy()
+        target = np.log(y) - np.log(self._base(X, roof, fam))
         cols = self._columns()
         X = X[:, cols]
-        target = np.log(y) - np.log(roof)
-        fam = rows["kind"].map(FAMILY_OF).to_numpy()
         fw_col = list(np.array(F.FEATURE_NAMES)[cols]).index("framework_tf")
         fw = (X[:, fw_col] > 0.5).astype(int)
         groups = (rows["gpu_group"] if "gpu_group" in rows.columns
@@ -365,14 +401,15 @@ class OpTimeRegressor:
 
         sub = rows[ok]
         X, roof = F.featurize(sub)
-        X = X[:, self._columns()]
         fam = sub["kind"].map(FAMILY_OF).to_numpy()
+        base = self._base(X, roof, fam)
+        X = X[:, self._columns()]
         pred = np.full(len(sub), np.nan)
         with threadpool_limits(1 if len(sub) < 20000 else None):  # small batches: no OpenMP spin-up
             for f, m in self.models_.items():
                 sel = fam == f
                 if sel.any():
-                    pred[sel] = roof[sel] * np.exp(m.predict(X[sel]))
+                    pred[sel] = base[sel] * np.exp(m.predict(X[sel]))
         out[np.flatnonzero(ok)] = pred
         return out
 

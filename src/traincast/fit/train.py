@@ -73,7 +73,7 @@ def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: 
     model.fit_seconds_ = time.perf_counter() - t0
     if log:
         log(f"fitted on {len(rows)} rows of {', '.join(model.trained_on_groups_)} in {model.fit_seconds_:.0f} s"
-            f" (estimator {model.estimator})")
+            f" (estimator {model.estimator}, ratios to the {model.get_params()['normalizer']} time)")
         for line in model.summary():
             log(f"  {line}")
     path = None
