@@ -23,7 +23,9 @@ the 80 GB PCIe board: its own kernels adapt it where the data has them, else a b
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_models.py [--data ../shared/data] [--rows-per-file 1500]
        [--estimator hybrid|hgb|mlp|ensemble|hgb_nohw|auto] [--normalizer tf-compute|compute|roofline]
-       [--adapt 30 [--draws 5]]
+       [--adapt 30 [--draws 5]] [--seeds 1,2]
+``--seeds 1,2``: refit on other random row samples of the layer/kernel data and print each source's MAPE per
+seed with its range (the sample's share of a difference between two models).
 ``--estimator``: the estimator of the leave-target-GPU-out refits and, where it is not the shipped model's, of
 a refit on all GPUs that stands in for the shipped model (default: the shipped model's estimator).
 """
@@ -96,7 +98,10 @@ def main(argv=None) -> int:
                     help="what the refits learn ratios to (default: the shipped model's)")
     ap.add_argument("--adapt", type=int, default=0, help="adapt each LOGO model with K kernels of its target GPU")
     ap.add_argument("--draws", type=int, default=5, help="with --adapt: random draws of the K kernels")
+    ap.add_argument("--seeds", default="", help="comma list of further row-sample seeds: refit the learned and "
+                    "leave-target-GPU-out models on each and print the spread of the MAPEs over seeds")
     args = ap.parse_args(argv)
+    seeds = [int(v) for v in args.seeds.split(",") if v.strip()]
     data = Path(args.data)
     cat = get_catalog()
     todo, skipped = cases(data)
@@ -193,9 +198,54 @@ def main(argv=None) -> int:
         print(f"\n{src}: n={len(s)}  MAPE analytical {s.analytical_err_pct.abs().mean():.1f}%  "
               f"learned {s.learned_err_pct.abs().mean():.1f}%  learned-LOGO {s.logo_err_pct.abs().mean():.1f}%"
               + (f"  LOGO+adapt({args.adapt}) {s.adapt_err_pct.abs().mean():.1f}%" if adapted else ""))
+    if seeds:
+        spread(args, todo, traces, df, est, norm, seeds)
     if skipped:
         print("\nskipped: " + "; ".join(skipped))
     return 0
+
+
+def learned_mape(todo, traces, cat, pick) -> dict:
+    """src -> MAPE % of the learned predictor ``pick(gpu_group)`` over the cases (None: not learned there)."""
+    errs: dict = {}
+    for c in todo:
+        p = pick(gpu_group(c["gpu"]))
+        if p is None:
+            continue
+        w = traces[(c["model"], c["batch"], c["seq"], c.get("optimizer", "sgd"))]
+        got = phase_ms(w, p.predict(w, cat.device(c["gpu"])), c["phases"])
+        errs.setdefault(c["src"], []).append(abs(got / c["measured_ms"] - 1) * 100)
+    return {k: float(np.mean(v)) for k, v in errs.items()}
+
+
+def spread(args, todo, traces, df, est, norm, seeds) -> None:
+    """Refit the all-GPU and leave-target-GPU-out models on other random row samples (``fit_layers(seed=)``) and
+    print each source's MAPE per seed and its range: how much of a difference between models is the sample's."""
+    from traincast.fit.train import fit_layers
+
+    cat = get_catalog()
+    groups = sorted({gpu_group(c["gpu"]) for c in todo})
+    per = {0: {src: (s.learned_err_pct.abs().mean(), s.logo_err_pct.abs().mean()) for src, s in df.groupby("src")}}
+    for seed in seeds:
+        t0 = time.perf_counter()
+        m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, estimator=est, normalizer=norm,
+                          seed=seed, save=False)
+        full = LearnedPredictor(m)
+        logo = {g: LearnedPredictor(fit_layers(args.data, max_rows_per_file=args.rows_per_file, exclude_groups=(g,),
+                                               estimator=est, normalizer=norm, seed=seed, save=False)[0])
+                for g in groups if g in m.trained_on_groups_}
+        a = learned_mape(todo, traces, cat, lambda g: full)
+        b = learned_mape(todo, traces, cat, lambda g: logo.get(g, full))
+        per[seed] = {src: (a[src], b[src]) for src in a}
+        print(f"seed {seed}: refitted in {time.perf_counter() - t0:.0f} s")
+    print(f"\nMAPE (%) over row-sample seeds {', '.join(map(str, per))} (seed 0: the models above)")
+    print(f"  {'src':<18} {'learned':>28} {'learned-LOGO':>28}")
+    for src in sorted(per[0]):
+        cols = []
+        for i in (0, 1):
+            v = [per[s][src][i] for s in per if src in per[s]]
+            cols.append(" ".join(f"{x:.1f}" for x in v) + f"  [{min(v):.1f}-{max(v):.1f}]")
+        print(f"  {src:<18} {cols[0]:>28} {cols[1]:>28}")
 
 
 if __name__ == "__main__":

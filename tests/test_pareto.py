@@ -63,3 +63,39 @@ def test_plan_cli_json_and_bad_input(capsys, tmp_path):
     assert "cannot read duration" in capsys.readouterr().err
     assert run(["plan", "resnet18", "--epochs", "1", "--batch-size", "64", "--gpus", "1,x"]) == 2
     assert run(["plan", "resnet18", "--epochs", "1", "--batch-size", "64", "--gpu-types", "Z99"]) == 2
+
+
+def test_plan_times_each_gpu_with_the_predictor_asked_for(capsys, tmp_path):
+    from traincast.hardware import get_catalog
+    from traincast.predict import forecast, make_predictor
+
+    kw = dict(epochs=1, dataset_size=10_000, batch_size=32, gpus=(1,), instances=("g4dn.xlarge", "p3.2xlarge"))
+    auto, ana = plan("resnet18", predictor="auto", **kw), plan("resnet18", **kw)
+    assert {c.predictor for c in auto.configs} == {"learned"} and {c.predictor for c in ana.configs} == {"analytical"}
+    cat = get_catalog()
+    differs = []
+    for c in auto.configs:  # the same figure as a forecast with that GPU's learned predictor
+        dev = cat.instance(c.instance).device
+        f = forecast("resnet18", instance=c.instance, gpus=1, batch_size=32, epochs=1, dataset_size=10_000,
+                     predictor=make_predictor("learned", dev), scaling=False)
+        assert c.iteration_s == pytest.approx(f.iteration_s, rel=1e-6)
+        other = next(a for a in ana.configs if a.instance == c.instance)
+        differs.append(c.iteration_s != pytest.approx(other.iteration_s, rel=1e-3))
+    assert any(differs)  # (ResNet-18 b32 on the T4 happens to be within 0.1% in both)
+    with pytest.raises(ConfigError, match="--predictor must be one of"):
+        plan("resnet18", predictor="oracle", **kw)
+    args = ["plan", "resnet18", "--epochs", "1", "--dataset-size", "10000", "-b", "32", "--gpus", "1",
+            "--instances", "g4dn.xlarge"]
+    assert run(args + ["--predictor", "oracle"]) == 2
+    assert "--predictor must be one of" in capsys.readouterr().err
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert run(args + ["--predictor", "auto", "--plot", ""]) == 0
+    finally:
+        os.chdir(cwd)
+    out = capsys.readouterr().out
+    assert "timed by the learned predictor: T4" in out and "plot:" not in out
+    assert list(tmp_path.iterdir()) == []  # --plot "" draws nothing

@@ -215,7 +215,9 @@ def register(app: typer.Typer) -> None:
         precision: str = typer.Option("fp32", "--precision"),
         optimizer: str = typer.Option("sgd", "--optimizer"),
         seq_len: Optional[int] = typer.Option(None, "--seq-len"),
-        plot_path: Optional[Path] = typer.Option(Path("plan.png"), "--plot", help="PNG of all configurations"),
+        predictor_name: str = typer.Option("analytical", "--predictor",
+                                           help="analytical | learned | auto (learned on the GPUs it covers)"),
+        plot_path: Optional[Path] = typer.Option(Path("plan.png"), "--plot", help="PNG of all configurations ('' for none)"),
         show_all: bool = typer.Option(False, "--all", help="list every configuration, not just the front"),
         catalog: Catalogs = typer.Option(None, "--catalog"),
         as_json: bool = typer.Option(False, "--json"),
@@ -223,13 +225,16 @@ def register(app: typer.Typer) -> None:
         """Which hardware? Every (instance x count): Pareto front of time vs cost, deadline and budget."""
         from traincast.plan.pareto import parse_duration_s, plan, plot
 
+        if plot_path is not None and str(plot_path) in ("", "."):  # --plot "": no plot
+            plot_path = None
         counts = split_list(gpus, "--gpus", int)
         types = split_list(gpu_types, "--gpu-types") if gpu_types else None
         insts = split_list(instances, "--instances") if instances else None
         res = plan(model, epochs=epochs, dataset_size=dataset_size, batch_size=batch_size,
                    per_gpu_batch=per_gpu_batch, gpus=counts, gpu_types=types, instances=insts,
                    deadline_s=parse_duration_s(deadline) if deadline else None, budget_usd=budget,
-                   precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog))
+                   precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog),
+                   predictor=predictor_name.strip().lower())
         if plot_path:
             plot(res, str(plot_path))
         if as_json:
@@ -241,6 +246,10 @@ def register(app: typer.Typer) -> None:
         console.print(table(f"{res.model}: {len(res.configs)} configurations, " + ("all" if show_all else "Pareto front"),
                             ["instance", "gpu", "GPUs", "batch/GPU", "iteration", "total", "cost", "front", "status"],
                             rows, 2))
+        by = {}
+        for c in res.configs:
+            by.setdefault(c.predictor, set()).add(c.device)
+        console.print("timed by " + "; ".join(f"the {p} predictor: {', '.join(sorted(d))}" for p, d in sorted(by.items())))
         for label, c in (("fastest", res.fastest), ("cheapest", res.cheapest),
                          ("cheapest meeting deadline and budget", res.cheapest_feasible)):
             console.print(f"{label}: " + ("none" if c is None else

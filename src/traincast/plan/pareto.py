@@ -33,6 +33,7 @@ class Config:
     within_budget: bool
     pareto: bool = False
     reason: str = ""  # why infeasible
+    predictor: str = ""  # the predictor that timed it
 
     @property
     def feasible(self) -> bool:
@@ -111,7 +112,12 @@ def plan(
     catalog: Catalog | None = None,
     predictor=None,
 ) -> PlanResult:
-    """Forecast every priced (instance type x instance count) whose GPU total is in ``gpus``."""
+    """Forecast every priced (instance type x instance count) whose GPU total is in ``gpus``.
+
+    ``predictor``: None (analytical), a predictor object used for every GPU, or a name of
+    :data:`traincast.predict.PREDICTORS` resolved per GPU type (``auto``: learned on the GPUs it covers,
+    analytical elsewhere; a saved ``traincast fit adapt`` adaptation of the GPU is applied)."""
+    from traincast.predict import PREDICTORS, make_predictor
     from traincast.predict.compose import WorkloadFamily, forecast
 
     cat = catalog or get_catalog()
@@ -131,6 +137,16 @@ def plan(
                  if i.usd_per_hour is not None and i.device.kind == "gpu" and (devs is None or i.device.name in devs)]
     if not insts:
         raise ConfigError("no priced instance matches --gpu-types/--instances")
+    if isinstance(predictor, str) and predictor not in PREDICTORS:
+        raise ConfigError(f"--predictor must be one of {', '.join(PREDICTORS)}, got {predictor!r}")
+    per_device: dict = {}
+
+    def predictor_for(dev):
+        if not isinstance(predictor, str):
+            return predictor
+        if dev.name not in per_device:
+            per_device[dev.name] = make_predictor(predictor, dev)
+        return per_device[dev.name]
     family = WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze)
     rows: list[Config] = []
     for inst in insts:
@@ -142,14 +158,14 @@ def plan(
             f = forecast(model, instance=inst.name, gpus=g, batch_size=batch_size, per_gpu_batch=per_gpu_batch,
                          epochs=epochs, dataset_size=dataset_size, precision=precision, optimizer=optimizer,
                          seq_len=seq_len, freeze=freeze, sync=sync, catalog=cat, scaling=False, family=family,
-                         exact_trace=False, predictor=predictor)
+                         exact_trace=False, predictor=predictor_for(inst.device))
             meets = deadline_s is None or f.total_s <= deadline_s
             within = budget_usd is None or (f.cost_usd is not None and f.cost_usd <= budget_usd)
             why = [w for w, bad in (("out of memory", not f.fits_in_memory), ("misses the deadline", not meets),
                                     ("over budget", not within)) if bad]
             rows.append(Config(inst.name, inst.device.name, g // inst.gpus, g, f.per_gpu_batch, f.global_batch,
                                f.iteration_s, f.total_s, f.cost_usd, f.usd_per_hour, f.peak_memory_bytes,
-                               f.fits_in_memory, meets, within, reason=", ".join(why)))
+                               f.fits_in_memory, meets, within, reason=", ".join(why), predictor=f.predictor))
     if not rows:
         raise ConfigError(f"no configuration: the global batch {batch_size} is smaller than every GPU count asked for")
     cand = [i for i, c in enumerate(rows) if c.fits_in_memory and c.cost_usd is not None]
