@@ -10,7 +10,7 @@ Reference: Justus et al. 2018 report 39.6% MAPE leaving the V100 out.
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/layers_logo.py [--rows-per-file 1000] [--dataset justus2018|neusight]
        [--estimator hybrid|hgb|mlp|ensemble|hgb_nohw|auto]
-       [--normalizer tf-compute|compute|roofline] [--cv-splits K] [--cv-max-rows N] [--adapt 10,30 --draws 5]
+       [--normalizer tf-compute|compute|roofline] [--cv-splits K] [--cv-max-rows N] [--adapt 10,30 --draws 5] [--seeds 0,1,2]
 With ``--estimator auto`` each held-out fit chooses its model per op family and framework by a CV grouped by
 GPU over the remaining GPUs only (nested: the held-out GPU never takes part in the choice).
 """
@@ -47,11 +47,15 @@ def main(argv=None) -> int:
     ap.add_argument("--adapt", default="", help="comma list of K: also adapt each held-out fit with K random rows "
                     "of the held-out GPU (GpuAdapter) and score it on the other rows")
     ap.add_argument("--draws", type=int, default=5, help="random draws of the K adaptation rows per GPU")
+    ap.add_argument("--seeds", default="0", help="comma list of row-sample seeds: the leave-one-GPU-out run is "
+                    "repeated on each sample and the spread of the per-GPU MAPEs printed")
     args = ap.parse_args(argv)
     adapt = [int(k) for k in args.adapt.split(",") if k.strip()]
+    seeds = [int(v) for v in args.seeds.split(",") if v.strip()] or [0]
     t0 = time.perf_counter()
-    rows = training_rows(args.data, max_rows_per_file=args.rows_per_file)
-    print(f"{len(rows)} rows ({args.rows_per_file} per GPU x op file) loaded in {time.perf_counter() - t0:.0f} s")
+    rows = training_rows(args.data, max_rows_per_file=args.rows_per_file, seed=seeds[0])
+    print(f"{len(rows)} rows ({args.rows_per_file} per GPU x op file, seed {seeds[0]}) loaded in "
+          f"{time.perf_counter() - t0:.0f} s")
     est = OpTimeRegressor(max_iter=args.max_iter, estimator=args.estimator, normalizer=args.normalizer,
                           cv_splits=args.cv_splits,
                           cv_max_rows=args.cv_max_rows or None)
@@ -76,6 +80,19 @@ def main(argv=None) -> int:
                 v = r.adapted_mape_pct[k]
                 print(f"    {r.gpu:<12} {np.median(v):6.1f}  [{min(v):.1f}-{max(v):.1f}]")
             print(f"    mean of the medians: {np.mean([np.median(r.adapted_mape_pct[k]) for r in res]):.1f}%")
+        if len(seeds) > 1:
+            per = {r.gpu: [r.mape_pct] for r in res}
+            means = [float(np.mean([r.mape_pct for r in res]))]
+            for seed in seeds[1:]:
+                other = training_rows(args.data, max_rows_per_file=args.rows_per_file, seed=seed)
+                got = leave_one_gpu_out(other, ds, estimator=est, log=None)
+                for r in got:
+                    per.setdefault(r.gpu, []).append(r.mape_pct)
+                means.append(float(np.mean([r.mape_pct for r in got])))
+            print(f"  over row-sample seeds {', '.join(map(str, seeds))}: MAPE % per held-out GPU [min-max]")
+            for g, v in per.items():
+                print(f"    {g:<12} " + " ".join(f"{x:5.1f}" for x in v) + f"  [{min(v):.1f}-{max(v):.1f}]")
+            print(f"    mean         " + " ".join(f"{x:5.1f}" for x in means) + f"  [{min(means):.1f}-{max(means):.1f}]")
     if not args.skip_batch_range:
         j = rows[rows["source"] == "justus2018"]
         batch = np.where(j["kind"] == "conv", j["cn"], j["m"])

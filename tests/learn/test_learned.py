@@ -282,8 +282,9 @@ def test_auto_estimator_picks_the_candidate_with_the_lowest_gpu_grouped_cv_mape(
                 np.testing.assert_allclose(m.predict(df), alone.predict(df), rtol=1e-9)
                 assert m.score(df, y) > alone.score(df, y) - 1e-9
             if expected == "roofline":
-                ratio = m.predict(df) / F.featurize(df)[1]
-                np.testing.assert_allclose(ratio, ratio[0])  # one fitted constant times the roofline
+                ratio = m.predict(df) / m.base_ms(df)
+                np.testing.assert_allclose(ratio, ratio[0])  # one fitted constant times the base (the roofline)
+                np.testing.assert_allclose(m.base_ms(df), F.featurize(df)[1])
 
 
 def test_auto_drops_device_specs_when_they_only_name_the_gpu():

@@ -12,17 +12,19 @@ device's datasheet (``normalizer``): the roofline max(FLOPs / peak, bytes /
 bandwidth), except for the TensorFlow matmul and convolution layers (Justus
 et al.) under the default ``"tf-compute"``, whose ratio is to the fp32 compute
 time FLOPs / peak; ``"compute"`` takes the compute time for every matmul and
-convolution, ``"roofline"`` the roofline for every row (models fitted before
-the parameter existed, 2026-11-24). Predicting the ratio rather than the time is what lets it carry
-over to GPUs it never saw: the device enters through that time and through
-hardware features, never through its name. Why the compute time for the
-TensorFlow layers: their small-batch matmuls and convolutions are not held by
-DRAM bandwidth (the largest memory-bound forward dense layers reach 13-55% of
-the datasheet bandwidth, a 4.1x spread over the six GPUs; per fp32 TFLOPS they
-reach 11-18 GB/s, a 1.7x spread: ``benchmarks/justus_bandwidth.py``), so the ratio to the compute time carries across GPUs and the
-ratio to the roofline does not: leaving a GPU out, the M60 went from 102% to
-44% MAPE. On the PyTorch kernels the roofline carries better (NeuSight whole
-models 17.3% vs 19.8% target GPU left out; ``docs/learned.md``).
+convolution, ``"roofline"`` the roofline for every row (the models fitted
+before the parameter existed, 2026-11-24, read as this). Predicting the ratio
+rather than the time is what lets it carry over to GPUs it never saw: the
+device enters through that time and through hardware features, never through
+its name. Why the compute time for the TensorFlow layers: their small-batch
+matmuls and convolutions are not held by DRAM bandwidth (the largest
+memory-bound forward dense layers reach 13-55% of the datasheet bandwidth, a
+4.1x spread over the six GPUs; per fp32 TFLOPS they reach 11-18 GB/s, a 1.7x
+spread: ``benchmarks/justus_bandwidth.py``), so the ratio to the compute time
+carries across GPUs and the ratio to the roofline does not: leaving a GPU
+out, the M60 went from 102% to 43% MAPE. The PyTorch rows keep the roofline
+(with the compute time for them too, the NeuSight whole models with the target
+GPU left out read 19.8% against 17.3%; ``docs/learned.md``).
 
 The model of a family is HistGradientBoosting (``estimator="hgb"``), an MLP as
 in Justus et al. (``"mlp"``), the mean of both log-ratio predictions
@@ -33,7 +35,7 @@ for each *cell* (op family x framework: ``tf`` for the Justus TensorFlow
 layers, ``torch`` for the NeuSight PyTorch kernels and traced ops) the
 candidate (``hgb``, ``mlp``, ``ensemble``, ``hgb_nohw`` = HistGradientBoosting
 without the device-spec features, ``roofline`` = a fitted constant times the
-roofline) with the lowest mean held-out-GPU MAPE predicts.
+base time above) with the lowest mean held-out-GPU MAPE predicts.
 
 Why ``hgb_nohw``: with a handful of GPUs in a family, the device-spec columns
 (peak, bandwidth, SMs, clock, memory, balance) identify the GPU, and trees
@@ -76,7 +78,7 @@ def mape(pred, true) -> float:
 
 
 def ratio_constant(log_ratio) -> float:
-    """The constant c (as log c) whose ``c * roofline`` has the least MAPE on these log(time/roofline):
+    """The constant c (as log c) whose ``c * base`` has the least MAPE on these log(time/base):
     the median of the ratios t weighted by 1/t, since sum |c/t - 1| = sum (1/t) |c - t|."""
     t = np.exp(np.asarray(log_ratio, float))
     order = np.argsort(t)
