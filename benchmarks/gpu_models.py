@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from traincast.fit.datasets import default_data_dir  # noqa: E402
 from traincast.fit.features import gpu_group  # noqa: E402
 from traincast.fit.learn import ESTIMATORS, NORMALIZERS  # noqa: E402
+from traincast.fit.train import DEFAULT_ROWS_PER_FILE  # noqa: E402
 from traincast.hardware.catalog import get_catalog  # noqa: E402
 from traincast.predict.analytical import AnalyticalPredictor  # noqa: E402
 from traincast.predict.learned import LearnedPredictor  # noqa: E402
@@ -90,7 +91,8 @@ def phase_ms(workload, ot, phases) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(default_data_dir()))
-    ap.add_argument("--rows-per-file", type=int, default=1500)
+    ap.add_argument("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE,
+                    help="rows per GPU x op file of the refits (another value than the shipped model's refits it too)")
     ap.add_argument("--no-logo", action="store_true", help="skip the leave-target-GPU-out refits")
     ap.add_argument("--estimator", choices=ESTIMATORS, default=None,
                     help="estimator of the refits (default: the shipped model's)")
@@ -112,10 +114,11 @@ def main(argv=None) -> int:
     shipped_est = learned.model.get_params()["estimator"]
     shipped_norm = learned.model.get_params()["normalizer"]
     est, norm = args.estimator or shipped_est, args.normalizer or shipped_norm
-    if (est, norm) != (shipped_est, shipped_norm):
+    if (est, norm, args.rows_per_file) != (shipped_est, shipped_norm, DEFAULT_ROWS_PER_FILE):
         m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, estimator=est, normalizer=norm, save=False)
         learned = LearnedPredictor(m)
-        print(f"estimator {est}, normalizer {norm}: refitted on all GPUs in place of the shipped model")
+        print(f"estimator {est}, normalizer {norm}, {args.rows_per_file} rows per file: refitted on all GPUs in "
+              "place of the shipped model")
     print(f"learned model ({est}, {norm}) trained on GPU groups: {', '.join(getattr(learned.model, 'trained_on_groups_', ()))}")
     # leave-target-GPU-out models, one per target group that the layer/kernel data holds
     logo: dict[str, LearnedPredictor] = {}
@@ -231,9 +234,10 @@ def spread(args, todo, traces, df, est, norm, seeds) -> None:
         m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, estimator=est, normalizer=norm,
                           seed=seed, save=False)
         full = LearnedPredictor(m)
-        logo = {g: LearnedPredictor(fit_layers(args.data, max_rows_per_file=args.rows_per_file, exclude_groups=(g,),
-                                               estimator=est, normalizer=norm, seed=seed, save=False)[0])
-                for g in groups if g in m.trained_on_groups_}
+        logo = {} if args.no_logo else {
+            g: LearnedPredictor(fit_layers(args.data, max_rows_per_file=args.rows_per_file, exclude_groups=(g,),
+                                           estimator=est, normalizer=norm, seed=seed, save=False)[0])
+            for g in groups if g in m.trained_on_groups_}
         a = learned_mape(todo, traces, cat, lambda g: full)
         b = learned_mape(todo, traces, cat, lambda g: logo.get(g, full))
         per[seed] = {src: (a[src], b[src]) for src in a}

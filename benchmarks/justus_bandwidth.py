@@ -3,7 +3,7 @@
 For each GPU, the forward dense layers that are memory-bound by the roofline and move the most bytes (batch
 <= 8, weights + activations over 40 MB): the bandwidth they reach (bytes / measured time, median and 90th
 percentile), as a fraction of the datasheet bandwidth and per datasheet fp32 TFLOPS. If DRAM held them the
-fraction would be alike across GPUs; it is not (14-56%), while the GB/s per TFLOPS varies less. This is why
+fraction would be alike across GPUs; it is not (13-55%), while the GB/s per TFLOPS varies less. This is why
 the learned model takes the TensorFlow matmul/conv ratios to the compute time (``normalizer="tf-compute"``,
 ``docs/learned.md``).
 

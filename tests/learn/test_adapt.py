@@ -130,6 +130,14 @@ def test_adaptations_that_would_mislead_are_refused(tmp_path, capsys, t4, learne
     code, _, err = cli(capsys, *args)
     assert code == 2 and "another learned model" in err and "--adaptation none" in err, err
     assert cli(capsys, *args, "--adaptation", "none")[0] == 0
+    # a plan over the T4 meets the same stale file, and takes the same way out
+    plan_args = ["plan", "bert-tiny", "--epochs", "1", "--dataset-size", "1000", "-b", "8", "--gpus", "1",
+                 "--instances", "g4dn.xlarge", "--seq-len", "32", "--predictor", "auto", "--plot", ""]
+    code, _, err = cli(capsys, *plan_args)
+    assert code == 2 and "--adaptation none" in err, err
+    assert cli(capsys, *plan_args, "--adaptation", "none")[0] == 0
+    code, _, err = cli(capsys, *plan_args, "--adaptation", str(tmp_path / "t4.json"))
+    assert code == 2 and "auto or none" in err
     other = tmp_path / "other.json"
     stale.save(other)
     code, _, err = cli(capsys, "predict", "bert-tiny", "--gpu", "V100", "-b", "2", "--seq-len", "32",

@@ -217,6 +217,9 @@ def register(app: typer.Typer) -> None:
         seq_len: Optional[int] = typer.Option(None, "--seq-len"),
         predictor_name: str = typer.Option("analytical", "--predictor",
                                            help="analytical | learned | auto (learned on the GPUs it covers)"),
+        adaptation: str = typer.Option("auto", "--adaptation",
+                                       help="learned predictor: auto (each GPU's `traincast fit adapt` adaptation, "
+                                            "if saved) | none"),
         plot_path: Optional[Path] = typer.Option(Path("plan.png"), "--plot", help="PNG of all configurations ('' for none)"),
         show_all: bool = typer.Option(False, "--all", help="list every configuration, not just the front"),
         catalog: Catalogs = typer.Option(None, "--catalog"),
@@ -234,7 +237,7 @@ def register(app: typer.Typer) -> None:
                    per_gpu_batch=per_gpu_batch, gpus=counts, gpu_types=types, instances=insts,
                    deadline_s=parse_duration_s(deadline) if deadline else None, budget_usd=budget,
                    precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog),
-                   predictor=predictor_name.strip().lower())
+                   predictor=predictor_name.strip().lower(), adaptation=adaptation.strip().lower())
         if plot_path:
             plot(res, str(plot_path))
         if as_json:

@@ -1,4 +1,4 @@
-"""The learned per-op time model: regressors on log(measured / roofline).
+"""The learned per-op time model: regressors on log(measured / a datasheet time).
 
 ``OpTimeRegressor`` is a scikit-learn style estimator: hyperparameters in the
 constructor, ``fit(rows, time_ms)``, ``predict(rows) -> time_ms``,
@@ -22,9 +22,10 @@ memory-bound forward dense layers reach 13-55% of the datasheet bandwidth, a
 4.1x spread over the six GPUs; per fp32 TFLOPS they reach 11-18 GB/s, a 1.7x
 spread: ``benchmarks/justus_bandwidth.py``), so the ratio to the compute time
 carries across GPUs and the ratio to the roofline does not: leaving a GPU
-out, the M60 went from 102% to 43% MAPE. The PyTorch rows keep the roofline
-(with the compute time for them too, the NeuSight whole models with the target
-GPU left out read 19.8% against 17.3%; ``docs/learned.md``).
+out, the M60 went from 89-102% to 41-46% MAPE over three row samples. The
+PyTorch rows keep the roofline: with the compute time for them too, the
+NeuSight whole models with the target GPU left out read 19.8% against
+17.1-18.2% (``docs/learned.md``).
 
 The model of a family is HistGradientBoosting (``estimator="hgb"``), an MLP as
 in Justus et al. (``"mlp"``), the mean of both log-ratio predictions
@@ -89,7 +90,7 @@ def ratio_constant(log_ratio) -> float:
 
 class FamilyBlend:
     """One op family's fitted members (``hgb``, ``mlp``, ``hgb_nohw``) and, per framework (``framework_tf`` feature
-    column ``fw_col``: 0 torch, 1 tf), the candidate that predicts its rows' log(time/roofline)."""
+    column ``fw_col``: 0 torch, 1 tf), the candidate that predicts its rows' log(time / base time)."""
 
     def __init__(self, members: dict, choice: dict, constants: dict, fw_col: int, default: str,
                  known: tuple = ()):
@@ -134,7 +135,7 @@ class FamilyBlend:
 
 
 class OpTimeRegressor:
-    """Per-family regressor on log(time / roofline): HistGradientBoosting (``estimator="hgb"``,
+    """Per-family regressor on log(time / base time) (``normalizer``): HistGradientBoosting (``estimator="hgb"``,
     the default), a multi-layer perceptron as in Justus et al. (``"mlp"``: the op kind one-hot,
     other features standardised), their mean in log space (``"ensemble"``), HistGradientBoosting without
     the device-spec features (``"hgb_nohw"``), ``"hybrid"`` (``hgb`` on the GPUs of the fit and on TensorFlow

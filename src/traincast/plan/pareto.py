@@ -111,12 +111,14 @@ def plan(
     sync: str = "ring",
     catalog: Catalog | None = None,
     predictor=None,
+    adaptation: str | None = "auto",
 ) -> PlanResult:
     """Forecast every priced (instance type x instance count) whose GPU total is in ``gpus``.
 
     ``predictor``: None (analytical), a predictor object used for every GPU, or a name of
     :data:`traincast.predict.PREDICTORS` resolved per GPU type (``auto``: learned on the GPUs it covers,
-    analytical elsewhere; a saved ``traincast fit adapt`` adaptation of the GPU is applied)."""
+    analytical elsewhere). ``adaptation`` (learned only): ``auto`` applies the adaptation ``traincast fit
+    adapt`` saved for a GPU where there is one, ``none`` (or None) none."""
     from traincast.predict import PREDICTORS, make_predictor
     from traincast.predict.compose import WorkloadFamily, forecast
 
@@ -139,13 +141,16 @@ def plan(
         raise ConfigError("no priced instance matches --gpu-types/--instances")
     if isinstance(predictor, str) and predictor not in PREDICTORS:
         raise ConfigError(f"--predictor must be one of {', '.join(PREDICTORS)}, got {predictor!r}")
+    if adaptation not in (None, "auto", "none"):
+        raise ConfigError(f"--adaptation must be auto or none for a plan (one file cannot adapt every GPU), "
+                          f"got {adaptation!r}")
     per_device: dict = {}
 
     def predictor_for(dev):
         if not isinstance(predictor, str):
             return predictor
         if dev.name not in per_device:
-            per_device[dev.name] = make_predictor(predictor, dev)
+            per_device[dev.name] = make_predictor(predictor, dev, adaptation)
         return per_device[dev.name]
     family = WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze)
     rows: list[Config] = []
