@@ -58,6 +58,34 @@ HABITAT_OPTIMIZER = {"gnmt": "adam", "transformer": "adam"}  # Habitat's iterati
 NEUSIGHT_MODELS = ROOT / "benchmarks" / "data" / "neusight_models"  # <label name>.json: the shape measured
 
 
+_INFERENCE_DIR: list = []
+
+
+def inference_config(path: Path) -> Path:
+    """The model NeuSight's inference rows ran, as a config: ``model.eval()`` under ``no_grad`` (so every dropout
+    probability 0; the traced step's forward phase is then the inference pass) and, for BERT, the sequence
+    classifier (``BertModel``'s encoder and pooler; the classifier's 1024 x 2 layer is left out) instead of the
+    LM head. Written once per run to a temporary folder."""
+    import json
+    import tempfile
+
+    import transformers as tf
+
+    if not _INFERENCE_DIR:
+        _INFERENCE_DIR.append(Path(tempfile.mkdtemp(prefix="traincast-neusight-inf-")))
+    out = _INFERENCE_DIR[0] / path.name
+    if not out.exists():
+        data = json.loads(path.read_text())
+        defaults = tf.AutoConfig.for_model(data["model_type"]).to_dict()
+        for key, value in defaults.items():
+            if ("dropout" in key or "pdrop" in key or key == "layerdrop") and isinstance(value, float):
+                data[key] = 0.0
+        if data["model_type"] == "bert":
+            data["architectures"] = ["BertModel"]
+        out.write_text(json.dumps(data))
+    return out
+
+
 def cases(data: Path) -> tuple[list[dict], list[str]]:
     out, skipped = [], []
     h = pd.read_csv(data / "models" / "habitat_rtx2080ti_iterations.csv")
@@ -77,7 +105,8 @@ def cases(data: Path) -> tuple[list[dict], list[str]]:
             continue
         train = r.mode == "train"
         out.append(dict(src="neusight" + ("" if train else "-inf") + ("-amd" if r.gpu.startswith("AMD") else ""),
-                        gpu=r.gpu, model=str(cfg), batch=int(r.batch_size), seq=int(r.seq_len),
+                        gpu=r.gpu, model=str(cfg if train else inference_config(cfg)), batch=int(r.batch_size),
+                        seq=int(r.seq_len),
                         measured_ms=float(r.iteration_ms),
                         phases=("forward", "backward") if train else ("forward",)))
     return out, skipped

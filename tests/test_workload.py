@@ -248,6 +248,30 @@ def test_a_hugging_face_config_json_is_a_model(tmp_path):
     assert trace(str(p), batch_size=1, seq_len=32).flops() > 0
 
 
+def test_hugging_face_config_eager_attention_and_an_encoder_without_a_loss(tmp_path):
+    """A config naming ``attn_implementation: eager`` is traced as its explicit score matmuls and softmax (no
+    fused attention op); a class whose forward takes no labels (``BertModel``) trains on a stand-in loss; with
+    every dropout probability 0 the forward pass has no dropout ops (an inference pass)."""
+    b, n, d, L, ffn = 2, 64, 256, 2, 1024
+    cfg = {"model_type": "bert", "architectures": ["BertModel"], "hidden_size": d, "num_hidden_layers": L,
+           "num_attention_heads": 4, "intermediate_size": ffn, "vocab_size": 1000,
+           "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "attn_implementation": "eager"}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    wl = trace(str(p), batch_size=b, seq_len=n)
+    fwd = [o for o in wl.ops if o.phase == "forward"]
+    assert not any(o.op_class == "attention" for o in wl.ops)
+    assert sum(o.aten == "_softmax" for o in fwd) == L and sum(o.aten == "bmm" for o in fwd) == 2 * L
+    assert not any(o.aten in ("bernoulli_", "native_dropout") for o in fwd)
+    assert any(o.phase == "backward" for o in wl.ops)
+    # per token: 4 d^2 projections + 2 d ffn per layer, scores and values 2 n d; the pooler d^2 on one token
+    mm = sum(o.flops for o in fwd if o.op_class == "matmul")
+    assert mm == pytest.approx(2 * b * n * L * (4 * d * d + 2 * d * ffn + 2 * n * d) + 2 * b * d * d, rel=0.01)
+    cfg["attention_probs_dropout_prob"] = 0.1  # training-mode dropout on the attention probabilities
+    p.write_text(json.dumps(cfg))
+    assert sum(o.aten == "bernoulli_" for o in trace(str(p), batch_size=b, seq_len=n).ops) == L
+
+
 @pytest.mark.parametrize("cfg, message", [
     ({"model_type": "no-such-type"}, "model_type 'no-such-type' is not one transformers"),
     ({"model_type": "gpt2", "architectures": ["NoSuchModel"]}, "architectures[0] 'NoSuchModel' is not a model class"),

@@ -188,8 +188,12 @@ def _position_limit(cfg) -> int | None:
 
 def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, freeze, seq_len) -> TrainingStep:
     """A language-model training step of the Hugging Face model ``cls(cfg)`` built on ``device`` (no weights
-    downloaded): random token ids of ``batch_size x seq_len``, the ids as labels, the model's own loss."""
-    cfg._attn_implementation = "sdpa"
+    downloaded): random token ids of ``batch_size x seq_len``, the ids as labels, the model's own loss (a
+    class whose forward takes no labels, e.g. ``BertModel``: the mean of its first output).
+    Attention is PyTorch's fused ``scaled_dot_product_attention`` unless the config names another
+    ``attn_implementation`` (``eager``: the explicit matmul-softmax-matmul of the model's own code)."""
+    if getattr(cfg, "_attn_implementation_internal", None) is None:
+        cfg._attn_implementation = "sdpa"
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
     limit = _position_limit(cfg)
@@ -201,14 +205,22 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
     except ValueError as exc:  # e.g. a hidden size its heads do not divide
         raise ConfigError(f"cannot build {name}: {str(exc).splitlines()[0]}") from None
     vocab = cfg.vocab_size
+    import inspect
+
+    # a class with a language-model loss learns to predict the ids; one without (BertModel, an encoder)
+    # trains on the mean of its last hidden state, a stand-in loss of negligible cost
+    takes_labels = "labels" in inspect.signature(model.forward).parameters
 
     def make_batch(dev):
         ids = torch.randint(0, vocab, (batch_size, seq_len), device=dev)
         mask = torch.ones(batch_size, seq_len, dtype=torch.long, device=dev)
-        return (), {"input_ids": ids, "attention_mask": mask, "labels": ids}, None
+        kw = {"input_ids": ids, "attention_mask": mask}
+        return (), ({**kw, "labels": ids} if takes_labels else kw), None
 
     def loss_fn(out, _target):
-        return out.loss
+        if takes_labels:
+            return out.loss
+        return out[0].float().mean()
 
     return supervised_step(
         name, model, make_batch, loss_fn,
