@@ -72,7 +72,11 @@ def inference_config(path: Path) -> Path:
     import transformers as tf
 
     if not _INFERENCE_DIR:
+        import atexit
+        import shutil
+
         _INFERENCE_DIR.append(Path(tempfile.mkdtemp(prefix="traincast-neusight-inf-")))
+        atexit.register(shutil.rmtree, _INFERENCE_DIR[0], True)
     out = _INFERENCE_DIR[0] / path.name
     if not out.exists():
         data = json.loads(path.read_text())

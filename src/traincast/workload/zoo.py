@@ -7,6 +7,7 @@ input and loss, so ``build_step(name, ...)`` gives a full training step.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -205,8 +206,6 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
     except ValueError as exc:  # e.g. a hidden size its heads do not divide
         raise ConfigError(f"cannot build {name}: {str(exc).splitlines()[0]}") from None
     vocab = cfg.vocab_size
-    import inspect
-
     # a class with a language-model loss learns to predict the ids; one without (BertModel, an encoder)
     # trains on the mean of its last hidden state, a stand-in loss of negligible cost
     takes_labels = "labels" in inspect.signature(model.forward).parameters
