@@ -101,7 +101,7 @@ def test_learned_predictor_on_unseen_gpu_covers_most_ops(learned):
     w = trace("resnet18", batch_size=4)
     l4 = get_catalog().device("L4")  # never in the layer/kernel data
     ot = learned.predict(w, l4)
-    assert ot.predictor == "learned"
+    assert ot.predictor == "learned+analytical"  # a GPU outside the fit: the mean with the analytical times
     assert len(ot.times_s) == len(w.ops) and all(math.isfinite(t) and t > 0 for t in ot.times_s)
     cov = learned.coverage(w)
     assert cov["learned"] + cov["fallback"] == len(w.ops)
@@ -112,6 +112,25 @@ def test_learned_predictor_on_unseen_gpu_covers_most_ops(learned):
     assert not learned.covers(cpu)
     from traincast.predict.analytical import AnalyticalPredictor
     assert learned.predict(w, cpu).times_s == AnalyticalPredictor().predict(w, cpu).times_s
+
+
+def test_on_a_gpu_outside_the_fit_covered_ops_are_the_geometric_mean_with_the_analytical_times(learned):
+    from dataclasses import replace
+
+    from traincast.predict.analytical import AnalyticalPredictor
+
+    cat = get_catalog()
+    w = trace("bert-tiny", batch_size=2, seq_len=32)
+    t4, l4 = cat.device("T4"), cat.device("L4")
+    assert learned.knows(t4) and not learned.knows(l4)  # T4 kernels are in the data, the L4 is in none
+    assert learned.predict(w, t4).predictor == "learned"
+    pure = replace(learned, blend_unseen=False, _known={})
+    lp, la, an = pure.predict(w, l4).times_s, learned.predict(w, l4).times_s, AnalyticalPredictor().predict(w, l4).times_s
+    cov = [i for i, (a, b) in enumerate(zip(lp, an)) if a != b]  # the ops the learned model times
+    assert cov
+    for i in range(len(w.ops)):
+        assert la[i] == pytest.approx(math.sqrt(lp[i] * an[i]) if i in cov else an[i], rel=1e-9)
+    assert pure.predict(w, t4).times_s == learned.predict(w, t4).times_s  # a GPU of the fit: as learned
 
 
 # --- CLI -----------------------------------------------------------------------------------

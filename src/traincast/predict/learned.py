@@ -69,6 +69,12 @@ class LearnedPredictor:
     (``harness_floor_ms``), less the analytical kernel floor, is subtracted from
     each learned kernel time (never below the analytical kernel floor).
     ``measurement_floor_ms`` sets one floor for every kind instead.
+
+    On a GPU the fit never saw (its catalog specs are no training GPU's) and that no adaptation covers,
+    each covered op takes the geometric mean of the learned and the analytical time
+    (``blend_unseen``; the forecast's predictor reads ``learned+analytical``): there the learned model
+    carries the training GPUs' average efficiency and the analytical one the datasheet's, and their errors
+    differ (docs/learned.md, "Whole models").
     """
 
     needs_shapes: ClassVar[bool] = True  # reads op shapes: exact traces, not interpolated ones
@@ -80,6 +86,8 @@ class LearnedPredictor:
     # a GpuAdaptation (traincast.fit.adapt) applied on its GPU only; set by `with_adaptation`
     adaptation: object | None = None
     model_sha256: str | None = None  # of the file the model was loaded from
+    blend_unseen: bool = True
+    _known: dict = field(default_factory=dict, repr=False, compare=False)  # device name -> seen by the fit
 
     # --- loading ---------------------------------------------------------------------
     @classmethod
@@ -115,6 +123,27 @@ class LearnedPredictor:
                             "corrects no PyTorch kernel; fit one on NeuSight-schema kernels or `traincast bench "
                             "layers` samples")
         return replace(self, adaptation=adaptation)
+
+    def knows(self, device: Device) -> bool:
+        """Whether the fit saw this GPU: its catalog specs are those of a GPU in the training data."""
+        if device.name not in self._known:
+            from traincast.fit import features as F
+
+            mine = F.device_columns(device)
+            seen = False
+            for g in getattr(self.model, "gpus_", ()):
+                try:
+                    seen = F.device_columns(F._device_by_name(g)) == mine
+                except Exception:  # a training GPU name the catalog no longer resolves
+                    continue
+                if seen:
+                    break
+            self._known[device.name] = seen
+        return self._known[device.name]
+
+    def blends(self, device: Device) -> bool:
+        """Whether covered ops on ``device`` are the geometric mean of learned and analytical times."""
+        return self.blend_unseen and self.covers(device) and not self._adapts(device) and not self.knows(device)
 
     def _adapts(self, device: Device) -> bool:
         return self.adaptation is not None and self.adaptation.gpu == device.name
@@ -215,7 +244,9 @@ class LearnedPredictor:
             bad = np.zeros(len(workload.ops), dtype=bool)
             np.logical_or.at(bad, owner, ~np.isfinite(pred_ms))
             over_s = np.zeros(len(workload.ops)) if in_step else op_overheads_s(workload.ops, p)
+            blend = self.blends(device)
             for i in np.flatnonzero(covered & ~bad):
-                times[i] = per_op[i] * 1e-3 + over_s[i]
-        return OpTimes(self.name + ("+adapted" if self._adapts(device) else ""), tuple(times), tuple(bound),
-                       base.step_overhead_s)
+                t = per_op[i] * 1e-3 + over_s[i]
+                times[i] = float(np.sqrt(t * base.times_s[i])) if blend and base.times_s[i] > 0 else t
+        suffix = "+adapted" if self._adapts(device) else "+analytical" if self.blends(device) else ""
+        return OpTimes(self.name + suffix, tuple(times), tuple(bound), base.step_overhead_s)
