@@ -87,7 +87,7 @@ class LearnedPredictor:
     adaptation: object | None = None
     model_sha256: str | None = None  # of the file the model was loaded from
     blend_unseen: bool = True
-    _known: dict = field(default_factory=dict, repr=False, compare=False)  # device name -> seen by the fit
+    _known: dict = field(default_factory=dict, repr=False, compare=False)  # device specs -> seen by the fit
 
     # --- loading ---------------------------------------------------------------------
     @classmethod
@@ -126,20 +126,22 @@ class LearnedPredictor:
 
     def knows(self, device: Device) -> bool:
         """Whether the fit saw this GPU: its catalog specs are those of a GPU in the training data."""
-        if device.name not in self._known:
-            from traincast.fit import features as F
+        from traincast.errors import UnknownNameError
+        from traincast.fit import features as F
 
-            mine = F.device_columns(device)
+        mine = F.device_columns(device)
+        key = tuple(sorted(mine.items()))
+        if key not in self._known:
             seen = False
             for g in getattr(self.model, "gpus_", ()):
                 try:
                     seen = F.device_columns(F._device_by_name(g)) == mine
-                except Exception:  # a training GPU name the catalog no longer resolves
+                except UnknownNameError:  # a training GPU name the catalog no longer resolves
                     continue
                 if seen:
                     break
-            self._known[device.name] = seen
-        return self._known[device.name]
+            self._known[key] = seen
+        return self._known[key]
 
     def blends(self, device: Device) -> bool:
         """Whether covered ops on ``device`` are the geometric mean of learned and analytical times."""
