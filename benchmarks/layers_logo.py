@@ -62,6 +62,7 @@ def main(argv=None) -> int:
     print(f"estimator {args.estimator}, normalizer {args.normalizer}, max_iter {args.max_iter}"
           + (f", CV {'leave one GPU out' if args.cv_splits is None else f'GroupKFold({args.cv_splits})'}"
              f" on <= {args.cv_max_rows or 'all'} rows per family" if args.estimator == "auto" else ""))
+    seed_rows: dict = {}  # the other seeds' row samples
     for ds in args.dataset or ("justus2018", "neusight"):
         print(f"\n{ds}: leave one GPU out")
         res = leave_one_gpu_out(rows, ds, estimator=est, adapt=adapt, draws=args.draws)
@@ -84,8 +85,9 @@ def main(argv=None) -> int:
             per = {r.gpu: [r.mape_pct] for r in res}
             means = [float(np.mean([r.mape_pct for r in res]))]
             for seed in seeds[1:]:
-                other = training_rows(args.data, max_rows_per_file=args.rows_per_file, seed=seed)
-                got = leave_one_gpu_out(other, ds, estimator=est, log=None)
+                if seed not in seed_rows:  # loaded once for both datasets
+                    seed_rows[seed] = training_rows(args.data, max_rows_per_file=args.rows_per_file, seed=seed)
+                got = leave_one_gpu_out(seed_rows[seed], ds, estimator=est, log=None)
                 for r in got:
                     per.setdefault(r.gpu, []).append(r.mape_pct)
                 means.append(float(np.mean([r.mape_pct for r in got])))

@@ -227,13 +227,13 @@ class LearnedPredictor:
         rows, owner, mult, covered = self._map(workload, precision)
         times = list(base.times_s)
         bound = list(base.bound)
+        adapted, blend = self._adapts(device), self.blends(device)
         if rows:
             p = self.fallback.params(device)
             df = attach_devices(pd.DataFrame(rows), device)
             floor_ms = self.harness_floor_ms(df, device) - p["kernel_floor_us"] * 1e-3
             floor_ms = np.maximum(floor_ms, 0.0)
             pred_ms = self.model.predict(df)
-            adapted = self._adapts(device)
             in_step = adapted and self.adaptation.timing == "in-step"
             if adapted:
                 from traincast.fit.learn import GpuAdapter, adapt_predictions
@@ -246,9 +246,8 @@ class LearnedPredictor:
             bad = np.zeros(len(workload.ops), dtype=bool)
             np.logical_or.at(bad, owner, ~np.isfinite(pred_ms))
             over_s = np.zeros(len(workload.ops)) if in_step else op_overheads_s(workload.ops, p)
-            blend = self.blends(device)
             for i in np.flatnonzero(covered & ~bad):
                 t = per_op[i] * 1e-3 + over_s[i]
                 times[i] = float(np.sqrt(t * base.times_s[i])) if blend and base.times_s[i] > 0 else t
-        suffix = "+adapted" if self._adapts(device) else "+analytical" if self.blends(device) else ""
+        suffix = "+adapted" if adapted else "+analytical" if blend else ""
         return OpTimes(self.name + suffix, tuple(times), tuple(bound), base.step_overhead_s)
