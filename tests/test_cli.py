@@ -116,3 +116,22 @@ def test_predict_a_hugging_face_config(capsys, tmp_path):
     p.write_text(json.dumps({"model_type": "gpt2", "architectures": ["Gpt2Nope"]}))
     code, _, err = cli(capsys, "predict", str(p), "--gpu", "V100", "--batch-size", "4", "--dataset-size", "400")
     assert code == 2 and "'Gpt2Nope' is not a model class" in err and "Traceback" not in err
+
+
+def test_predict_a_mixture_of_experts_config_says_how_experts_were_loaded(capsys, tmp_path):
+    moe = {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+           "vocab_size": 500, "max_position_embeddings": 64}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(moe))
+    code, out, _ = cli(capsys, "predict", str(p), "--gpu", "A100", "--batch-size", "4", "--dataset-size", "400",
+                       "--json")
+    assert code == 0
+    got = json.loads(out)
+    assert any("mixture of experts: 4 grouped expert GEMMs" in n for n in got["notes"]) and got["iteration_s"] > 0
+    p.write_text(json.dumps({"model_type": "switch_transformers", "d_model": 64, "d_ff": 128, "d_kv": 16,
+                             "num_layers": 2, "num_heads": 4, "num_experts": 4, "vocab_size": 500,
+                             "encoder_sparse_step": 1}))
+    code, _, err = cli(capsys, "predict", str(p), "--gpu", "A100", "--batch-size", "4", "--dataset-size", "400",
+                       "--seq-len", "16")
+    assert code == 2 and "mixture-of-experts layer" in err and "Traceback" not in err

@@ -272,6 +272,50 @@ def test_hugging_face_config_eager_attention_and_an_encoder_without_a_loss(tmp_p
     assert sum(o.aten == "bernoulli_" for o in trace(str(p), batch_size=b, seq_len=n).ops) == L
 
 
+@pytest.mark.parametrize("b, n", [(2, 16), (1, 7)])
+def test_a_mixture_of_experts_config_traces_with_evenly_loaded_experts(tmp_path, b, n):
+    """Mixtral (grouped experts): each layer's routed rows (tokens x top-k) are split evenly over the experts
+    and multiplied as one batched GEMM per projection, padded to a whole number of rows per expert; the
+    router adds a d x E GEMM per token. b=1, n=7: 14 routed rows over 4 experts, 4 rows each (2 padding)."""
+    d, ffn, L, E, K, vocab = 64, 128, 2, 4, 2, 1000
+    cfg = {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "hidden_size": d,
+           "intermediate_size": ffn, "num_hidden_layers": L, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "num_local_experts": E, "num_experts_per_tok": K, "vocab_size": vocab, "max_position_embeddings": 64}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    wl = trace(str(p), batch_size=b, seq_len=n)
+    assert wl.meta["balanced_expert_gemms"] == 2 * L  # gate-up and down per layer, forward
+    rows = -(-b * n * K // E)
+    fwd = [o for o in wl.ops if o.phase == "forward" and ".experts" in o.module and o.aten == "bmm"]
+    assert sorted(o.input_shapes[:2] for o in fwd) == sorted(
+        [((E, rows, d), (E, d, 2 * ffn)), ((E, rows, ffn), (E, ffn, d))] * L)
+    assert sum(o.flops for o in fwd) == L * 2 * E * rows * (d * 2 * ffn + ffn * d)
+    bwd = [o for o in wl.ops if o.phase == "backward" and ".experts" in o.module and o.aten == "bmm"]
+    assert sum(o.flops for o in bwd) == 2 * sum(o.flops for o in fwd)  # input and weight gradients
+    router = [o for o in wl.ops if o.phase == "forward" and o.module.endswith("mlp.gate") and o.op_class == "matmul"]
+    assert sum(o.flops for o in router) == L * 2 * b * n * d * E
+
+
+def test_a_class_without_fused_attention_builds_eager_and_data_dependent_routing_is_a_clear_error(tmp_path):
+    """SwitchTransformers has no ``scaled_dot_product_attention`` path: it is built with its own
+    matmul-softmax-matmul. Its sparse layers loop over the experts the router picked (torch.where), which has
+    no shape on the meta device: a TraceError that says so, not a crash."""
+    from traincast.errors import TraceError
+
+    cfg = {"model_type": "switch_transformers", "architectures": ["SwitchTransformersForConditionalGeneration"],
+           "d_model": 64, "d_ff": 128, "d_kv": 16, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4,
+           "num_experts": 4, "vocab_size": 1000, "encoder_sparse_step": 0, "decoder_sparse_step": 0}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    wl = trace(str(p), batch_size=2, seq_len=16)
+    assert not any(o.op_class == "attention" for o in wl.ops)
+    assert sum(o.aten == "_softmax" for o in wl.ops if o.phase == "forward") == 2 + 2 * 2  # self, and cross in the decoder
+    cfg["encoder_sparse_step"] = 1
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(TraceError, match="mixture-of-experts layer that loops over the experts"):
+        trace(str(p), batch_size=2, seq_len=16)
+
+
 @pytest.mark.parametrize("cfg, message", [
     ({"model_type": "no-such-type"}, "model_type 'no-such-type' is not one transformers"),
     ({"model_type": "gpt2", "architectures": ["NoSuchModel"]}, "architectures[0] 'NoSuchModel' is not a model class"),

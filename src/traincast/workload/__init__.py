@@ -132,4 +132,9 @@ def trace(
     except (RuntimeError, ValueError, IndexError, AttributeError, TypeError, KeyError, NotImplementedError) as exc:
         # a model built from a user's config can fail inside its own forward in any of these ways
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "nonzero" in msg:
+            msg = ("its forward takes a shape from tensor values (torch.nonzero / torch.where), e.g. a "
+                   "mixture-of-experts layer that loops over the experts its router picked; values do not exist "
+                   "on the meta device. Hugging Face MoE models with grouped experts (Mixtral, Qwen-MoE, "
+                   "DeepSeek, ...) trace with evenly loaded experts; this one does not")
         raise TraceError(f"cannot trace {step.name} with batch {batch_size}: {msg}") from None

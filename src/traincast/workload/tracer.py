@@ -229,6 +229,48 @@ class FusedAttention(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+# --- mixture-of-experts layers ------------------------------------------
+class BalancedExperts:
+    """While active, the grouped expert GEMMs of Hugging Face mixture-of-experts layers (the ``grouped_mm``
+    experts implementation of ``transformers.integrations.moe``, the default of Mixtral, Qwen-MoE, DeepSeek,
+    OLMoE, ...) run as one batched matmul with the routed tokens split evenly over the experts.
+
+    Which expert a token goes to depends on the router's values, which meta tensors do not have, and the
+    grouped GEMM kernel has no meta implementation in fp32. Evenly loaded experts are what the load-balancing
+    loss trains towards, and a grouped GEMM takes about the time of a batched GEMM of the same FLOPs: the
+    ``S`` routed rows are padded to ``E x ceil(S / E)`` and multiplied as ``E`` GEMMs of ``ceil(S / E)`` rows
+    (the padding appears as one small copy). ``count`` says how many grouped GEMMs were replaced."""
+
+    def __init__(self):
+        self.count = 0
+        self._moe = None
+        self._orig = None
+
+    def _grouped_mm(self, input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        self.count += 1
+        rows, k = input.shape
+        experts = weight.shape[0]
+        per = -(-rows // experts)
+        x = F.pad(input, (0, 0, 0, experts * per - rows)) if experts * per != rows else input
+        out = torch.bmm(x.to(weight.dtype).reshape(experts, per, k), weight)
+        return out.reshape(experts * per, weight.shape[-1])[:rows]
+
+    def __enter__(self):
+        import sys
+
+        moe = sys.modules.get("transformers.integrations.moe")  # only where transformers built the model
+        if moe is not None and hasattr(moe, "_grouped_mm"):
+            self._moe, self._orig = moe, moe._grouped_mm
+            moe._grouped_mm = self._grouped_mm
+        return self
+
+    def __exit__(self, *exc):
+        if self._moe is not None:
+            self._moe._grouped_mm = self._orig
+            self._moe = None
+        return False
+
+
 # --- the trace ----------------------------------------------------------
 def _storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
@@ -309,7 +351,8 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
             if isinstance(m, AutocastEmulation):
                 m.cache.clear()
 
-    with tracker, recorder, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    experts = BalancedExperts()
+    with tracker, recorder, experts, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         for m in modes:
             m.__enter__()
         try:
@@ -349,6 +392,7 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
             "fused_attention": fused_attention,
             "unregistered_ops": dict(recorder.unregistered),
             "data_dependent_reads": recorder.data_dependent,
+            "balanced_expert_gemms": experts.count,
             "trace_s": round(time.perf_counter() - t0, 3),
             "param_tensors": len(trainable),
             "rnn_calls": rnn_calls,

@@ -192,8 +192,10 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
     downloaded): random token ids of ``batch_size x seq_len``, the ids as labels, the model's own loss (a
     class whose forward takes no labels, e.g. ``BertModel``: the mean of its first output).
     Attention is PyTorch's fused ``scaled_dot_product_attention`` unless the config names another
-    ``attn_implementation`` (``eager``: the explicit matmul-softmax-matmul of the model's own code)."""
-    if getattr(cfg, "_attn_implementation_internal", None) is None:
+    ``attn_implementation`` (``eager``: the explicit matmul-softmax-matmul of the model's own code) or the
+    class has no fused attention (then ``eager``)."""
+    chose_sdpa = getattr(cfg, "_attn_implementation_internal", None) is None
+    if chose_sdpa:
         cfg._attn_implementation = "sdpa"
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
@@ -201,8 +203,15 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
     if limit and seq_len > limit:
         raise ConfigError(f"--seq-len {seq_len} exceeds {name}'s {limit} positions")
     try:
-        with torch.device(device):
-            model = cls(cfg)
+        try:
+            with torch.device(device):
+                model = cls(cfg)
+        except ValueError as exc:
+            if not (chose_sdpa and "scaled_dot_product_attention" in str(exc)):
+                raise
+            cfg._attn_implementation = "eager"  # a class without fused attention: its own matmul-softmax-matmul
+            with torch.device(device):
+                model = cls(cfg)
     except ValueError as exc:  # e.g. a hidden size its heads do not divide
         raise ConfigError(f"cannot build {name}: {str(exc).splitlines()[0]}") from None
     vocab = cfg.vocab_size
