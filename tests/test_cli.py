@@ -135,3 +135,30 @@ def test_predict_a_mixture_of_experts_config_says_how_experts_were_loaded(capsys
     code, _, err = cli(capsys, "predict", str(p), "--gpu", "A100", "--batch-size", "4", "--dataset-size", "400",
                        "--seq-len", "16")
     assert code == 2 and "mixture-of-experts layer" in err and "Traceback" not in err
+
+
+def test_files_and_numbers_a_user_gets_wrong_are_errors_not_tracebacks(capsys, tmp_path):
+    """A folder where a file goes, a binary file, a CSV given as the learned model, infinite or negative
+    numbers, a plot path that is a folder or not a PNG, a negative seed: one `error:` line (or click's usage
+    message) and exit 2, before any long work."""
+    folder = tmp_path / "adir.yaml"
+    folder.mkdir()
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\x00\xbd\xff\xfe" * 10)
+    csv = tmp_path / "rows.csv"
+    csv.write_text("gpu,op,batch\nP100,dense,1\n")
+    cases = [
+        (["trace", str(folder), "-b", "4"], "Is a directory"),
+        (["trace", str(binary), "-b", "4"], "not UTF-8 text"),
+        (["eval-layers", str(csv), "--gpu", "P100", "--model", str(csv)], "is not a traincast learned model"),
+        (["eval-layers", str(csv), "--gpu", "P100", "--model", str(tmp_path)], "is a folder"),
+        (["predict", "resnet50", "--gpu", "A100", "-b", "64", "--epochs", "inf"], "--epochs must be a positive"),
+        (["predict", "resnet50", "--gpu", "A100", "--gpus", "16", "--nodes", "2", "-b", "64", "--network-gbit", "-5"],
+         "--network-gbit must be a positive"),
+        (["plan", "resnet50", "--epochs", "1", "-b", "256", "--plot", str(tmp_path)], "is a folder"),
+        (["plan", "resnet50", "--epochs", "1", "-b", "256", "--plot", str(tmp_path / "x.txt")], "must end in .png"),
+        (["eval-layers", str(csv), "--gpu", "P100", "--adapt", "1", "--seed", "-1"], "--seed"),
+    ]
+    for args, message in cases:
+        code, _, err = cli(capsys, *args)
+        assert code == 2 and message in err and "Traceback" not in err, (args, code, err)

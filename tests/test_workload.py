@@ -320,6 +320,12 @@ def test_a_class_without_fused_attention_builds_eager_and_data_dependent_routing
     ({"model_type": "no-such-type"}, "model_type 'no-such-type' is not one transformers"),
     ({"model_type": "gpt2", "architectures": ["NoSuchModel"]}, "architectures[0] 'NoSuchModel' is not a model class"),
     ({"model_type": "gpt2", "n_embd": 100, "n_head": 3}, "cannot build"),
+    ({"model_type": "gpt2", "n_layer": "two"}, "not a valid gpt2 config: .*n_layer"),
+    ({"model_type": "gpt2", "n_head": 0}, "num_attention_heads must be a positive integer, got 0"),
+    ({"model_type": "gpt2", "n_layer": -2}, "num_hidden_layers must be a positive integer, got -2"),
+    ({"model_type": "gpt2", "vocab_size": 0}, "vocab_size must be a positive integer, got 0"),
+    ({"model_type": "gpt2", "architectures": "GPT2LMHeadModel"}, "architectures must be a list of class names"),
+    ({"model_type": 5}, "model_type must be a string"),
 ])
 def test_bad_hugging_face_configs_are_clear_errors(tmp_path, cfg, message):
     p = tmp_path / "config.json"

@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N"),
         dtype: str = typer.Option("fp32", "--dtype", help="fp32 | fp16 | bf16"),
         size: str = typer.Option("auto", "--size", help="shape caps: small | medium | large (auto: small on cpu, large on cuda)"),
-        seed: int = typer.Option(0, "--seed"),
+        seed: int = typer.Option(0, "--seed", min=0),
         campaign: Optional[str] = typer.Option(None, "--campaign", help="campaign name (default: derived from the settings)"),
         fixed: Optional[str] = typer.Option(None, "--set", help="pin op parameters, e.g. batch=8,kernel=3"),
         threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: torch's)"),

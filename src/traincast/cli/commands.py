@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from traincast.cli.render import console, count, dur, flops, print_json, size, split_list, table, usd
+from traincast.errors import png_path
 
 Catalogs = Optional[list[Path]]
 
@@ -230,6 +231,8 @@ def register(app: typer.Typer) -> None:
 
         if plot_path is not None and str(plot_path) in ("", "."):  # --plot "": no plot
             plot_path = None
+        if plot_path is not None:
+            plot_path = png_path(plot_path)
         counts = split_list(gpus, "--gpus", int)
         types = split_list(gpu_types, "--gpu-types") if gpu_types else None
         insts = split_list(instances, "--instances") if instances else None

@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         out: Optional[str] = typer.Option(None, "--out", help="write the rows with a predicted_ms column here"),
         model: Optional[str] = typer.Option(None, "--model", help="a model file from `traincast fit layers` (default: the shipped one)"),
         adapt: int = typer.Option(0, "--adapt", help="adapt the model to this GPU with K measured rows of the CSV drawn at random; MAPE is over the other rows"),
-        seed: int = typer.Option(0, "--seed", help="with --adapt: the random draw"),
+        seed: int = typer.Option(0, "--seed", min=0, help="with --adapt: the random draw"),
     ):
         """Predict each layer/kernel row's time on GPU; print MAPE when measured times are present."""
         from traincast.fit.evaluate import eval_layers
@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
             try:
                 res.frame.to_csv(out, index=False)
             except OSError as exc:
-                raise ConfigError(f"cannot write {out!r}: {exc.strerror}") from None
+                raise ConfigError(f"cannot write {out!r}: {exc.strerror or exc}") from None
         console.print(f"{res.rows} rows on {res.gpu}: {res.predicted_rows} predicted"
                       + (f", {res.skipped_rows} skipped (missing or non-numeric fields)" if res.skipped_rows else ""))
         if res.adapt_rows:
@@ -187,6 +187,8 @@ def register(app: typer.Typer) -> None:
         """Write tidy job-level records (features + target) for `traincast fit jobs`: from the shared data, or
         from the whole-step timings `traincast bench model` stored."""
         source = source.lower()
+        if source not in ("vtrain", "mlperf", "store"):
+            raise ConfigError(f"--source must be vtrain, mlperf or store, got {source!r}")
         if source != "store" and (db or model or device):
             raise ConfigError("--db, --model and --device go with --source store")
         if source == "store":
@@ -216,7 +218,7 @@ def register(app: typer.Typer) -> None:
         try:
             frame.to_csv(out, index=False)
         except OSError as exc:
-            raise ConfigError(f"cannot write {out!r}: {exc.strerror}") from None
+            raise ConfigError(f"cannot write {out!r}: {exc.strerror or exc}") from None
         console.print(f"wrote {len(frame)} {source} job records to {out} (target column {target!r})")
 
     @fit.command("jobs")
@@ -320,7 +322,7 @@ def register(app: typer.Typer) -> None:
             try:
                 res.frame.to_csv(out, index=False)
             except OSError as exc:
-                raise ConfigError(f"cannot write {out!r}: {exc.strerror}") from None
+                raise ConfigError(f"cannot write {out!r}: {exc.strerror or exc}") from None
         if as_json:
             print_json({"model": reg.best_.model, "target": reg.target_, "rows": res.rows,
                         "predicted_rows": res.predicted_rows, "skipped_rows": res.skipped_rows,

@@ -39,7 +39,8 @@ def _register_all() -> None:
 def run(argv: list[str] | None = None, the_app: typer.Typer | None = None) -> int:
     """Run the CLI on ``argv``; return the exit code instead of exiting.
 
-    A ``TraincastError`` becomes ``error: <message>`` on stderr and code 2.
+    A ``TraincastError`` becomes ``error: <message>`` on stderr and code 2, and so does a file that cannot be
+    read or written (a folder given for a file, a missing folder, a file that is not UTF-8 text).
     """
     the_app = the_app or app
     try:
@@ -55,6 +56,13 @@ def run(argv: list[str] | None = None, the_app: typer.Typer | None = None) -> in
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         return 130
+    except UnicodeDecodeError as exc:  # a binary or non-UTF-8 file where text was expected
+        typer.echo(f"error: a file given is not UTF-8 text ({exc.reason} at byte {exc.start})", err=True)
+        return 2
+    except OSError as exc:  # a folder where a file was expected, a missing folder to write into, no permission
+        where = f"{exc.filename!s}: " if exc.filename is not None else ""
+        typer.echo(f"error: {where}{exc.strerror or exc}", err=True)
+        return 2
     except Exception as exc:  # click's usage errors (typer may vendor its own click)
         if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from traincast.errors import ConfigError
+from traincast.errors import ConfigError, png_path
 
 
 def register(app: typer.Typer) -> None:
@@ -26,7 +26,7 @@ def simulate_cmd(
                                help="comma-separated: fifo, edf, priority, fifo-pack, edf-pack, "
                                     "priority-pack, milp"),
     replications: int = typer.Option(5, "--replications", "-r", help="job lists drawn per policy"),
-    seed: int = typer.Option(0, "--seed", help="random seed (same seed, same results)"),
+    seed: int = typer.Option(0, "--seed", min=0, help="random seed (same seed, same results)"),
     nodes: int | None = typer.Option(None, "--nodes", help="node slots (jobs scale with it)"),
     jobs: int | None = typer.Option(None, "--jobs", help="number of jobs"),
     interarrival: float | None = typer.Option(None, "--interarrival",
@@ -42,6 +42,8 @@ def simulate_cmd(
     from traincast.plan.scenario import load_scenario
     from traincast.plan.simulate import compare
 
+    if plot is not None:
+        plot = png_path(plot, create_folder=True)
     sc = load_scenario(scenario)
     sc = sc.with_overrides(nodes=nodes, n_jobs=jobs, mean_interarrival_s=interarrival)
     if replications < 1:

@@ -106,7 +106,7 @@ class GpuAdaptation:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(self.to_dict(), indent=1))
         except OSError as exc:
-            raise ConfigError(f"cannot write the adaptation to {str(path)!r}: {exc.strerror}") from None
+            raise ConfigError(f"cannot write the adaptation to {str(path)!r}: {exc.strerror or exc}") from None
         return path
 
     @classmethod

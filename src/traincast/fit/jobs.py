@@ -765,7 +765,7 @@ class JobRegressor:
             with open(p, "wb") as fh:
                 pickle.dump(self, fh, protocol=pickle.HIGHEST_PROTOCOL)
         except OSError as exc:
-            raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror}") from None
+            raise ConfigError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
         return p
 
     @classmethod

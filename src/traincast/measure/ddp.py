@@ -309,11 +309,15 @@ def time_ddp(
     backend = backend or ("nccl" if cuda else "gloo")
     if backend not in ("gloo", "nccl", "mpi"):
         raise ConfigError(f"backend must be gloo or nccl, got {backend!r}")
-    if not dist.is_available() or (backend == "nccl" and not dist.is_nccl_available()):
+    if not dist.is_available() or (backend == "nccl" and not dist.is_nccl_available()) or (
+            backend == "mpi" and not dist.is_mpi_available()):
         raise ConfigError(f"torch.distributed backend {backend!r} is not available in this torch build")
     if backend == "nccl" and not cuda:
         raise ConfigError("the nccl backend needs --device cuda; use gloo on CPU")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if not cuda and procs > 4 * cores:
+        raise ConfigError(f"--procs {procs} CPU processes on {cores} cores would time contention, not DDP "
+                          f"(and each holds a copy of the model); use at most {4 * cores}")
     threads = threads_per_proc or max(1, cores // procs)
     if step_factory is None:  # fail fast (unknown model, bad batch) before spawning
         from traincast.workload import build_step

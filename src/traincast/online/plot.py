@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from traincast.errors import ConfigError
+from traincast.errors import png_path
 
 
 def _plt():
@@ -19,12 +19,7 @@ def _plt():
 
 
 def _check_path(path) -> Path:
-    p = Path(path)
-    if p.suffix.lower() != ".png":
-        raise ConfigError(f"plot path must end in .png, got {str(p)!r}")
-    if not p.parent.exists():
-        raise ConfigError(f"folder {str(p.parent)!r} for the plot does not exist")
-    return p
+    return png_path(path)
 
 
 def plot_loss_fit(steps, losses, model, path, target_loss: float | None = None, stt=None) -> Path:

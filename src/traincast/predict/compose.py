@@ -343,6 +343,8 @@ def forecast(
     if dataset_size is None:
         dataset_size = _default_dataset(model)
     positive("--dataset-size", dataset_size)
+    if network_gbit_per_s is not None:
+        positive("--network-gbit", network_gbit_per_s)
 
     net = network_gbit_per_s or (inst.network_gbit_per_s if inst and inst.network_gbit_per_s else 100.0)
 

@@ -98,8 +98,11 @@ class LearnedPredictor:
                 model = pickle.load(fh)
         except FileNotFoundError:
             raise DataError(f"no learned model at {str(path)!r}; build one with `traincast fit layers`") from None
-        except (pickle.UnpicklingError, EOFError, AttributeError, ModuleNotFoundError) as exc:
-            raise DataError(f"{str(path)!r} is not a traincast learned model ({exc}); rebuild it with `traincast fit layers`") from None
+        except IsADirectoryError:
+            raise DataError(f"{str(path)!r} is a folder, not a learned model file") from None
+        except Exception as exc:  # noqa: BLE001 - whatever unpickling raises, the file is not a saved model
+            raise DataError(f"{str(path)!r} is not a traincast learned model ({type(exc).__name__}); rebuild it "
+                            "with `traincast fit layers`") from None
         if not hasattr(model, "predict") or not hasattr(model, "models_"):
             raise DataError(f"{str(path)!r} holds a {type(model).__name__}, not a fitted OpTimeRegressor")
         from traincast.fit.adapt import file_sha256

@@ -79,6 +79,8 @@ def build_step(
 ) -> TrainingStep:
     """A full training step of ``model`` on synthetic data on ``device``."""
     positive("batch size", batch_size)
+    if batch_size > 2**31 - 1:
+        raise ConfigError(f"batch size {batch_size} is beyond what one tensor dimension holds (2^31 - 1)")
     if seq_len is not None:
         positive("sequence length", seq_len)
     if precision not in PRECISIONS:

@@ -147,7 +147,9 @@ def build_spec_module(spec: dict, device: torch.device | str = "meta") -> tuple[
     """Build the model; returns (module, (C, H, W) input, loss name). Shapes are checked layer by layer."""
     inp = spec.get("input")
     if not isinstance(inp, dict) or "shape" not in inp:
-        raise SpecError("spec: missing 'input: {shape: [height, width, channels]}'")
+        hint = ("" if "layers" in spec else
+                "; a Hugging Face config.json needs a 'model_type' (e.g. \"model_type\": \"gpt2\")")
+        raise SpecError("spec: missing 'input: {shape: [height, width, channels]}'" + hint)
     shape = inp["shape"]
     if not (isinstance(shape, list) and len(shape) in (1, 3) and all(isinstance(x, int) and x > 0 for x in shape)):
         raise SpecError(f"spec: input.shape must be [height, width, channels] or [features] of positive integers, got {shape!r}")

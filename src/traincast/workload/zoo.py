@@ -212,7 +212,7 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
             cfg._attn_implementation = "eager"  # a class without fused attention: its own matmul-softmax-matmul
             with torch.device(device):
                 model = cls(cfg)
-    except ValueError as exc:  # e.g. a hidden size its heads do not divide
+    except (ValueError, ArithmeticError) as exc:  # e.g. a hidden size its heads do not divide
         raise ConfigError(f"cannot build {name}: {str(exc).splitlines()[0]}") from None
     vocab = cfg.vocab_size
     # a class with a language-model loss learns to predict the ids; one without (BertModel, an encoder)
@@ -252,6 +252,23 @@ def is_hf_config(source) -> bool:
     return isinstance(data, dict) and "model_type" in data
 
 
+# size fields of Hugging Face configs that must be positive where a config has them
+_HF_SIZES = ("vocab_size", "hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers",
+             "num_attention_heads", "n_head", "num_heads", "intermediate_size", "d_ff", "n_inner",
+             "max_position_embeddings", "n_positions")
+
+
+def _check_sizes(path, cfg) -> None:
+    from traincast.errors import SpecError
+
+    for name in _HF_SIZES:
+        v = getattr(cfg, name, None)
+        if isinstance(v, bool) or v is None:
+            continue
+        if not isinstance(v, int) or v <= 0:
+            raise SpecError(f"{path}: {name} must be a positive integer, got {v!r}")
+
+
 def hf_config_step(source, *, batch_size, device, optimizer, precision, freeze, seq_len=None, **_) -> TrainingStep:
     """A training step of the model a Hugging Face ``config.json`` describes, built from the config alone.
 
@@ -270,12 +287,21 @@ def hf_config_step(source, *, batch_size, device, optimizer, precision, freeze, 
     data = json.loads(path.read_text())
     model_type = data["model_type"]
     rest = {k: v for k, v in data.items() if k != "model_type"}
+    if not isinstance(model_type, str):
+        raise SpecError(f"{path}: model_type must be a string such as \"gpt2\", got {model_type!r}")
+    if model_type not in tf.CONFIG_MAPPING:
+        raise SpecError(f"{path}: model_type {model_type!r} is not one transformers {tf.__version__} knows")
     try:
         cfg = tf.AutoConfig.for_model(model_type, **rest)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SpecError(f"{path}: model_type {model_type!r} is not one transformers {tf.__version__} knows "
-                        f"({str(exc).splitlines()[0][:120]})") from None
-    arch = (data.get("architectures") or [None])[0]
+    except Exception as exc:  # noqa: BLE001 - transformers validates fields with its own error types
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+        raise SpecError(f"{path}: not a valid {model_type} config: {lines[-1][:160]}") from None
+    _check_sizes(path, cfg)
+    archs = data.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise SpecError(f"{path}: architectures must be a list of class names, e.g. [\"GPT2LMHeadModel\"]; "
+                        f"got {archs!r}")
+    arch = (archs or [None])[0]
     cls = getattr(tf, arch, None) if isinstance(arch, str) else None
     if cls is None or not hasattr(cls, "_from_config"):
         if arch is not None:
