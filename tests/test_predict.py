@@ -225,6 +225,8 @@ def test_parse_hardware_and_speed_ratio():
     assert speed_ratio("resnet18", batch_size=64, current="T4", target="T4")[0] == pytest.approx(1.0)
     with pytest.raises(UnknownNameError):
         parse_hardware("4xZ100")
+    with pytest.raises(ConfigError, match="count must be at least 1"):
+        parse_hardware("0xA100")
 
 
 def test_eta_move_to_other_hardware(tmp_path, capsys):

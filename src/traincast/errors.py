@@ -76,7 +76,7 @@ def positive(name: str, value: float | int) -> None:
         raise ConfigError(f"{name} must be a positive number, got {value!r}")
 
 
-def png_path(path, create_folder: bool = False) -> "Path":
+def png_path(path, create_folder: bool = False):
     """``path`` as a PNG file to write: it must end in .png and its folder must exist or, with
     ``create_folder``, is made (ConfigError otherwise), checked before any long work."""
     from pathlib import Path

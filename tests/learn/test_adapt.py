@@ -167,7 +167,7 @@ def test_fit_adapt_bad_input_exits_2(tmp_path, capsys, t4, learned):
     code, _, err = cli(capsys, "fit", "adapt", str(nolat), "--gpu", "T4")
     assert code == 2 and "Latency" in err
     code, _, err = cli(capsys, "fit", "adapt", "--from-store", "--db", str(tmp_path / "none.db"), "--gpu", "T4")
-    assert code == 2 and "no such database" in err
+    assert code == 2 and "no traincast database at" in err
     one = tmp_path / "one.csv"
     pd.read_csv(csv).head(1).to_csv(one, index=False)
     code, _, err = cli(capsys, "fit", "adapt", str(one), "--gpu", "T4")

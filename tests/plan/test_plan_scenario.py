@@ -127,6 +127,9 @@ BAD = [
                        "batch_size": 1, "durations_s": {"H100": {1: 5}}}]}, UnknownNameError, "H100"),
     ({"job_classes": [{"name": "A", "model": "alexnet", "dataset_size": 1, "epochs": 1,
                        "batch_size": 1, "durations_s": {"K80": {1: -5}}}]}, ConfigError, "duration"),
+    # a catalog instance's name with values given inline: the inline values are the ones used, and checked
+    ({"vm_types": [{"name": "NC6", "gpu": "K80", "gpus": 1, "usd_per_hour": -0.56}]}, ConfigError, "usd_per_hour"),
+    ({"vm_types": [{"name": "NC6", "gpu": "M600", "gpus": 1, "usd_per_hour": 0.56}]}, UnknownNameError, "M600"),
 ]
 
 

@@ -47,10 +47,22 @@ def test_default_path_from_env(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINCAST_DB", str(tmp_path / "x.db"))
     assert default_db_path() == tmp_path / "x.db"
     monkeypatch.delenv("TRAINCAST_DB")
+    monkeypatch.setenv("TRAINCAST_HOME", str(tmp_path / "home"))  # where profiles and adaptations go
+    assert default_db_path() == tmp_path / "home" / "traincast.db"
+    monkeypatch.delenv("TRAINCAST_HOME")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert default_db_path() == tmp_path / "xdg" / "traincast" / "traincast.db"
     with Store() as s:
         assert Path(s.path).exists()
+
+
+def test_a_reader_does_not_create_a_missing_database(tmp_path):
+    with pytest.raises(DataError, match="no traincast database at"):
+        Store(tmp_path / "typo.db", must_exist=True)
+    assert not (tmp_path / "typo.db").exists()
+    Store(tmp_path / "real.db").close()
+    with Store(tmp_path / "real.db", must_exist=True) as s:
+        assert s.schema_versions()
 
 
 def test_bad_paths_are_user_errors(tmp_path):

@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
         if db:
             from traincast.store import Store
 
-            with Store(db) as store:
+            with Store(db, must_exist=True) as store:
                 fit_layers(out=out, max_rows_per_file=rows_per_file, exclude_groups=groups, store=store,
                            log=console.print, max_iter=max_iter, estimator=estimator, normalizer=normalizer)
         else:
@@ -146,9 +146,7 @@ def register(app: typer.Typer) -> None:
         if from_store:
             from traincast.store import Store
 
-            if db and not Path(db).expanduser().is_file():
-                raise ConfigError(f"--db {db!r}: no such database file")
-            with Store(db) as store:
+            with Store(db, must_exist=True) as store:
                 got = A.rows_from_store(store.conn, device, campaign=campaign)
                 source = f"{store.path}" + (f" campaign {campaign}" if campaign else "")
             rows, y, timing = got.rows, got.time_ms, "in-step"
@@ -197,12 +195,7 @@ def register(app: typer.Typer) -> None:
 
             if data_dir:
                 raise ConfigError("--data does not go with --source store (it reads the database)")
-            if db:
-                from pathlib import Path
-
-                if not Path(db).expanduser().is_file():
-                    raise ConfigError(f"--db {db!r}: no such database file")
-            with Store(db) as store:
+            with Store(db, must_exist=True) as store:
                 res = store_job_records(store.conn, model=model, device=device)
                 path = store.path
             frame, target = res.frame, STORE_TARGET

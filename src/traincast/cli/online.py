@@ -36,10 +36,24 @@ def _est_dict(e) -> dict:
     return d
 
 
-def _store(db: Optional[str]):
+def _store(db: Optional[str], must_exist: bool = False):
     from traincast.store import Store
 
-    return Store(db)
+    return Store(db, must_exist=must_exist)
+
+
+def _job_store(db: Optional[str], target: str):
+    """The store that holds job ``target`` (not a log file): a missing database is an unknown job."""
+    from traincast.errors import DataError
+    from traincast.store import default_db_path
+
+    path = Path(db).expanduser() if db else default_db_path()
+    if not path.exists() and ("/" in target or Path(target).suffix):
+        raise DataError(f"log file {target!r} does not exist")
+    if not path.exists():
+        raise DataError(f"unknown job {target!r}: no log file of that name, and no traincast database at "
+                        f"{str(path)!r} to hold a job")
+    return _store(db)
 
 
 def _positive(name, v):
@@ -161,7 +175,8 @@ def register(app: typer.Typer) -> None:
     ):
         """Remaining time of a job (from its log or the store), optionally on other hardware."""
         _positive("--total-steps", total_steps)
-        store = None if Path(target).exists() else _store(db)
+        _positive("--batch-size", batch_size)
+        store = None if Path(target).exists() else _job_store(db, target)
         series, parsed = api.open_series(target, fmt, store, total_steps)
         est = estimate.estimate_remaining(series, total_steps, estimator, tests=tests)
         an = estimate.analyze(series, tests=False)
@@ -220,7 +235,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ):
         """Jobs in the store, with progress and remaining time."""
-        store = _store(db)
+        store = _store(db, must_exist=db is not None)
         rows = []
         for info, n_rows, last in jobs.list_jobs(store):
             rem = None
@@ -282,7 +297,7 @@ def register(app: typer.Typer) -> None:
         _positive("--step-time-s", step_time_s)
         from traincast.online.converge import time_to_target
 
-        store = None if Path(target).exists() else _store(db)
+        store = None if Path(target).exists() else _job_store(db, target)
         series, _ = api.open_series(target, fmt, store)
         model, stt = api.steps_to_target(series, target_loss, form, n_boot, log_space=log_space)
         tau = step_time_s
@@ -341,6 +356,10 @@ def register(app: typer.Typer) -> None:
         """Store a log as a job (replacing its earlier records)."""
         _positive("--total-steps", total_steps)
         _positive("--batch-size", batch_size)
+        if hardware is not None:  # stored for `eta --move-to`: a typo is caught now, not there
+            from traincast.predict.compose import parse_hardware
+
+            parse_hardware(hardware)
         parsed = parsers.parse_log(log, fmt)
         store = _store(db)
         jobs.save_parsed(store, job, parsed, total_steps=total_steps, model=model, hardware=hardware, batch_size=batch_size, source=str(log))

@@ -35,6 +35,8 @@ def _num(row: dict, key: str, where: str, required: bool = True, positive: bool 
         raise SpecError(f"{where}: field {key!r} must be a number, got {v!r}")
     if positive and v <= 0:
         raise SpecError(f"{where}: field {key!r} must be positive, got {v}")
+    if v < 0 or v != v or v == float("inf"):
+        raise SpecError(f"{where}: field {key!r} must be a finite number >= 0, got {v}")
     return v
 
 

@@ -297,12 +297,15 @@ def _resolve_vm(row: Any, where: str) -> VMType:
             raise UnknownNameError("VM type", name, known)
         raise SpecError(f"{where}: VM type {name!r} is not in the hardware catalog; give its "
                         "gpu, gpus and usd_per_hour inline")
-    if inst is not None:
+    if inst is not None and not inline:
         gpu, gpus, price = inst.gpu.name, int(inst.gpus), float(inst.usd_per_hour)
         provider = str(getattr(inst, "provider", "") or row.get("provider", ""))
-    else:
+    else:  # values given inline win over a catalog instance of the same name, and are checked
+        from traincast.hardware import get_catalog
+
         gpu, gpus, price = str(row["gpu"]), row["gpus"], row["usd_per_hour"]
-        provider = str(row.get("provider", ""))
+        get_catalog().device(gpu)  # an unknown GPU: UnknownNameError with the nearest names
+        provider = str(row.get("provider", "") or (getattr(inst, "provider", "") if inst is not None else ""))
     _check_int(f"{where}: VM type {name}: gpus", gpus)
     if not isinstance(price, (int, float)) or isinstance(price, bool) or price < 0 or not math.isfinite(price):
         raise ConfigError(f"{where}: VM type {name}: usd_per_hour must be a number >= 0, got {price!r}")

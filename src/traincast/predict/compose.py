@@ -452,6 +452,10 @@ def parse_hardware(text: str, catalog: Catalog | None = None) -> dict:
         if m and not m.group(1).endswith("."):
             count, name = int(m.group(2)), m.group(1)
     name = name.strip()
+    if count is not None and count < 1:
+        raise ConfigError(f"hardware {text!r}: the count must be at least 1")
+    if not name:
+        raise ConfigError(f"hardware {text!r} names no GPU or instance; write e.g. 4xA100 or p4d.24xlarge")
     if name.lower() in {k.lower() for k in cat.instances} or name in cat.instances:
         inst = cat.instance(name)
         return {"instance": inst.name, "gpus": inst.gpus * (count or 1)}

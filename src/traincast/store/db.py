@@ -34,10 +34,14 @@ CREATE TABLE IF NOT EXISTS schema_versions (
 
 
 def default_db_path() -> Path:
-    """``$TRAINCAST_DB``, else ``$XDG_DATA_HOME/traincast/traincast.db`` (``~/.local/share``)."""
+    """``$TRAINCAST_DB``, else ``traincast.db`` in ``$TRAINCAST_HOME``, else in
+    ``$XDG_DATA_HOME/traincast`` (``~/.local/share/traincast``): the folder of saved profiles and adaptations."""
     env = os.environ.get("TRAINCAST_DB")
     if env:
         return Path(env).expanduser()
+    home = os.environ.get("TRAINCAST_HOME")
+    if home:
+        return Path(home).expanduser() / "traincast.db"
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base).expanduser() / "traincast" / "traincast.db"
 
@@ -57,13 +61,17 @@ class Store:
     """An open traincast database.
 
     ``Store(path)`` opens ``path`` (``":memory:"`` for a throw-away one; default
-    from :func:`default_db_path`), creating parent folders and all tables.
+    from :func:`default_db_path`), creating parent folders and all tables. ``must_exist``: for commands that
+    only read, a missing file is a DataError instead of a new, empty database.
     """
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, must_exist: bool = False):
         if path is None:
             path = default_db_path()
         self.path = path if str(path) == ":memory:" else Path(path).expanduser()
+        if must_exist and isinstance(self.path, Path) and not self.path.exists():
+            raise DataError(f"no traincast database at {str(self.path)!r} (give --db, or set $TRAINCAST_DB); "
+                            "`traincast data import`, `bench` and `ingest` write one")
         if isinstance(self.path, Path):
             if self.path.exists() and self.path.is_dir():
                 raise ConfigError(f"database path {str(self.path)!r} is a folder; give a file path such as {str(self.path / 'traincast.db')!r}")
