@@ -158,7 +158,19 @@ def test_files_and_numbers_a_user_gets_wrong_are_errors_not_tracebacks(capsys, t
         (["plan", "resnet50", "--epochs", "1", "-b", "256", "--plot", str(tmp_path)], "is a folder"),
         (["plan", "resnet50", "--epochs", "1", "-b", "256", "--plot", str(tmp_path / "x.txt")], "must end in .png"),
         (["eval-layers", str(csv), "--gpu", "P100", "--adapt", "1", "--seed", "-1"], "--seed"),
+        (["fit", "layers", "--rows-per-file", "5", "--out", str(tmp_path)], "is a folder"),
+        (["calibrate", "--name", "../../elsewhere"], "no folders"),
+        (["plan", "resnet50", "--epochs", "1", "-b", "256", "--instances", "p4d.24xlarge", "--gpu-types", "V100"],
+         "give one of them"),
+        (["ingest", str(csv), "--job", "j", "--hardware", "0xA100"], "count must be at least 1"),
     ]
     for args, message in cases:
         code, _, err = cli(capsys, *args)
         assert code == 2 and message in err and "Traceback" not in err, (args, code, err)
+
+
+def test_fit_layers_refuses_to_exclude_a_gpu_the_data_does_not_hold(capsys, tmp_path, shared_data):
+    code, _, err = cli(capsys, "fit", "layers", "--data", str(shared_data), "--exclude", "V1OO",
+                       "--rows-per-file", "5", "--out", str(tmp_path / "m.pkl"))
+    assert code == 2 and "--exclude V1OO: no such GPU group" in err and "V100" in err
+    assert not (tmp_path / "m.pkl").exists()

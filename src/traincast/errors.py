@@ -94,3 +94,16 @@ def png_path(path, create_folder: bool = False):
     if not p.parent.is_dir():
         raise ConfigError(f"folder {str(p.parent)!r} for the plot does not exist")
     return p
+
+
+def writable_file(path, option: str = "--out"):
+    """``path`` as a file to write later: not a folder, in a folder that exists (ConfigError otherwise), so that
+    a long run does not end in an error about where to put its result."""
+    from pathlib import Path
+
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise ConfigError(f"{option} {str(path)!r} is a folder; give a file name")
+    if not p.parent.is_dir():
+        raise ConfigError(f"{option} {str(path)!r}: folder {str(p.parent)!r} does not exist")
+    return p

@@ -157,6 +157,12 @@ def test_fit_adapt_bad_input_exits_2(tmp_path, capsys, t4, learned):
     assert code == 2 and "either" in err
     code, _, err = cli(capsys, "fit", "adapt", str(csv), "--gpu", "NoSuchGPU")
     assert code == 2 and "NoSuchGPU" in err
+    timed = pd.read_csv(csv).assign(Device="Tesla T4")  # the GPU the kernels say they ran on
+    timed.to_csv(tmp_path / "t4.csv", index=False)
+    code, _, err = cli(capsys, "fit", "adapt", str(tmp_path / "t4.csv"), "--gpu", "A100")
+    assert code == 2 and "timed on Tesla T4, not on A100" in err
+    code, _, _ = cli(capsys, "fit", "adapt", str(tmp_path / "t4.csv"), "--gpu", "T4", "--out", str(tmp_path / "a.json"))
+    assert code == 0
     justus = tmp_path / "j.csv"
     pd.DataFrame({"gpu": "X", "op": ["dense"], "batchsize": [8], "dim_input": [64], "dim_output": [64],
                   "optimizer": "none", "time_ms_median": [1.0]}).to_csv(justus, index=False)

@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
         campaign: Optional[str] = typer.Option(None, "--campaign", help="campaign name (default: derived from the settings)"),
         fixed: Optional[str] = typer.Option(None, "--set", help="pin op parameters, e.g. batch=8,kernel=3"),
         threads: Optional[int] = typer.Option(None, "--threads", help="torch threads (default: torch's)"),
-        max_new: Optional[int] = typer.Option(None, "--max-new", help="stop after this many new samples"),
+        max_new: Optional[int] = typer.Option(None, "--max-new", min=1, help="stop after this many new samples"),
         db: Optional[str] = typer.Option(None, "--db", help="database file (default $TRAINCAST_DB)"),
         as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
     ) -> None:
@@ -146,7 +146,11 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Time real training steps of MODEL, with a per-module / per-op breakdown."""
+        from traincast.errors import writable_file
         from traincast.measure import open_store, save_model_timing, time_model
+
+        if out:
+            writable_file(out)
 
         if batch_size < 1:
             raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
@@ -223,7 +227,7 @@ def register(app: typer.Typer) -> None:
         optimizer: str = typer.Option("sgd", "--optimizer"),
         precision: str = typer.Option("fp32", "--precision"),
         seq_len: Optional[int] = typer.Option(None, "--seq-len"),
-        threads_per_proc: Optional[int] = typer.Option(None, "--threads-per-proc"),
+        threads_per_proc: Optional[int] = typer.Option(None, "--threads-per-proc", min=1),
         db: Optional[str] = typer.Option(None, "--db"),
         no_save: bool = typer.Option(False, "--no-save"),
         as_json: bool = typer.Option(False, "--json"),

@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(7, "--steps", help="timed steps per (model, batch)"),
         threads: Optional[int] = typer.Option(None, "--threads"),
         budget: Optional[str] = typer.Option(None, "--budget", help="time for measuring, e.g. 10m; the rest is skipped"),
-        layer_samples: int = typer.Option(160, "--layer-samples", help="single-op campaign samples for the "
+        layer_samples: int = typer.Option(160, "--layer-samples", min=0, help="single-op campaign samples for the "
                                           "per-op-class fit (stored, resumable); 0: whole steps only"),
         isolate: bool = _isolate_option(),
         name: str = typer.Option("local", "--name", help="profile name (`--profile NAME` uses it)"),
@@ -62,6 +62,14 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ):
         """Time real steps here, fit the analytical predictor to them, save a device profile."""
+        import re
+
+        from traincast.errors import ConfigError, writable_file
+
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+            raise ConfigError(f"--name {name!r}: a profile name is letters, digits, '_', '.' and '-' (no folders)")
+        if out is not None:
+            writable_file(out)
         from traincast.errors import positive
         from traincast.fit.calibration import calibrate as run_calibration
         from traincast.fit.calibration import measure_steps
@@ -106,7 +114,7 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(7, "--steps"),
         threads: Optional[int] = typer.Option(None, "--threads"),
         plot_path: Optional[Path] = typer.Option(Path("validation.png"), "--plot"),
-        layer_samples: int = typer.Option(160, "--layer-samples", help="single-op samples for the per-class fit"),
+        layer_samples: int = typer.Option(160, "--layer-samples", min=0, help="single-op samples for the per-class fit"),
         isolate: bool = _isolate_option(),
         with_layer_sum: bool = typer.Option(False, "--layer-sum", help="also time every layer alone (CPU): "
                                             "the summed-layer ratio before and after the fitted correction"),

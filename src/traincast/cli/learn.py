@@ -93,6 +93,10 @@ def register(app: typer.Typer) -> None:
 
         positive("--rows-per-file", rows_per_file)
         positive("--max-iter", max_iter)
+        if out:
+            from traincast.errors import writable_file
+
+            writable_file(out)
         estimator = (estimator or DEFAULT_ESTIMATOR).strip().lower()
         if estimator not in ESTIMATORS:
             raise ConfigError(f"--estimator must be one of {', '.join(ESTIMATORS)}, got {estimator!r}")
@@ -248,7 +252,15 @@ def register(app: typer.Typer) -> None:
         kw = {"max_features": max_features, "alpha_in": alpha_in, "alpha_out": alpha_out}
         names = [m.strip() for m in models.split(",") if m.strip()] if models else None
         dropped = [c.strip() for c in drop.split(",") if c.strip()] if drop else ()
+        if target in dropped:
+            raise ConfigError(f"--drop {target}: that is the target (--target), not a feature")
+        if holdout_group and holdout_group == target:
+            raise ConfigError(f"--holdout-group {target}: that is the target; group by a feature, e.g. gpu_type")
+        if select != "stepwise" and (alpha_in != 0.05 or alpha_out != 0.10):
+            raise ConfigError("--alpha-in and --alpha-out go with --select stepwise")
         rec = J.load_jobs(csv, target, drop=dropped)
+        if cv > len(rec.frame):
+            raise ConfigError(f"--cv {cv} folds need at least {cv} rows; {csv} has {len(rec.frame)}")
         ext = J.parse_extrapolation(extrapolate) if extrapolate else None
         if ext:
             J.check_extrapolation_column(rec, ext[0])

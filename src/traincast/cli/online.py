@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
         fmt: str = typer.Option("auto", "--format", help=f"log format: {', '.join(parsers.FORMATS)}"),
         interval_s: float = typer.Option(2.0, "--interval", help="seconds between reads"),
         once: bool = typer.Option(False, "--once", help="read once, print, exit"),
-        timeout_s: Optional[float] = typer.Option(None, "--timeout", help="stop following after this many seconds"),
+        timeout_s: Optional[float] = typer.Option(None, "--timeout", min=0, help="stop following after this many seconds"),
         estimator: str = typer.Option(estimate.DEFAULT_ESTIMATOR, "--estimator", help=", ".join(estimate.ESTIMATORS)),
         save_as: Optional[str] = typer.Option(None, "--save-as", help="also store the log as this job"),
         db: Optional[str] = typer.Option(None, "--db", help="database file (default $TRAINCAST_DB)"),
@@ -90,6 +90,8 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"unknown estimator {estimator!r}; known: {', '.join(estimate.ESTIMATORS)}")
         if not Path(log).exists():
             raise DataError(f"log file {log!r} does not exist; give the path of a training log")
+        if save_as is not None and not save_as.strip():
+            raise ConfigError("--save-as needs a job name")
         store = _store(db) if save_as else None
 
         def read():

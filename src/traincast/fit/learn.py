@@ -549,9 +549,19 @@ def training_rows(data_dir=None, max_rows_per_file: int | None = 4000, seed: int
     rows = rows[F.valid_mask(rows) & np.isfinite(rows["time_ms"]) & (rows["time_ms"] > 0)]
     rows = F.attach_devices(rows.reset_index(drop=True))
     rows["gpu_group"] = rows["gpu"].map(F.gpu_group)
-    if exclude_groups:
-        rows = rows[~rows["gpu_group"].isin(exclude_groups)].reset_index(drop=True)
-    return rows
+    return exclude_gpu_groups(rows, exclude_groups)
+
+
+def exclude_gpu_groups(rows: pd.DataFrame, groups=()) -> pd.DataFrame:
+    """``rows`` without those of the GPU groups named (``gpu_group`` column); a name of no group in the rows is
+    a DataError, so that a typo does not leave the GPU in the fit."""
+    if not groups:
+        return rows
+    known = sorted(map(str, rows["gpu_group"].unique()))
+    unknown = [g for g in groups if g not in known]
+    if unknown:
+        raise DataError(f"--exclude {', '.join(unknown)}: no such GPU group in the data; groups: {', '.join(known)}")
+    return rows[~rows["gpu_group"].isin(groups)].reset_index(drop=True)
 
 
 @dataclass(frozen=True)

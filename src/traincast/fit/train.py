@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from traincast.errors import DataError
-from traincast.fit.learn import OpTimeRegressor, training_rows
+from traincast.fit.learn import OpTimeRegressor, exclude_gpu_groups, training_rows
 
 MAX_MODEL_BYTES = 20 * 1024 * 1024
 DEFAULT_ROWS_PER_FILE = 1500
@@ -57,8 +57,7 @@ def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: 
             lambda g: g.sample(min(len(g), max_rows_per_file), random_state=seed))
         rows = F.attach_devices(rows.reset_index(drop=True))
         rows["gpu_group"] = rows["gpu"].map(F.gpu_group)
-        if exclude_groups:
-            rows = rows[~rows["gpu_group"].isin(exclude_groups)]
+        rows = exclude_gpu_groups(rows, exclude_groups)
     else:
         rows = training_rows(data_dir, max_rows_per_file=max_rows_per_file, seed=seed, exclude_groups=exclude_groups)
     if rows.empty:

@@ -131,6 +131,8 @@ def plan(
         positive("--deadline", deadline_s)
     if budget_usd is not None:
         positive("--budget", budget_usd)
+    if instances and gpu_types:
+        raise ConfigError("--instances and --gpu-types both choose the hardware; give one of them")
     if instances:
         insts = [cat.instance(n) for n in instances]
     else:
