@@ -94,6 +94,8 @@ def test_eta_on_a_tracked_job(app, db, capsys):
 
 
 def test_user_errors_exit_2(app, tmp_path, db, capsys):
+    backwards = tmp_path / "back.csv"
+    backwards.write_text("step,time_s,loss\n" + "".join(f"{i},{100 - i},1.0\n" for i in range(1, 50)))
     cases = [
         (["eta", "nojob"], "unknown job"),
         (["eta", str(tmp_path / "missing.log")], "does not exist"),
@@ -104,6 +106,8 @@ def test_user_errors_exit_2(app, tmp_path, db, capsys):
         (["eta", str(DATA / "keras2.log"), "--plot", str(tmp_path / "x.jpg")], ".png"),
         (["converge", str(DATA / "lightning_metrics.csv"), "--target-loss", "nan"], "finite"),
         (["watch", str(DATA / "keras2.log"), "--total-steps", "0", "--once"], "positive"),
+        (["eta", str(backwards), "--total-steps", "100"], "times do not advance"),
+        (["eta", str(DATA / "keras2.log"), "--total-steps", "5"], "past the 5 total steps"),
     ]
     for argv, msg in cases:
         assert run(argv, the_app=app) == 2, argv

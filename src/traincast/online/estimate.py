@@ -337,8 +337,14 @@ def estimate_remaining(
         raise ConfigError("the total number of steps is not known; pass it (--total-steps N or total_steps=N)")
     if total <= 0:
         raise ConfigError(f"total steps must be positive, got {total}")
-    iv = _intervals(series)
     timed = series.timed()
+    if len(timed.time_s) >= 2 and not float(np.max(timed.time_s)) > float(timed.time_s[0]):
+        raise DataError(f"the log's times do not advance (step {int(timed.steps[0])} at {timed.time_s[0]:g} s, "
+                        f"step {int(timed.steps[-1])} at {timed.time_s[-1]:g} s): no speed to extrapolate; check its "
+                        "time column")
+    if len(timed.steps) and int(timed.steps[-1]) > total:
+        raise ConfigError(f"the log is already at step {int(timed.steps[-1])}, past the {total} total steps given")
+    iv = _intervals(series)
     step = int(timed.steps[-1])
     t_last = float(np.max(timed.time_s))
     elapsed = t_last - float(timed.time_s[0])
