@@ -248,6 +248,17 @@ def test_a_hugging_face_config_json_is_a_model(tmp_path):
     assert trace(str(p), batch_size=1, seq_len=32).flops() > 0
 
 
+def test_a_hugging_face_model_folder_is_its_config_json(tmp_path):
+    folder = tmp_path / "my-gpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 128, "n_head": 4, "n_layer": 2,
+                                                    "n_positions": 64, "vocab_size": 500}))
+    wl = trace(str(folder), batch_size=2, seq_len=16)
+    assert wl.model == "my-gpt" and wl.flops() == trace(str(folder / "config.json"), batch_size=2, seq_len=16).flops()
+    with pytest.raises(ConfigError, match="is a folder without a config.json"):
+        trace(str(tmp_path), batch_size=2)
+
+
 def test_hugging_face_config_eager_attention_and_an_encoder_without_a_loss(tmp_path):
     """A config naming ``attn_implementation: eager`` is traced as its explicit score matmuls and softmax (no
     fused attention op); a class whose forward takes no labels (``BertModel``) trains on a stand-in loss; with

@@ -174,7 +174,8 @@ def load_scenario(ref: str | Path) -> Scenario:
     path = Path(ref)
     if path.suffix in (".yaml", ".yml", ".json") or path.exists():
         if not path.is_file():
-            raise SpecError(f"scenario file {str(path)!r} does not exist; give a YAML file "
+            what = "is a folder" if path.is_dir() else "does not exist"
+            raise SpecError(f"scenario file {str(path)!r} {what}; give a YAML file "
                             f"or one of the built-in scenarios: {', '.join(builtin_scenarios())}")
         text = path.read_text()
         where = str(path)

@@ -66,6 +66,14 @@ def _module_step(module: nn.Module, inputs, *, batch_size, device, optimizer, pr
     )
 
 
+def hf_folder_config(model) -> str:
+    """``model`` as text; a folder holding a ``config.json`` (a Hugging Face model folder) is that file."""
+    text = str(model)
+    if Path(text).is_dir() and (Path(text) / "config.json").is_file():
+        return str(Path(text) / "config.json")
+    return text
+
+
 def build_step(
     model: str | Path | nn.Module,
     *,
@@ -89,13 +97,16 @@ def build_step(
     kw = dict(batch_size=batch_size, device=dev, optimizer=optimizer, precision=precision, freeze=freeze)
     if isinstance(model, nn.Module):
         return _module_step(model, inputs, **kw)
-    text = str(model)
+    text = hf_folder_config(model)
     if zoo.is_hf_config(text):
         return zoo.hf_config_step(text, seq_len=seq_len, **kw)
     if text.endswith((".yaml", ".yml", ".json")) or Path(text).is_file():
         from traincast.workload.spec import build_spec_step
 
         return build_spec_step(text, **kw)
+    if Path(text).is_dir():
+        raise ConfigError(f"model {text!r} is a folder without a config.json; give a zoo name, a layer spec "
+                          "(.yaml) or a Hugging Face config.json")
     entry = zoo.get(text)
     return entry.build(seq_len=seq_len, **kw)
 
@@ -119,9 +130,12 @@ def trace(
     """
     from traincast.workload.tracer import trace_step
 
+    if isinstance(model, (str, Path)):
+        model = hf_folder_config(model)
+
     if fused_attention is None:
         fused_attention = True
-        if isinstance(model, str) and not str(model).endswith((".yaml", ".yml", ".json")):
+        if isinstance(model, str) and not str(model).endswith((".yaml", ".yml", ".json")) and not Path(model).is_dir():
             fused_attention = (zoo.get(model).family in ("transformer", "translation")
                                or zoo.get(model).name.startswith("vit"))
         elif isinstance(model, (str, Path)):

@@ -316,7 +316,8 @@ def hf_config_step(source, *, batch_size, device, optimizer, precision, freeze, 
     if getattr(cfg, "is_encoder_decoder", False) and getattr(cfg, "decoder_start_token_id", None) is None:
         cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # labels shift right from it
     seq_len = seq_len or _position_limit(cfg) or 512
-    name = str(data.get("_name_or_path") or path.stem).rsplit("/", 1)[-1] or path.stem
+    stem = path.parent.name if path.stem == "config" and path.parent.name else path.stem  # a model folder's name
+    name = str(data.get("_name_or_path") or stem).rsplit("/", 1)[-1] or stem
     return hf_step(name, cfg, cls, batch_size=batch_size, device=device, optimizer=optimizer,
                    precision=precision, freeze=freeze, seq_len=seq_len)
 
