@@ -163,6 +163,7 @@ def test_files_and_numbers_a_user_gets_wrong_are_errors_not_tracebacks(capsys, t
         (["plan", "resnet50", "--epochs", "1", "-b", "256", "--instances", "p4d.24xlarge", "--gpu-types", "V100"],
          "give one of them"),
         (["ingest", str(csv), "--job", "j", "--hardware", "0xA100"], "count must be at least 1"),
+        (["predict", "mnist-cnn", "--gpu", "A100", "-b", "8", "--seq-len", "128"], "--seq-len does not apply"),
     ]
     for args, message in cases:
         code, _, err = cli(capsys, *args)

@@ -93,16 +93,16 @@ def register(app: typer.Typer) -> None:
 
         positive("--rows-per-file", rows_per_file)
         positive("--max-iter", max_iter)
-        if out:
-            from traincast.errors import writable_file
-
-            writable_file(out)
         estimator = (estimator or DEFAULT_ESTIMATOR).strip().lower()
         if estimator not in ESTIMATORS:
             raise ConfigError(f"--estimator must be one of {', '.join(ESTIMATORS)}, got {estimator!r}")
         normalizer = normalizer.strip().lower()
         if normalizer not in NORMALIZERS:
             raise ConfigError(f"--normalizer must be one of {', '.join(NORMALIZERS)}, got {normalizer!r}")
+        if out:
+            from traincast.errors import writable_file
+
+            writable_file(out)
         groups = tuple(g.strip() for g in exclude.split(",") if g.strip()) if exclude else ()
         if db:
             from traincast.store import Store

@@ -103,11 +103,16 @@ def build_step(
     if text.endswith((".yaml", ".yml", ".json")) or Path(text).is_file():
         from traincast.workload.spec import build_spec_step
 
+        if seq_len is not None:
+            raise ConfigError(f"--seq-len does not apply to the layer spec {text!r}: its input is an image")
+
         return build_spec_step(text, **kw)
     if Path(text).is_dir():
         raise ConfigError(f"model {text!r} is a folder without a config.json; give a zoo name, a layer spec "
                           "(.yaml) or a Hugging Face config.json")
     entry = zoo.get(text)
+    if seq_len is not None and entry.family in ("vision", "gan", "spec"):
+        raise ConfigError(f"--seq-len does not apply to {entry.name}: it takes images, not sequences")
     return entry.build(seq_len=seq_len, **kw)
 
 
