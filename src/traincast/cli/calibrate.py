@@ -64,17 +64,15 @@ def register(app: typer.Typer) -> None:
         """Time real steps here, fit the analytical predictor to them, save a device profile."""
         import re
 
-        from traincast.errors import ConfigError, writable_file
+        from traincast.errors import ConfigError, positive, writable_file
+        from traincast.fit.calibration import calibrate as run_calibration
+        from traincast.fit.calibration import measure_steps
+        from traincast.measure.timing import check_device
 
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
             raise ConfigError(f"--name {name!r}: a profile name is letters, digits, '_', '.' and '-' (no folders)")
         if out is not None:
             writable_file(out)
-        from traincast.errors import positive
-        from traincast.fit.calibration import calibrate as run_calibration
-        from traincast.fit.calibration import measure_steps
-        from traincast.measure.timing import check_device
-
         check_device(device)
         ms, bs = _split(models, "--models"), _split(batch_sizes, "--batch-sizes", int)
         for b in bs:

@@ -263,9 +263,9 @@ def _check_sizes(path, cfg) -> None:
 
     for name in _HF_SIZES:
         v = getattr(cfg, name, None)
-        if isinstance(v, bool) or v is None:
+        if isinstance(v, bool) or v is None or isinstance(v, (list, tuple, dict)):  # per-layer lists: the model's
             continue
-        if not isinstance(v, int) or v <= 0:
+        if not isinstance(v, (int, float)) or not v > 0:
             raise SpecError(f"{path}: {name} must be a positive integer, got {v!r}")
 
 
