@@ -9,7 +9,7 @@ Measured rows (never fitted on here; the learned model is fitted on layer/kernel
   (``benchmarks/data/neusight_models/*.json``, Hugging Face configs; NeuSight's gpt3_xl is 3072 wide, not
   the zoo's 2048). ``train`` rows: iteration_ms is forward + backward (no optimizer), so the predictions sum
   the forward and backward phases. ``inf`` rows (inference): the forward phase of the training step (dropout
-  included) against iteration_ms. switchxl4/switch4 (mixture of experts) are not traced. AMD rows
+  included) against iteration_ms. switchxl4/switch4 (mixture of experts): no config of their shape here. AMD rows
   (MI100/MI210/MI250) are reported apart: no AMD GPU is in the kernel data.
 
 Columns: ``analytical`` (roofline, catalog efficiencies), ``learned`` (the shipped model, fitted on all layer

@@ -129,9 +129,10 @@ def test_predict_a_mixture_of_experts_config_says_how_experts_were_loaded(capsys
     assert code == 0
     got = json.loads(out)
     assert any("mixture of experts: 4 grouped expert GEMMs" in n for n in got["notes"]) and got["iteration_s"] > 0
-    p.write_text(json.dumps({"model_type": "switch_transformers", "d_model": 64, "d_ff": 128, "d_kv": 16,
-                             "num_layers": 2, "num_heads": 4, "num_experts": 4, "vocab_size": 500,
-                             "encoder_sparse_step": 1}))
+    p.write_text(json.dumps({"model_type": "nllb-moe", "d_model": 64, "encoder_layers": 2, "decoder_layers": 2,
+                             "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
+                             "decoder_ffn_dim": 128, "num_experts": 4, "encoder_sparse_step": 1,
+                             "decoder_sparse_step": 1, "vocab_size": 500, "max_position_embeddings": 64}))
     code, _, err = cli(capsys, "predict", str(p), "--gpu", "A100", "--batch-size", "4", "--dataset-size", "400",
                        "--seq-len", "16")
     assert code == 2 and "mixture-of-experts layer" in err and "Traceback" not in err

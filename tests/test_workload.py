@@ -307,24 +307,38 @@ def test_a_mixture_of_experts_config_traces_with_evenly_loaded_experts(tmp_path,
     assert sum(o.flops for o in router) == L * 2 * b * n * d * E
 
 
-def test_a_class_without_fused_attention_builds_eager_and_data_dependent_routing_is_a_clear_error(tmp_path):
+def test_switch_transformers_build_eager_and_their_expert_loop_traces_evenly_loaded(tmp_path):
     """SwitchTransformers has no ``scaled_dot_product_attention`` path: it is built with its own
-    matmul-softmax-matmul. Its sparse layers loop over the experts the router picked (torch.where), which has
-    no shape on the meta device: a TraceError that says so, not a crash."""
+    matmul-softmax-matmul. Its sparse layers loop over the experts the router picked (torch.where, no shape on
+    meta): traced with each of the E experts on ceil(T / E) of the T tokens (top-1), so the expert FLOPs are
+    those of the dense FFN over every token. A loop-over-experts model traincast does not know (NLLB-MoE) is a
+    TraceError that says why, not a crash."""
     from traincast.errors import TraceError
 
+    b, n, d, ff, L, E = 2, 16, 64, 128, 2, 4
     cfg = {"model_type": "switch_transformers", "architectures": ["SwitchTransformersForConditionalGeneration"],
-           "d_model": 64, "d_ff": 128, "d_kv": 16, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4,
-           "num_experts": 4, "vocab_size": 1000, "encoder_sparse_step": 0, "decoder_sparse_step": 0}
+           "d_model": d, "d_ff": ff, "d_kv": 16, "num_layers": L, "num_decoder_layers": L, "num_heads": 4,
+           "num_experts": E, "vocab_size": 1000, "encoder_sparse_step": 0, "decoder_sparse_step": 0}
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
-    wl = trace(str(p), batch_size=2, seq_len=16)
+    wl = trace(str(p), batch_size=b, seq_len=n)
     assert not any(o.op_class == "attention" for o in wl.ops)
     assert sum(o.aten == "_softmax" for o in wl.ops if o.phase == "forward") == 2 + 2 * 2  # self, and cross in the decoder
-    cfg["encoder_sparse_step"] = 1
+    assert wl.meta["balanced_expert_gemms"] == 0
+    cfg.update(encoder_sparse_step=1, decoder_sparse_step=1)  # every feed-forward layer a mixture of experts
     p.write_text(json.dumps(cfg))
+    wl = trace(str(p), batch_size=b, seq_len=n)
+    experts = [o for o in wl.ops if o.phase == "forward" and ".experts.expert_" in o.module and o.op_class == "matmul"]
+    assert wl.meta["balanced_expert_gemms"] == 2 * L * E * 2  # encoder and decoder layers, experts, wi and wo
+    assert {o.input_shapes[0][0] for o in experts} == {b * n // E}
+    assert sum(o.flops for o in experts) == 2 * L * b * n * 2 * (d * ff + ff * d)
+    nllb = {"model_type": "nllb-moe", "d_model": d, "encoder_layers": L, "decoder_layers": L,
+            "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": ff, "decoder_ffn_dim": ff,
+            "num_experts": E, "encoder_sparse_step": 1, "decoder_sparse_step": 1, "vocab_size": 1000,
+            "max_position_embeddings": 64}
+    p.write_text(json.dumps(nllb))
     with pytest.raises(TraceError, match="mixture-of-experts layer that loops over the experts"):
-        trace(str(p), batch_size=2, seq_len=16)
+        trace(str(p), batch_size=b, seq_len=n)
 
 
 @pytest.mark.parametrize("cfg, message", [

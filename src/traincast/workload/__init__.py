@@ -157,5 +157,5 @@ def trace(
             msg = ("its forward takes a shape from tensor values (torch.nonzero / torch.where), e.g. a "
                    "mixture-of-experts layer that loops over the experts its router picked; values do not exist "
                    "on the meta device. Hugging Face MoE models with grouped experts (Mixtral, Qwen-MoE, "
-                   "DeepSeek, ...) trace with evenly loaded experts; this one does not")
+                   "DeepSeek, ...) and SwitchTransformers trace with evenly loaded experts; this one does not")
         raise TraceError(f"cannot trace {step.name} with batch {batch_size}: {msg}") from None

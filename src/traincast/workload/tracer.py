@@ -239,12 +239,19 @@ class BalancedExperts:
     grouped GEMM kernel has no meta implementation in fp32. Evenly loaded experts are what the load-balancing
     loss trains towards, and a grouped GEMM takes about the time of a batched GEMM of the same FLOPs: the
     ``S`` routed rows are padded to ``E x ceil(S / E)`` and multiplied as ``E`` GEMMs of ``ceil(S / E)`` rows
-    (the padding appears as one small copy). ``count`` says how many grouped GEMMs were replaced."""
+    (the padding appears as one small copy). ``count`` says how many grouped GEMMs were replaced.
+
+    SwitchTransformers' experts loop in Python over the experts its router picked (``torch.where`` on the
+    routing mask, no shape on meta). There each expert runs on an even share, ``ceil(T / E)``, of the ``T``
+    tokens (top-1 routing), with the gather, expert MLP, weighting and ``index_add_`` its loop does; ``count``
+    grows by the expert MLP's projections (one per linear layer, as for the grouped GEMMs)."""
 
     def __init__(self):
         self.count = 0
         self._moe = None
         self._orig = None
+        self._switch = None
+        self._switch_orig = None
 
     def _grouped_mm(self, input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
         self.count += 1
@@ -255,6 +262,21 @@ class BalancedExperts:
         out = torch.bmm(x.to(weight.dtype).reshape(experts, per, k), weight)
         return out.reshape(experts * per, weight.shape[-1])[:rows]
 
+    def _switch_forward(self, experts, hidden_states, selected_experts, routing_weights):
+        tokens, n = hidden_states.shape[0], experts.num_experts
+        per = -(-tokens // n)
+        out = torch.zeros_like(hidden_states)
+        for e in range(n):
+            lo, hi = min(e * per, tokens), min((e + 1) * per, tokens)
+            if hi <= lo:
+                continue
+            idx = torch.arange(lo, hi, device=hidden_states.device)
+            mlp = experts[f"expert_{e}"]
+            self.count += sum(isinstance(m, torch.nn.Linear) for m in mlp.modules())
+            y = mlp(hidden_states[idx]) * routing_weights[idx, 0].unsqueeze(-1)
+            out.index_add_(0, idx, y.to(hidden_states.dtype))
+        return out
+
     def __enter__(self):
         import sys
 
@@ -262,12 +284,25 @@ class BalancedExperts:
         if moe is not None and hasattr(moe, "_grouped_mm"):
             self._moe, self._orig = moe, moe._grouped_mm
             moe._grouped_mm = self._grouped_mm
+        switch = sys.modules.get("transformers.models.switch_transformers.modeling_switch_transformers")
+        if switch is not None and hasattr(switch, "SwitchTransformersExperts"):
+            cls = switch.SwitchTransformersExperts
+            self._switch, self._switch_orig = cls, cls.forward
+            tracer = self
+
+            def forward(experts, hidden_states, selected_experts, routing_weights):
+                return tracer._switch_forward(experts, hidden_states, selected_experts, routing_weights)
+
+            cls.forward = forward
         return self
 
     def __exit__(self, *exc):
         if self._moe is not None:
             self._moe._grouped_mm = self._orig
             self._moe = None
+        if self._switch is not None:
+            self._switch.forward = self._switch_orig
+            self._switch = None
         return False
 
 
