@@ -363,7 +363,7 @@ def forecast(
             notes.append(adapted)
     moe = int(wl.meta.get("balanced_expert_gemms", 0) or 0)
     if moe:
-        notes.append(f"mixture of experts: {moe} grouped expert GEMMs per forward timed with the routed tokens "
+        notes.append(f"mixture of experts: {moe} expert GEMMs per forward timed with the routed tokens "
                      "split evenly over the experts (a router that loads them unevenly is slower)")
     steps = math.ceil(dataset_size / global_batch)
     epoch_s = steps * st.iteration_s
