@@ -179,13 +179,9 @@ def rows_from_csv(csv: str | Path, device) -> tuple[pd.DataFrame, np.ndarray]:
     if D.NEUSIGHT_TIME not in df.columns:
         raise DataError(f"{str(csv)!r} has no measured time column {D.NEUSIGHT_TIME!r}: nothing to adapt to")
     if "Device" in df.columns:  # the GPU the kernels were timed on, as torch.cuda.get_device_name says
-        from traincast.errors import UnknownNameError
-
-        named = {str(v) for v in df["Device"].dropna().unique()}
-        try:
-            others = sorted(n for n in named if F.device_columns(F._device_by_name(n)) != F.device_columns(device))
-        except UnknownNameError:
-            others = []  # a GPU the catalog does not know: the user's --gpu says what it is
+        # a GPU the catalog does not know (None) is not refused: the user's --gpu says what it is
+        others = sorted(n for n in {str(v) for v in df["Device"].dropna().unique()}
+                        if F.named_same_specs(n, device) is False)
         if others:
             raise DataError(f"{str(csv)!r} holds kernels timed on {', '.join(others)}, not on {device.name}: an "
                             "adaptation corrects the model to the GPU its rows were measured on")

@@ -60,6 +60,21 @@ def device_columns(device: Device) -> dict:
     }
 
 
+def same_specs(a: Device, b: Device) -> bool:
+    """Whether two devices are one GPU to the learned model: the same ``dev_*`` columns (catalog specs)."""
+    return device_columns(a) == device_columns(b)
+
+
+def named_same_specs(name: str, device: Device) -> bool | None:
+    """Whether the catalog's GPU ``name`` has ``device``'s specs; None where the catalog does not know ``name``."""
+    from traincast.errors import UnknownNameError
+
+    try:
+        return same_specs(_device_by_name(name), device)
+    except UnknownNameError:
+        return None
+
+
 @lru_cache(maxsize=256)
 def _device_by_name(name: str) -> Device:
     from traincast.hardware.catalog import get_catalog

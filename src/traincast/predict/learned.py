@@ -129,21 +129,11 @@ class LearnedPredictor:
 
     def knows(self, device: Device) -> bool:
         """Whether the fit saw this GPU: its catalog specs are those of a GPU in the training data."""
-        from traincast.errors import UnknownNameError
         from traincast.fit import features as F
 
-        mine = F.device_columns(device)
-        key = tuple(sorted(mine.items()))
-        if key not in self._known:
-            seen = False
-            for g in getattr(self.model, "gpus_", ()):
-                try:
-                    seen = F.device_columns(F._device_by_name(g)) == mine
-                except UnknownNameError:  # a training GPU name the catalog no longer resolves
-                    continue
-                if seen:
-                    break
-            self._known[key] = seen
+        key = tuple(sorted(F.device_columns(device).items()))
+        if key not in self._known:  # a training GPU name the catalog no longer resolves counts as not this one
+            self._known[key] = any(F.named_same_specs(g, device) for g in getattr(self.model, "gpus_", ()))
         return self._known[key]
 
     def blends(self, device: Device) -> bool:

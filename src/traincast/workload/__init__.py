@@ -105,7 +105,6 @@ def build_step(
 
         if seq_len is not None:
             raise ConfigError(f"--seq-len does not apply to the layer spec {text!r}: its input is an image")
-
         return build_spec_step(text, **kw)
     if Path(text).is_dir():
         raise ConfigError(f"model {text!r} is a folder without a config.json; give a zoo name, a layer spec "
