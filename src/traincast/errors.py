@@ -76,24 +76,21 @@ def positive(name: str, value: float | int) -> None:
         raise ConfigError(f"{name} must be a positive number, got {value!r}")
 
 
-def png_path(path, create_folder: bool = False):
-    """``path`` as a PNG file to write: it must end in .png and its folder must exist or, with
-    ``create_folder``, is made (ConfigError otherwise), checked before any long work."""
+def png_path(path, create_folder: bool = False, option: str = "--plot"):
+    """``path`` as a PNG file to write (:func:`writable_file`, and it must end in .png); with
+    ``create_folder`` its folder is made. Checked before any long work."""
     from pathlib import Path
 
     p = Path(path).expanduser()
-    if p.is_dir():
-        raise ConfigError(f"plot path {str(path)!r} is a folder; give a file name ending in .png")
-    if p.suffix.lower() != ".png":
-        raise ConfigError(f"plot path must end in .png, got {str(path)!r}")
-    if create_folder and not p.parent.exists():
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot make the folder {str(p.parent)!r} for the plot: {exc.strerror or exc}") from None
-    if not p.parent.is_dir():
-        raise ConfigError(f"folder {str(p.parent)!r} for the plot does not exist")
-    return p
+    if not p.is_dir():
+        if p.suffix.lower() != ".png":
+            raise ConfigError(f"plot path must end in .png, got {str(path)!r}")
+        if create_folder and not p.parent.exists():
+            try:
+                p.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot make the folder {str(p.parent)!r} for the plot: {exc.strerror or exc}") from None
+    return writable_file(p, option)
 
 
 def writable_file(path, option: str = "--out"):
