@@ -154,15 +154,7 @@ def main(argv=None) -> int:
               "place of the shipped model")
     print(f"learned model ({est}, {norm}) trained on GPU groups: {', '.join(getattr(learned.model, 'trained_on_groups_', ()))}")
     # leave-target-GPU-out models, one per target group that the layer/kernel data holds
-    logo: dict[str, LearnedPredictor] = {}
-    if not args.no_logo:
-        for g in sorted({gpu_group(c["gpu"]) for c in todo}):
-            if g in learned.model.trained_on_groups_:
-                t0 = time.perf_counter()
-                m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, exclude_groups=(g,), estimator=est,
-                                  normalizer=norm)
-                logo[g] = LearnedPredictor(m)
-                print(f"refitted without {g} kernels/layers ({time.perf_counter() - t0:.0f} s)")
+    logo = {} if args.no_logo else logo_models(args, todo, est, norm, learned.model.trained_on_groups_, log=print)
     adapted: dict[str, list[LearnedPredictor]] = {}  # kernel GPU name -> one adapted LOGO predictor per draw
     if args.adapt and logo:
         from traincast.fit.adapt import fit_adaptation
@@ -241,6 +233,23 @@ def main(argv=None) -> int:
     return 0
 
 
+def logo_models(args, todo, est, norm, trained_groups, seed: int = 0, log=None) -> dict:
+    """GPU group -> the learned predictor refitted without that group's layer/kernel rows, for every target
+    group of ``todo`` the data holds (the others are never in the fit)."""
+    from traincast.fit.train import fit_layers
+
+    out: dict[str, LearnedPredictor] = {}
+    for g in sorted({gpu_group(c["gpu"]) for c in todo}):
+        if g in trained_groups:
+            t0 = time.perf_counter()
+            m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, exclude_groups=(g,), estimator=est,
+                              normalizer=norm, seed=seed, save=False)
+            out[g] = LearnedPredictor(m)
+            if log:
+                log(f"refitted without {g} kernels/layers ({time.perf_counter() - t0:.0f} s)")
+    return out
+
+
 def learned_mape(todo, traces, cat, pick) -> dict:
     """src -> MAPE % of the learned predictor ``pick(gpu_group)`` over the cases (None: not learned there)."""
     errs: dict = {}
@@ -260,17 +269,13 @@ def spread(args, todo, traces, df, est, norm, seeds) -> None:
     from traincast.fit.train import fit_layers
 
     cat = get_catalog()
-    groups = sorted({gpu_group(c["gpu"]) for c in todo})
     per = {0: {src: (s.learned_err_pct.abs().mean(), s.logo_err_pct.abs().mean()) for src, s in df.groupby("src")}}
     for seed in seeds:
         t0 = time.perf_counter()
         m, _ = fit_layers(args.data, max_rows_per_file=args.rows_per_file, estimator=est, normalizer=norm,
                           seed=seed, save=False)
         full = LearnedPredictor(m)
-        logo = {} if args.no_logo else {
-            g: LearnedPredictor(fit_layers(args.data, max_rows_per_file=args.rows_per_file, exclude_groups=(g,),
-                                           estimator=est, normalizer=norm, seed=seed, save=False)[0])
-            for g in groups if g in m.trained_on_groups_}
+        logo = {} if args.no_logo else logo_models(args, todo, est, norm, m.trained_on_groups_, seed=seed)
         a = learned_mape(todo, traces, cat, lambda g: full)
         b = learned_mape(todo, traces, cat, lambda g: logo.get(g, full))
         per[seed] = {src: (a[src], b[src]) for src in a}
