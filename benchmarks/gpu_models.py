@@ -44,12 +44,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from traincast.fit.datasets import default_data_dir  # noqa: E402
-from traincast.fit.features import gpu_group  # noqa: E402
+from traincast.predict.opfeatures import gpu_group  # noqa: E402
 from traincast.fit.learn import ESTIMATORS, NORMALIZERS  # noqa: E402
 from traincast.fit.train import DEFAULT_ROWS_PER_FILE  # noqa: E402
 from traincast.hardware.catalog import get_catalog  # noqa: E402
 from traincast.predict.analytical import AnalyticalPredictor  # noqa: E402
 from traincast.predict.learned import LearnedPredictor  # noqa: E402
+from traincast.predict.rnn import with_cudnn_recurrent  # noqa: E402
+
+
+def timed(predictor, w, dev):
+    """Op times as a forecast takes them: recurrent layers as cuDNN runs them on GPUs."""
+    return with_cudnn_recurrent(predictor).predict(w, dev)
 from traincast.workload import trace  # noqa: E402
 
 HABITAT_ZOO = {"resnet50": "resnet50", "inception": "inception_v3", "dcgan": "dcgan", "gnmt": "gnmt",
@@ -159,7 +165,7 @@ def main(argv=None) -> int:
     if args.adapt and logo:
         from traincast.fit.adapt import fit_adaptation
         from traincast.fit.datasets import load_neusight, neusight_gpus
-        from traincast.fit.features import attach_devices
+        from traincast.predict.opfeatures import attach_devices
 
         for name in neusight_gpus(args.data):
             g = gpu_group(name)
@@ -187,19 +193,19 @@ def main(argv=None) -> int:
         w = traces[key]
         dev = cat.device(c["gpu"])
         g = gpu_group(c["gpu"])
-        a = phase_ms(w, analytical.predict(w, dev), c["phases"])
-        lp = learned.predict(w, dev)
+        a = phase_ms(w, timed(analytical, w, dev), c["phases"])
+        lp = timed(learned, w, dev)
         l_ = phase_ms(w, lp, c["phases"])
-        lo = phase_ms(w, logo[g].predict(w, dev), c["phases"]) if g in logo else l_
+        lo = phase_ms(w, timed(logo[g], w, dev), c["phases"]) if g in logo else l_
         ad = lo
         same = [n for n in adapted if gpu_group(n) == g]
         if same:  # each draw's adaptation: this GPU's own, else that of a board of the same chip
             from dataclasses import replace
 
             src = dev.name if dev.name in adapted else same[0]
-            ad = float(np.median([phase_ms(w, replace(p, adaptation=replace(p.adaptation, gpu=dev.name))
-                                           .predict(w, dev), c["phases"]) for p in adapted[src]]))
-        cov = learned.coverage(w)
+            ad = float(np.median([phase_ms(w, timed(replace(p, adaptation=replace(p.adaptation, gpu=dev.name)), w, dev),
+                                           c["phases"]) for p in adapted[src]]))
+        cov = learned.coverage(w, dev)
         rows.append(dict(src=c["src"], gpu=dev.name, model=Path(c["model"]).stem, batch=c["batch"], seq=c["seq"] or "",
                          measured_ms=c["measured_ms"], analytical_ms=a, learned_ms=l_, logo_ms=lo, adapt_ms=ad,
                          covered=f"{cov['learned']}/{cov['ops']}"))
@@ -258,7 +264,7 @@ def learned_mape(todo, traces, cat, pick) -> dict:
         if p is None:
             continue
         w = traces[(c["model"], c["batch"], c["seq"], c.get("optimizer", "sgd"))]
-        got = phase_ms(w, p.predict(w, cat.device(c["gpu"])), c["phases"])
+        got = phase_ms(w, timed(p, w, cat.device(c["gpu"])), c["phases"])
         errs.setdefault(c["src"], []).append(abs(got / c["measured_ms"] - 1) * 100)
     return {k: float(np.mean(v)) for k, v in errs.items()}
 

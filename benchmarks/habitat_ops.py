@@ -29,8 +29,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from traincast.fit.datasets import default_data_dir  # noqa: E402
 from traincast.hardware.catalog import get_catalog  # noqa: E402
-from traincast.predict.analytical import AnalyticalPredictor  # noqa: E402
-from traincast.predict.learned import LearnedPredictor  # noqa: E402
+from traincast.predict import make_predictor  # noqa: E402
 from traincast.workload import trace  # noqa: E402
 
 from gpu_models import HABITAT_OPTIMIZER as OPTIMIZER, HABITAT_ZOO  # noqa: E402  (this folder)
@@ -65,14 +64,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     ops = pd.read_csv(Path(args.data) / "models" / "habitat_rtx2080ti_op_breakdown.csv.gz")
     dev = get_catalog().device("RTX2080Ti")
-    preds = {"analytical": AnalyticalPredictor(), "learned": LearnedPredictor.load_default()}
+    preds = {"analytical": make_predictor("analytical"), "learned": make_predictor("learned")}
     rows = []
     for (model, batch), g in ops.groupby(["model", "batch_size"]):
         if model not in ZOO:
             continue
         measured = g.groupby("operation")["run_time_ms"].sum()
         wl = trace(ZOO[model], batch_size=int(batch), optimizer=OPTIMIZER.get(model, "sgd"))
-        rnn = {c["module"] for c in wl.meta.get("rnn_calls", [])}
+        rnn = {c.module for c in wl.recurrent_calls}
         kinds = [kind_of(op, rnn) for op in wl.ops]
         for name, p in preds.items():
             t = p.predict(wl, dev).times_s

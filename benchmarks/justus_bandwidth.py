@@ -21,7 +21,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from traincast.fit import features as F  # noqa: E402
+from traincast.predict import opfeatures as F  # noqa: E402
 from traincast.fit.datasets import load_justus  # noqa: E402
 
 

@@ -24,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from traincast.fit import features as F  # noqa: E402
+from traincast.predict import opfeatures as F  # noqa: E402
 from traincast.fit.learn import OpTimeRegressor, mape, training_rows  # noqa: E402
 from traincast.fit.train import DEFAULT_ESTIMATOR  # noqa: E402
 

@@ -27,7 +27,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from traincast.fit.calibration import Measured, calibrate, mape, measure_steps, plot_validation, predict_measured
+from traincast.fit.calibration import Measured, calibrate, measure_steps
+from traincast.fit.validate import mape, plot_validation, predict_measured
 
 CAL = ("resnet18", "vgg11", "mobilenet_v2")
 HELD = ("resnet50", "densenet121", "googlenet", "alexnet", "bert-tiny")

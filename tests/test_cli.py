@@ -52,7 +52,7 @@ def test_trace_json(capsys):
     (["predict", "resnet18", "--gpu", "V100", "--batch-size", "-3"], "must be a positive number"),
     (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--epochs", "0"], "must be a positive number"),
     (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--sync", "mesh"], "unknown sync method"),
-    (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--precision", "fp8"], "precision must be one of"),
+    (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--precision", "fp8"], "unknown precision 'fp8'"),
     (["predict", "resnet18", "--batch-size", "8"], "name the hardware"),
     (["predict", "missing.yaml", "--gpu", "V100", "--batch-size", "8"], "does not exist"),
     (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--catalog", "nope.yaml"], "does not exist"),
@@ -151,7 +151,7 @@ def test_files_and_numbers_a_user_gets_wrong_are_errors_not_tracebacks(capsys, t
     cases = [
         (["trace", str(folder), "-b", "4"], "Is a directory"),
         (["trace", str(binary), "-b", "4"], "not UTF-8 text"),
-        (["eval-layers", str(csv), "--gpu", "P100", "--model", str(csv)], "is not a traincast learned model"),
+        (["eval-layers", str(csv), "--gpu", "P100", "--model", str(csv)], "is not a traincast model file"),
         (["eval-layers", str(csv), "--gpu", "P100", "--model", str(tmp_path)], "is a folder"),
         (["predict", "resnet50", "--gpu", "A100", "-b", "64", "--epochs", "inf"], "--epochs must be a positive"),
         (["predict", "resnet50", "--gpu", "A100", "--gpus", "16", "--nodes", "2", "-b", "64", "--network-gbit", "-5"],

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from traincast.cli.main import _register_all, run
-from traincast.errors import ConfigError
+from traincast.errors import ConfigError, UnknownNameError
 from traincast.plan.pareto import parse_duration_s, pareto_flags, plan
 
 _register_all()
@@ -84,12 +84,12 @@ def test_plan_times_each_gpu_with_the_predictor_asked_for(capsys, tmp_path):
         other = next(a for a in ana.configs if a.instance == c.instance)
         differs.append(c.iteration_s != pytest.approx(other.iteration_s, rel=1e-3))
     assert any(differs)  # (ResNet-18 b32 on the T4 happens to be within 0.1% in both)
-    with pytest.raises(ConfigError, match="--predictor must be one of"):
+    with pytest.raises(UnknownNameError, match="unknown predictor 'oracle'; known: analytical, auto, learned"):
         plan("resnet18", predictor="oracle", **kw)
     args = ["plan", "resnet18", "--epochs", "1", "--dataset-size", "10000", "-b", "32", "--gpus", "1",
             "--instances", "g4dn.xlarge"]
     assert run(args + ["--predictor", "oracle"]) == 2
-    assert "--predictor must be one of" in capsys.readouterr().err
+    assert "unknown predictor 'oracle'" in capsys.readouterr().err
     import os
 
     cwd = os.getcwd()

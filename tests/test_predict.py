@@ -6,7 +6,7 @@ import pytest
 
 from traincast.errors import ConfigError, UnknownNameError
 from traincast.hardware import Cluster, get_catalog
-from traincast.predict import AnalyticalPredictor, allreduce_s, forecast, gradient_sync
+from traincast.predict import AnalyticalPredictor, allreduce_s, forecast, gradient_sync, make_predictor
 from traincast.predict.compose import WorkloadFamily, interpolate
 from traincast.workload import trace
 
@@ -59,7 +59,7 @@ def test_roofline_per_op_is_max_of_compute_and_memory(resnet50_b8):
     ot = AnalyticalPredictor().predict(resnet50_b8, dev)
     p = AnalyticalPredictor().params(dev)
     for op, t, b in zip(resnet50_b8.ops, ot.times_s, ot.bound):
-        t_m = op.bytes_total / (dev.memory_bandwidth_bytes_per_s * p["memory"].get(op.op_class, p["memory"]["default"]))
+        t_m = op.bytes_total / (dev.memory_bandwidth_bytes_per_s * p.memory[op.op_class] * p.memory_scale)
         assert t >= t_m  # never faster than moving its bytes
         assert b in ("compute", "memory", "latency")
     bounds = {b for b in ot.bound}
@@ -67,7 +67,7 @@ def test_roofline_per_op_is_max_of_compute_and_memory(resnet50_b8):
 
 
 def test_gemm_dims_and_fresh_output_bytes_by_hand():
-    from traincast.predict.analytical import fresh_output_bytes, gemm_dims, gemm_factor
+    from traincast.predict.roofline import fresh_output_bytes, gemm_dims, gemm_factor
 
     assert gemm_dims("mm", ((16, 9216), (9216, 4096))) == (16, 4096, 9216)
     assert gemm_dims("addmm", ((4096,), (16, 9216), (9216, 4096))) == (16, 4096, 9216)
@@ -94,7 +94,7 @@ def test_skinny_gemms_and_fresh_pages_cost_more_on_cpu():
     """A CPU's table charges a GEMM by its smallest dimension and large fresh outputs by page-in rate."""
     from dataclasses import replace
 
-    from traincast.fit.calibration import local_device
+    from traincast.hardware.local import local_device
     from traincast.workload.records import OpRecord
 
     # fixed peak and bandwidth: the GEMMs below are compute-bound whatever CPU runs the test
@@ -110,7 +110,7 @@ def test_skinny_gemms_and_fresh_pages_cost_more_on_cpu():
 
     square, skinny = mm(1024, 1024, 1024), mm(4, 16384, 16384)  # equal FLOPs
     assert skinny.flops == square.flops
-    half = AnalyticalPredictor().params(dev)["gemm_half_dim"]
+    half = AnalyticalPredictor().params(dev).gemm_half_dim
     assert half > 0
     assert time_of(skinny) > 2 * time_of(square)
     assert time_of(skinny, gemm_half_dim=0) < time_of(skinny)
@@ -119,14 +119,14 @@ def test_skinny_gemms_and_fresh_pages_cost_more_on_cpu():
     assert time_of(big, fresh_alloc={"min_bytes": 32 * 2**20, "gb_per_s": 2.0}) == pytest.approx(
         no_fresh + 256 * 2**20 / 2e9)
     gpu = get_catalog().device("A100")
-    assert "fresh_alloc" not in AnalyticalPredictor().params(gpu)
+    assert AnalyticalPredictor().params(gpu).fresh_alloc_gb_per_s == 0
 
 
 def test_light_ops_pay_the_light_overhead():
     """Gradient accumulation and each tensor of a CPU foreach op pay ``light_overhead_us``; every
     other op ``op_overhead_us`` per launch. Tables without a light overhead charge all alike."""
-    from traincast.fit.calibration import local_device
-    from traincast.predict.analytical import is_light, launches_of
+    from traincast.hardware.local import local_device
+    from traincast.predict.roofline import is_light, launches_of
 
     dev = local_device("cpu", threads=2)
     wl = trace("resnet18", batch_size=2)
@@ -137,7 +137,7 @@ def test_light_ops_pay_the_light_overhead():
     # batch norm's num_batches_tracked += 1: an int64 op (no float tensor: dtype "none"), never an autograd node
     counters = [o for o in light if o.phase == "forward" and o.aten == "add_" and o.dtype == "none"]
     assert len(counters) == sum(1 for o in wl.ops if o.aten == "native_batch_norm") == 20
-    chunk = AnalyticalPredictor().params(dev)["foreach_chunk"]
+    chunk = AnalyticalPredictor().params(dev).foreach_chunk
     n_light = sum(launches_of(o, chunk) for o in light)
 
     def total(**ov):
@@ -146,9 +146,9 @@ def test_light_ops_pay_the_light_overhead():
     assert total(light_overhead_us=50.0, op_overhead_us=8.0) - total(light_overhead_us=0.0, op_overhead_us=8.0) == \
         pytest.approx(n_light * 50e-6, rel=1e-6)
     gpu = get_catalog().device("A100")
-    assert "light_overhead_us" not in AnalyticalPredictor().params(gpu)
+    assert AnalyticalPredictor().params(gpu).light_overhead_us is None
     a = AnalyticalPredictor().predict(wl, gpu)
-    same = {"light_overhead_us": AnalyticalPredictor().params(gpu)["op_overhead_us"]}
+    same = {"light_overhead_us": AnalyticalPredictor().params(gpu).op_overhead_us}
     b = AnalyticalPredictor(overrides=same).predict(wl, gpu)
     assert a.times_s == pytest.approx(b.times_s)
 
@@ -259,10 +259,10 @@ def test_amd_fp32_gemms_run_on_the_matrix_units():
     pred = AnalyticalPredictor()
     p = pred.params(dev)
     t = pred.predict(wl, dev).times_s[mm]
-    expect = wl.ops[mm].flops / (45.3e12 * p["compute"]["tensor"]["matmul"])
+    expect = wl.ops[mm].flops / (45.3e12 * p.compute["tensor"]["matmul"])
     assert t == pytest.approx(expect, rel=0.05)
     strict = pred.predict(wl, dev, precision="fp32-strict").times_s[mm]
-    assert strict == pytest.approx(wl.ops[mm].flops / (22.6e12 * p["compute"]["simt"]["matmul"]), rel=0.05)
+    assert strict == pytest.approx(wl.ops[mm].flops / (22.6e12 * p.compute["simt"]["matmul"]), rel=0.05)
     # a GPU without the field is unchanged: NVIDIA fp32 matmuls stay on the FP32 (SIMT) rate
     assert get_catalog().device("V100").fp32_matrix_tflops is None
 
@@ -286,7 +286,6 @@ def test_recurrent_layers_run_as_cudnn_schedules_on_gpus():
 
     import dataclasses
 
-    import torch
 
     class Tagger(nn.Module):
         def __init__(self):
@@ -299,11 +298,10 @@ def test_recurrent_layers_run_as_cudnn_schedules_on_gpus():
 
     T, B, n_in, H = 40, 8, 256, 512
     wl = trace(Tagger(), batch_size=B, inputs=(T, n_in))
-    calls = wl.meta["rnn_calls"]
+    calls = wl.recurrent_calls
     assert len(calls) == 1
     c = calls[0]
-    assert (c["mode"], c["seq_len"], c["batch"], c["hidden_size"], c["num_layers"], c["bidirectional"]) == \
-        ("LSTM", T, B, H, 2, True)
+    assert (c.mode, c.seq_len, c.batch, c.hidden_size, c.num_layers, c.bidirectional) == ("LSTM", T, B, H, 2, True)
     sched = cudnn_schedule(c)
     traced_fwd = sum(o.flops for o in wl.ops if o.phase == "forward" and o.op_class == "matmul"
                      and o.module == "Tagger.rnn")
@@ -315,25 +313,26 @@ def test_recurrent_layers_run_as_cudnn_schedules_on_gpus():
     assert sum(o.flops for o in bwd_mm) == 2 * by_hand  # input and weight gradients
     # per layer and direction: 1 + T forward GEMMs, T recurrent + 3 batched gradient GEMMs
     assert len(fwd_mm) == 4 * (1 + T) and len(bwd_mm) == 4 * (T + 3)
-    assert c["module"] == "Tagger.rnn"
+    assert c.module == "Tagger.rnn"
     assert sum(o.phase == "forward" for o in sched) < 0.3 * sum(o.phase == "forward" for o in wl.ops)
 
-    pred = AnalyticalPredictor()
+    plain_pred = AnalyticalPredictor()
+    pred = make_predictor("analytical")  # every predictor by name is wrapped: recurrent layers as cuDNN runs them
     gpu = get_catalog().device("V100")
-    ot, plain = pred.predict(wl, gpu), pred.predict_traced(wl, gpu)
+    ot, plain = pred.predict(wl, gpu), plain_pred.predict(wl, gpu)
     assert len(ot.times_s) == len(wl.ops)
-    mod = calls[0]["module"]
-    s_ot = pred.predict_traced(dataclasses.replace(wl, ops=tuple(sched), meta={}), gpu)
+    mod = calls[0].module
+    s_ot = plain_pred.predict(dataclasses.replace(wl, ops=tuple(sched), recurrent_calls=()), gpu)
     for phase in ("forward", "backward"):
         got = sum(t for o, t in zip(wl.ops, ot.times_s) if o.phase == phase and o.module == mod)
         want = sum(t for o, t in zip(sched, s_ot.times_s) if o.phase == phase)
         assert got == pytest.approx(want, rel=1e-9)
     assert ot.total_s() < 0.5 * plain.total_s()  # thousands of launches fewer
     cpu = get_catalog().device("generic-2core-avx2")  # on a CPU the native decomposition is what runs
-    assert pred.predict(wl, cpu).times_s == pred.predict_traced(wl, cpu).times_s
+    assert pred.predict(wl, cpu).times_s == plain_pred.predict(wl, cpu).times_s
 
 
 def test_interpolated_workloads_scale_the_recurrent_batch():
     w = interpolate(trace("gnmt", batch_size=8, seq_len=6), trace("gnmt", batch_size=16, seq_len=6), 24)
-    calls = w.meta["rnn_calls"]
-    assert "interpolated_from" in w.meta and calls and {c["batch"] for c in calls} == {24}
+    calls = w.recurrent_calls
+    assert w.interpolated_from == (8, 16) and calls and {c.batch for c in calls} == {24}

@@ -46,7 +46,7 @@ def test_views_cost_nothing_and_phases_are_all_present(resnet50_b8):
     assert not names & {"view", "t", "transpose", "expand", "detach", "_unsafe_view"}
     assert {o.phase for o in resnet50_b8.ops} == {"forward", "backward", "optimizer"}
     assert all(o.bytes_total > 0 for o in resnet50_b8.ops)
-    assert resnet50_b8.meta["unregistered_ops"] == {}
+    assert resnet50_b8.unregistered_ops == ()
 
 
 def test_sgd_momentum_steady_state_uses_foreach_kernels(resnet50_b8):
@@ -295,7 +295,7 @@ def test_a_mixture_of_experts_config_traces_with_evenly_loaded_experts(tmp_path,
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     wl = trace(str(p), batch_size=b, seq_len=n)
-    assert wl.meta["balanced_expert_gemms"] == 2 * L  # gate-up and down per layer, forward
+    assert wl.balanced_expert_gemms == 2 * L  # gate-up and down per layer, forward
     rows = -(-b * n * K // E)
     fwd = [o for o in wl.ops if o.phase == "forward" and ".experts" in o.module and o.aten == "bmm"]
     assert sorted(o.input_shapes[:2] for o in fwd) == sorted(
@@ -324,12 +324,12 @@ def test_switch_transformers_build_eager_and_their_expert_loop_traces_evenly_loa
     wl = trace(str(p), batch_size=b, seq_len=n)
     assert not any(o.op_class == "attention" for o in wl.ops)
     assert sum(o.aten == "_softmax" for o in wl.ops if o.phase == "forward") == 2 + 2 * 2  # self, and cross in the decoder
-    assert wl.meta["balanced_expert_gemms"] == 0
+    assert wl.balanced_expert_gemms == 0
     cfg.update(encoder_sparse_step=1, decoder_sparse_step=1)  # every feed-forward layer a mixture of experts
     p.write_text(json.dumps(cfg))
     wl = trace(str(p), batch_size=b, seq_len=n)
     experts = [o for o in wl.ops if o.phase == "forward" and ".experts.expert_" in o.module and o.op_class == "matmul"]
-    assert wl.meta["balanced_expert_gemms"] == 2 * L * E * 2  # encoder and decoder layers, experts, wi and wo
+    assert wl.balanced_expert_gemms == 2 * L * E * 2  # encoder and decoder layers, experts, wi and wo
     assert {o.input_shapes[0][0] for o in experts} == {b * n // E}
     assert sum(o.flops for o in experts) == 2 * L * b * n * 2 * (d * ff + ff * d)
     nllb = {"model_type": "nllb-moe", "d_model": d, "encoder_layers": L, "decoder_layers": L,

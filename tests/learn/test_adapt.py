@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 from traincast.cli.main import _register_all, run
-from traincast.fit import features as F
+from traincast.predict import opfeatures as F
 from traincast.fit.adapt import GpuAdaptation, adaptation_path, fit_adaptation, rows_from_store, sample_row
 from traincast.fit.evaluate import canonical_rows
 from traincast.hardware.catalog import get_catalog
 from traincast.predict import make_predictor
-from traincast.predict.analytical import op_overheads_s
+from traincast.predict.roofline import op_overheads_s
 from traincast.predict.learned import LearnedPredictor
 from traincast.workload import trace
 
@@ -76,29 +76,30 @@ def test_fit_adapt_from_kernels_saves_what_predict_applies(tmp_path, capsys, t4,
 
     # the forecast takes it: each covered op's kernel is 3x the model's, less the harness floor
     wl = trace("bert-tiny", batch_size=2, seq_len=32)
-    adapted = make_predictor("learned", t4)
-    assert adapted.adaptation is not None and adapted.adaptation_note(t4).startswith("learned predictor adapted to")
+    adapted = make_predictor("learned", t4, "auto")
+    assert adapted.inner.adaptation is not None
+    assert any(n.startswith("learned predictor adapted to") for n in adapted.notes(wl, t4))
     base_t, new_t = learned.predict(wl, t4), adapted.predict(wl, t4)
     assert new_t.predictor == "learned+adapted"
     idx, rows = _single_row_ops(wl)
     p = learned.fallback.params(t4)
-    kf = p["kernel_floor_us"] * 1e-3
+    kf = p.kernel_floor_us * 1e-3
     floor = np.maximum(learned.harness_floor_ms(rows, t4) - kf, 0.0)  # per kind of kernel
     raw = learned.model.predict(F.attach_devices(rows, t4))
     over = op_overheads_s(wl.ops, p)
     got = np.array([new_t.times_s[i] - over[i] for i in idx]) * 1e3
     assert np.allclose(got, np.maximum(3.0 * raw - floor, kf), rtol=1e-6)
     assert np.allclose(np.array([base_t.times_s[i] - over[i] for i in idx]) * 1e3, np.maximum(raw - floor, kf))
-    assert make_predictor("learned", t4, "none").adaptation is None
+    assert make_predictor("learned", t4).inner.adaptation is None  # never applied unasked
 
-    # and the CLI says so; --adaptation none leaves it out
+    # and the CLI says so when asked for it; without --adaptation (none) it is left out
     args = ["predict", "bert-tiny", "--gpu", "T4", "-b", "2", "--seq-len", "32", "--dataset-size", "10",
             "--predictor", "learned", "--json"]
-    code, out, _ = cli(capsys, *args)
+    code, out, _ = cli(capsys, *args, "--adaptation", "auto")
     d = json.loads(out)
     assert code == 0 and d["predictor"] == "learned+adapted"
     assert any("adapted to" in n and "40 measured rows" in n for n in d["notes"])
-    code, out0, _ = cli(capsys, *args, "--adaptation", "none")
+    code, out0, _ = cli(capsys, *args)
     d0 = json.loads(out0)
     assert code == 0 and not any("adapted to" in n for n in d0["notes"])
     assert d["iteration_s"] > d0["iteration_s"]
@@ -127,15 +128,15 @@ def test_adaptations_that_would_mislead_are_refused(tmp_path, capsys, t4, learne
                           model_sha256="0" * 64, base_mape_pct=1.0, fit_mape_pct=1.0, cv_mape_pct=None)
     stale.save()
     args = ["predict", "bert-tiny", "--gpu", "T4", "-b", "2", "--seq-len", "32", "--predictor", "learned"]
-    code, _, err = cli(capsys, *args)
+    code, _, err = cli(capsys, *args, "--adaptation", "auto")
     assert code == 2 and "another learned model" in err and "--adaptation none" in err, err
-    assert cli(capsys, *args, "--adaptation", "none")[0] == 0
-    # a plan over the T4 meets the same stale file, and takes the same way out
+    assert cli(capsys, *args)[0] == 0
+    # a plan over the T4 asked to adapt meets the same stale file, and takes the same way out
     plan_args = ["plan", "bert-tiny", "--epochs", "1", "--dataset-size", "1000", "-b", "8", "--gpus", "1",
                  "--instances", "g4dn.xlarge", "--seq-len", "32", "--predictor", "auto", "--plot", ""]
-    code, _, err = cli(capsys, *plan_args)
+    code, _, err = cli(capsys, *plan_args, "--adaptation", "auto")
     assert code == 2 and "--adaptation none" in err, err
-    assert cli(capsys, *plan_args, "--adaptation", "none")[0] == 0
+    assert cli(capsys, *plan_args)[0] == 0
     code, _, err = cli(capsys, *plan_args, "--adaptation", str(tmp_path / "t4.json"))
     assert code == 2 and "auto or none" in err
     other = tmp_path / "other.json"
@@ -212,13 +213,13 @@ def test_store_samples_become_in_step_rows(tmp_path, t4, learned):
     assert a.rows == len(got.rows)
     # The adapter minimises a robust (soft-L1, f_scale 0.2) loss of the log error, so that loss, not the MAPE
     # of a few noisy CPU timings, is what it can never make worse than the unadapted model's.
-    from traincast.fit.learn import GpuAdapter, adapt_predictions
+    from traincast.predict.adaptation import adapt_predictions, adaptation_cells
 
     def soft_l1(pred):
         r = np.log(pred) - np.log(got.time_ms)
         return float((2 * 0.2**2 * (np.sqrt(1 + (r / 0.2) ** 2) - 1)).sum())
 
     base = np.asarray(learned.model.predict(got.rows), float)
-    after = adapt_predictions(base, GpuAdapter.cells(got.rows), a.coef)
+    after = adapt_predictions(base, adaptation_cells(got.rows), a.coef)
     assert soft_l1(after) <= soft_l1(base) * (1 + 1e-6)
     assert not np.allclose(after, base)

@@ -156,7 +156,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
         prof = None
         if against is not None:
-            from traincast.fit.calibration import find_profile
+            from traincast.predict.profile import find_profile
 
             prof = find_profile(against)  # fails before the measuring, not after
             if profile_steps < 1:
@@ -172,7 +172,7 @@ def register(app: typer.Typer) -> None:
         if prof is not None:
             from dataclasses import asdict
 
-            from traincast.fit.calibration import compare_step
+            from traincast.fit.validate import compare_step
 
             cmp = compare_step(mt, prof)
             d["against"] = {"profile": prof.name, **asdict(cmp)}

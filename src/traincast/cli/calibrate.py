@@ -121,7 +121,8 @@ def register(app: typer.Typer) -> None:
         """Calibrate on some models, forecast held-out ones, compare with measured steps (MAPE)."""
         from traincast.errors import positive
         from traincast.fit.calibration import calibrate as run_calibration
-        from traincast.fit.calibration import mape, measure_steps, plot_validation, predict_measured
+        from traincast.fit.calibration import measure_steps
+        from traincast.fit.validate import mape, plot_validation, predict_measured
         from traincast.measure.timing import check_device
 
         check_device(device)
@@ -152,7 +153,7 @@ def register(app: typer.Typer) -> None:
                   "parameters": prof.fit["parameters"]}
         sums_held = []
         if with_layer_sum:
-            from traincast.fit.calibration import fit_layer_sum_correction, layer_sum
+            from traincast.fit.layersum import fit_layer_sum_correction, layer_sum
 
             if device != "cpu":
                 from traincast.errors import ConfigError
@@ -191,7 +192,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def devices(as_json: bool = typer.Option(False, "--json")):
         """Device profiles made by `traincast calibrate`."""
-        from traincast.fit.calibration import list_profiles, profiles_dir
+        from traincast.paths import profiles_dir
+        from traincast.predict.profile import list_profiles
 
         profs = list_profiles()
         if as_json:

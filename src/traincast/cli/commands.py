@@ -12,6 +12,30 @@ from traincast.errors import png_path
 
 Catalogs = Optional[list[Path]]
 
+MODEL_HELP = ("the model: a zoo name or any torchvision classification model (see `traincast models`), a Hugging "
+              "Face config.json or a folder holding one, or a .yaml/.json layer spec")
+
+
+def _names(kind: str) -> str:
+    """``a | b | c`` of a registry, for an option's help."""
+    if kind == "precision":
+        from traincast.workload.precision import PRECISIONS
+
+        return PRECISIONS.describe()
+    if kind == "sync":
+        from traincast.predict.comm import SYNC_METHODS
+
+        return SYNC_METHODS.choices()
+    if kind == "predictor":
+        from traincast.predict.registry import PREDICTORS
+
+        return PREDICTORS.describe()
+    if kind == "optimizer":
+        from traincast.workload.steps import OPTIMIZERS
+
+        return " | ".join(OPTIMIZERS)
+    raise KeyError(kind)
+
 
 def _catalog(files):
     from traincast.hardware import get_catalog
@@ -59,17 +83,18 @@ def render_forecast(f, console=console) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def predict(
-        model: str = typer.Argument(..., help="zoo name (see `traincast models`) or a .yaml/.json layer spec"),
+        model: str = typer.Argument(..., help=MODEL_HELP),
         gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name (see `traincast gpus`)"),
         gpus: int = typer.Option(1, "--gpus", help="GPUs in total"),
         nodes: Optional[int] = typer.Option(None, "--nodes", help="nodes the GPUs are spread over"),
         batch_size: int = typer.Option(..., "--batch-size", "-b", help="global batch (per GPU with --per-gpu-batch)"),
         per_gpu_batch: bool = typer.Option(False, "--per-gpu-batch", help="weak scaling: --batch-size is per GPU"),
         epochs: float = typer.Option(1.0, "--epochs"),
-        dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="training samples per epoch"),
-        precision: str = typer.Option("fp32", "--precision", help="fp32 | tf32 | amp-fp16 | amp-bf16"),
-        optimizer: str = typer.Option("sgd", "--optimizer", help="sgd | adam | adamw | rmsprop"),
-        sync: str = typer.Option("ring", "--sync", help="ring | tree | butterfly | ps | ps-sharded"),
+        dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="training samples per epoch "
+                                                   "(without it, and no default for the model: one iteration only)"),
+        precision: str = typer.Option("fp32", "--precision", help=_names("precision")),
+        optimizer: str = typer.Option("sgd", "--optimizer", help=_names("optimizer")),
+        sync: str = typer.Option("ring", "--sync", help=_names("sync")),
         no_overlap: bool = typer.Option(False, "--no-overlap", help="no overlap of gradient sync with backward"),
         freeze: Optional[str] = typer.Option(None, "--freeze", help="none | all-but-last | all-but-last:K"),
         instance: Optional[str] = typer.Option(None, "--instance", help="cloud instance (see `traincast instances`)"),
@@ -77,11 +102,10 @@ def register(app: typer.Typer) -> None:
         network: Optional[float] = typer.Option(None, "--network-gbit", help="inter-node network, Gb/s"),
         device: Optional[str] = typer.Option(None, "--device", help="'local': this machine, as calibrated"),
         profile: Optional[str] = typer.Option(None, "--profile", help="a device profile from `traincast calibrate`"),
-        predictor_name: str = typer.Option("analytical", "--predictor",
-                                           help="analytical | learned | auto (learned where it covers the GPU)"),
-        adaptation: str = typer.Option("auto", "--adaptation",
-                                       help="learned predictor: auto (the one `traincast fit adapt` saved for "
-                                            "the GPU, if any) | none | an adaptation file"),
+        predictor_name: str = typer.Option("analytical", "--predictor", help=_names("predictor")),
+        adaptation: str = typer.Option("none", "--adaptation",
+                                       help="learned predictor: none | auto (the one `traincast fit adapt` saved "
+                                            "for the GPU, if any; the forecast names it) | an adaptation file"),
         catalog: Catalogs = typer.Option(None, "--catalog", help="extra catalog YAML file(s)"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     ):
@@ -90,14 +114,12 @@ def register(app: typer.Typer) -> None:
         from traincast.predict import forecast, make_predictor
 
         predictor = None
-        if adaptation not in ("auto", "none") and predictor_name == "analytical":
-            raise ConfigError("--adaptation goes with --predictor learned or auto")
-        if predictor_name != "analytical":
+        if predictor_name != "analytical" or adaptation != "none":
             cat = _catalog(catalog)
             dev = cat.instance(instance).device if instance else cat.device(gpu) if gpu else None
             predictor = make_predictor(predictor_name, dev, adaptation)
         if device is not None or profile is not None:
-            from traincast.fit.calibration import find_profile
+            from traincast.predict.profile import find_profile
 
             if device not in (None, "local"):
                 raise ConfigError(f"--device takes 'local' (this machine, calibrated), got {device!r}; "
@@ -117,10 +139,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command("trace")
     def trace_cmd(
-        model: str = typer.Argument(..., help="zoo name or a .yaml/.json layer spec"),
+        model: str = typer.Argument(..., help=MODEL_HELP),
         batch_size: int = typer.Option(32, "--batch-size", "-b"),
-        precision: str = typer.Option("fp32", "--precision"),
-        optimizer: str = typer.Option("sgd", "--optimizer"),
+        precision: str = typer.Option("fp32", "--precision", help=_names("precision")),
+        optimizer: str = typer.Option("sgd", "--optimizer", help=_names("optimizer")),
         seq_len: Optional[int] = typer.Option(None, "--seq-len"),
         freeze: Optional[str] = typer.Option(None, "--freeze"),
         ops: bool = typer.Option(False, "--ops", help="list every op"),
@@ -150,7 +172,7 @@ def register(app: typer.Typer) -> None:
         ]))
         console.print(f"parameters: {wl.parameters:,} ({wl.trainable_parameters:,} trainable); "
                       f"forward: {wl.flops('forward') / wl.batch_size / 2e9:.3f} GMACs per sample; "
-                      f"traced in {wl.meta.get('trace_s', 0):.2f} s")
+                      f"traced in {wl.trace_s:.2f} s")
         if ops:
             rows = [[i, o.phase, o.aten, o.module, o.op_class, o.dtype, f"{o.flops:,}", f"{o.bytes_total:,}"]
                     for i, o in enumerate(wl.ops)]
@@ -203,7 +225,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("plan")
     def plan_cmd(
-        model: str = typer.Argument(..., help="zoo name or a .yaml/.json layer spec"),
+        model: str = typer.Argument(..., help=MODEL_HELP),
         epochs: float = typer.Option(..., "--epochs"),
         dataset_size: Optional[int] = typer.Option(None, "--dataset-size"),
         batch_size: int = typer.Option(..., "--batch-size", "-b", help="global batch (per GPU with --per-gpu-batch)"),
@@ -213,14 +235,13 @@ def register(app: typer.Typer) -> None:
         gpus: str = typer.Option("1,2,4,8,16,32,64", "--gpus", help="GPU totals to consider"),
         gpu_types: Optional[str] = typer.Option(None, "--gpu-types", help="comma-separated GPU names"),
         instances: Optional[str] = typer.Option(None, "--instances", help="comma-separated instance names"),
-        precision: str = typer.Option("fp32", "--precision"),
-        optimizer: str = typer.Option("sgd", "--optimizer"),
+        precision: str = typer.Option("fp32", "--precision", help=_names("precision")),
+        optimizer: str = typer.Option("sgd", "--optimizer", help=_names("optimizer")),
         seq_len: Optional[int] = typer.Option(None, "--seq-len"),
-        predictor_name: str = typer.Option("analytical", "--predictor",
-                                           help="analytical | learned | auto (learned on the GPUs it covers)"),
-        adaptation: str = typer.Option("auto", "--adaptation",
-                                       help="learned predictor: auto (each GPU's `traincast fit adapt` adaptation, "
-                                            "if saved) | none"),
+        predictor_name: str = typer.Option("analytical", "--predictor", help=_names("predictor")),
+        adaptation: str = typer.Option("none", "--adaptation",
+                                       help="learned predictor: none | auto (each GPU's `traincast fit adapt` "
+                                            "adaptation, if saved)"),
         plot_path: Optional[Path] = typer.Option(Path("plan.png"), "--plot", help="PNG of all configurations ('' for none)"),
         show_all: bool = typer.Option(False, "--all", help="list every configuration, not just the front"),
         catalog: Catalogs = typer.Option(None, "--catalog"),

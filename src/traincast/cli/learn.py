@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
     def fit_layers_cmd(
         data_dir: Optional[str] = typer.Option(None, "--data", help="shared data folder (default ../shared/data)"),
         db: Optional[str] = typer.Option(None, "--db", help="fit on the rows `traincast data import` put in this database instead"),
-        out: Optional[str] = typer.Option(None, "--out", help="model file (default: the shipped traincast/predict/data/learned_ops.pkl)"),
+        out: Optional[str] = typer.Option(None, "--out", help="model file (default: the shipped traincast/predict/data/learned_ops.tcm)"),
         rows_per_file: int = typer.Option(1500, "--rows-per-file", help="rows sampled from each GPU x op file"),
         exclude: Optional[str] = typer.Option(None, "--exclude", help="comma list of GPU models to leave out (e.g. V100,A100)"),
         max_iter: int = typer.Option(300, "--max-iter", help="boosting iterations (MLP: epochs) per op family"),

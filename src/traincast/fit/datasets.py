@@ -1,7 +1,7 @@
 """Loaders of the shared real-GPU measurements, mapped onto traincast's op rows.
 
 Both public datasets become one table of *canonical op rows* (see
-:mod:`traincast.fit.features`): one row per timed op with its kind
+:mod:`traincast.predict.opfeatures`): one row per timed op with its kind
 (``matmul``, ``conv``, ``norm``, ``softmax``, ``elementwise``), its shape
 fields, the GPU name (as the catalog resolves it) and ``time_ms``.
 

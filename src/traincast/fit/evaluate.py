@@ -10,7 +10,7 @@ import pandas as pd
 
 from traincast.errors import DataError
 from traincast.fit import datasets as D
-from traincast.fit import features as F
+from traincast.predict import opfeatures as F
 
 FORMATS = ("justus", "neusight")
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from traincast.errors import DataError
 from traincast.fit import datasets as D
-from traincast.fit import features as F
+from traincast.predict import opfeatures as F
 
 _COLUMNS = ("source", "gpu", "op", "kind") + F.SHAPE_COLUMNS + F.FLAG_COLUMNS + ("time_ms",)
 

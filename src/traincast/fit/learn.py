@@ -3,8 +3,8 @@
 ``OpTimeRegressor`` is a scikit-learn style estimator: hyperparameters in the
 constructor, ``fit(rows, time_ms)``, ``predict(rows) -> time_ms``,
 ``score(rows, time_ms) -> -MAPE``, learned state in attributes ending in ``_``.
-``rows`` are canonical op rows (:mod:`traincast.fit.features`) that carry the
-``dev_*`` hardware columns (:func:`~traincast.fit.features.attach_devices`).
+``rows`` are canonical op rows (:mod:`traincast.predict.opfeatures`) that carry the
+``dev_*`` hardware columns (:func:`~traincast.predict.opfeatures.attach_devices`).
 
 One model per op family (``gemm``, ``conv``, ``memory``) predicts
 ``log(time_ms / base_ms)``, the ratio to a time computed from the target
@@ -55,27 +55,27 @@ import numpy as np
 import pandas as pd
 
 from traincast.errors import DataError
-from traincast.fit import features as F
+from traincast.predict import opfeatures as F
 
-FAMILY_OF = F.FAMILIES
-
+from traincast.predict.adaptation import adapt_predictions, adaptation_cells  # noqa: F401  (re-exported)
+from traincast.predict.opmodel import (  # noqa: F401  (re-exported: the estimator's vocabulary)
+    COMPUTE_FAMILIES,
+    FAMILY_OF,
+    FRAMEWORKS,
+    HW_FEATURES,
+    NORMALIZERS,
+    FamilyBlend,
+    OpTimeModel,
+    mape,
+)
 
 ESTIMATORS = ("hgb", "mlp", "ensemble", "hgb_nohw", "hybrid", "auto")
-NORMALIZERS = ("tf-compute", "compute", "roofline")
-COMPUTE_FAMILIES = ("gemm", "conv")  # families whose ratio is taken to the compute time (all rows or TF rows)
 CANDIDATES = ("hgb", "mlp", "ensemble", "hgb_nohw", "roofline")
-HW_FEATURES = ("log_peak_tflops", "log_bw_gbps", "sms", "clock_mhz", "log_mem_gib", "log_balance")
-FRAMEWORKS = {0: "torch", 1: "tf"}  # the framework_tf flag -> cell suffix
 # ``hybrid``: for a GPU the fit saw, ``hgb`` (the device-spec columns pick out its own ratios); for any other
 # GPU, the device-spec columns where the rows come from six GPUs of three generations (the TensorFlow layers),
 # not where a handful of GPUs makes them a GPU's name (the PyTorch kernels and traced ops)
 HYBRID_CHOICE = {0: "hgb_nohw", 1: "hgb"}
 _NEEDS = {"hgb": ("hgb",), "mlp": ("mlp",), "ensemble": ("hgb", "mlp"), "hgb_nohw": ("hgb_nohw",), "roofline": ()}
-
-
-def mape(pred, true) -> float:
-    pred, true = np.asarray(pred, float), np.asarray(true, float)
-    return float(np.mean(np.abs(pred - true) / true) * 100.0)
 
 
 def ratio_constant(log_ratio) -> float:
@@ -88,53 +88,7 @@ def ratio_constant(log_ratio) -> float:
     return float(np.log(t[order][min(i, len(t) - 1)]))
 
 
-class FamilyBlend:
-    """One op family's fitted members (``hgb``, ``mlp``, ``hgb_nohw``) and, per framework (``framework_tf`` feature
-    column ``fw_col``: 0 torch, 1 tf), the candidate that predicts its rows' log(time / base time)."""
-
-    def __init__(self, members: dict, choice: dict, constants: dict, fw_col: int, default: str,
-                 known: tuple = ()):
-        self.members = members      # name -> fitted scikit-learn regressor
-        self.choice = choice        # framework code -> candidate name
-        self.constants = constants  # framework code -> log ratio (the roofline candidate), None: whole family
-        self.fw_col = fw_col
-        self.default = default      # candidate for a framework the fit never saw
-        # (device-spec column indices, the fitted GPUs' spec rows, candidate): rows of a GPU the fit saw use it
-        self.known = known
-
-    def _seen(self, X: np.ndarray) -> np.ndarray:
-        """Rows whose device-spec columns are those of a GPU in the fit."""
-        known = getattr(self, "known", ())
-        if not known:
-            return np.zeros(len(X), bool)
-        cols, specs, _ = known
-        seen = np.zeros(len(X), bool)
-        for spec in specs:
-            seen |= (np.abs(X[:, cols] - spec) <= 1e-6 * (1 + np.abs(spec))).all(axis=1)
-        return seen
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        fw = (X[:, self.fw_col] > 0.5).astype(int)
-        seen = self._seen(X)
-        fw = np.where(seen, -1, fw)  # -1: a GPU of the fit, predicted by the known-GPU candidate
-        out = np.full(len(X), np.nan)
-
-        def member(name, sel):
-            return self.members[name].predict(X[sel])
-
-        for code in np.unique(fw):
-            sel = fw == code
-            name = self.known[2] if code == -1 else self.choice.get(int(code), self.default)
-            if name == "roofline":
-                out[sel] = self.constants.get(int(code), self.constants.get(None, 0.0))
-            elif name == "ensemble":
-                out[sel] = 0.5 * (member("hgb", sel) + member("mlp", sel))
-            else:
-                out[sel] = member(name, sel)
-        return out
-
-
-class OpTimeRegressor:
+class OpTimeRegressor(OpTimeModel):
     """Per-family regressor on log(time / base time) (``normalizer``): HistGradientBoosting (``estimator="hgb"``,
     the default), a multi-layer perceptron as in Justus et al. (``"mlp"``: the op kind one-hot,
     other features standardised), their mean in log space (``"ensemble"``), HistGradientBoosting without
@@ -149,68 +103,16 @@ class OpTimeRegressor:
     ``cv_scores_`` (cell -> candidate -> mean held-out-GPU MAPE %, empty unless auto),
     ``cv_group_scores_`` (cell -> candidate -> GPU -> MAPE %), ``cv_groups_`` (family -> GPUs)."""
 
-    _PARAMS = ("max_iter", "learning_rate", "max_leaf_nodes", "min_samples_leaf", "l2_regularization", "loss",
-               "hardware_features", "random_state", "estimator", "candidates", "cv_splits", "cv_max_rows", "n_threads",
-               "normalizer")
-    _LEGACY = {"normalizer": "roofline"}  # what a model pickled before the parameter existed was fitted with
-
     def __init__(self, max_iter: int = 300, learning_rate: float = 0.08, max_leaf_nodes: int = 48,
                  min_samples_leaf: int = 40, l2_regularization: float = 1.0, loss: str = "absolute_error",
                  hardware_features: bool = True, random_state: int = 0, estimator: str = "hgb",
                  candidates: tuple = CANDIDATES, cv_splits: int | None = None, cv_max_rows: int | None = 20000,
                  n_threads: int | None = 1, normalizer: str = "tf-compute"):
-        self.estimator = estimator
-        self.normalizer = normalizer
-        self.max_iter = max_iter
-        self.learning_rate = learning_rate
-        self.max_leaf_nodes = max_leaf_nodes
-        self.min_samples_leaf = min_samples_leaf
-        self.l2_regularization = l2_regularization
-        self.loss = loss
-        self.hardware_features = hardware_features
-        self.random_state = random_state
-        self.candidates = candidates
-        self.cv_splits = cv_splits
-        self.cv_max_rows = cv_max_rows
-        self.n_threads = n_threads
-
-    # sklearn-style parameter access ------------------------------------------------
-    def get_params(self, deep: bool = True) -> dict:
-        defaults = OpTimeRegressor.__init__.__defaults__
-        names = OpTimeRegressor.__init__.__code__.co_varnames[1:1 + len(defaults)]
-        # models pickled before a parameter existed read its default (or the behaviour they were fitted with)
-        old = {**dict(zip(names, defaults)), **self._LEGACY}
-        return {k: getattr(self, k, old.get(k)) for k in self._PARAMS}
-
-    def set_params(self, **params) -> "OpTimeRegressor":
-        bad = sorted(set(params) - set(self._PARAMS))
-        if bad:
-            raise ValueError(f"invalid parameter(s) {', '.join(bad)} for OpTimeRegressor; "
-                             f"valid: {', '.join(self._PARAMS)}")
-        for k, v in params.items():
-            setattr(self, k, v)
-        return self
-
-    def _columns(self) -> np.ndarray:
-        names = list(F.FEATURE_NAMES)
-        keep = [i for i, n in enumerate(names) if self.hardware_features or n not in HW_FEATURES]
-        return np.array(keep)
-
-    def _base(self, X: np.ndarray, roof: np.ndarray, fam: np.ndarray) -> np.ndarray:
-        """The time (ms) the log ratio is taken against, per row of the full feature matrix ``X``."""
-        norm = self.get_params()["normalizer"]
-        if norm == "roofline":
-            return roof
-        tc = np.exp(X[:, F.FEATURE_NAMES.index("log_tc_ms")]) + F.ROOF_FLOOR_MS
-        use = np.isin(fam, COMPUTE_FAMILIES)
-        if norm == "tf-compute":
-            use &= X[:, F.FEATURE_NAMES.index("framework_tf")] > 0.5
-        return np.where(use, tc, roof)
-
-    def base_ms(self, rows: pd.DataFrame) -> np.ndarray:
-        """Per row (canonical op rows with ``dev_*`` columns): the datasheet time whose ratio the model predicts."""
-        X, roof = F.featurize(rows)
-        return self._base(X, roof, rows["kind"].map(FAMILY_OF).to_numpy())
+        super().__init__(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=max_leaf_nodes,
+                         min_samples_leaf=min_samples_leaf, l2_regularization=l2_regularization, loss=loss,
+                         hardware_features=hardware_features, random_state=random_state, estimator=estimator,
+                         candidates=candidates, cv_splits=cv_splits, cv_max_rows=cv_max_rows, n_threads=n_threads,
+                         normalizer=normalizer)
 
     def _member(self, name: str):
         """A fresh regressor for the feature matrix of ``_columns()`` (``hgb_nohw``: without the device-spec
@@ -360,25 +262,6 @@ class OpTimeRegressor:
             choice[code] = min(cands, key=lambda c: (score[c], cands.index(c)))
         return choice
 
-    def summary(self) -> list[str]:
-        """One line per cell: the model that predicts it and, under ``auto``, the grouped-CV MAPEs."""
-        if not hasattr(self, "models_"):
-            return ["not fitted"]
-        out = []
-        for cell in sorted(getattr(self, "choice_", {})):
-            line = f"{cell:<13} {self.choice_[cell]}"
-            known = getattr(self.models_.get(cell.split("/")[0]), "known", ())
-            if known and known[2] != self.choice_[cell]:
-                line += f" ({known[2]} on the {len(known[1])} GPUs of the fit)"
-            sc = getattr(self, "cv_scores_", {}).get(cell)
-            if sc:
-                fam = cell.split("/")[0]
-                gpus = self.cv_groups_.get(fam, ())
-                line += ("  (GPU-grouped CV MAPE: " + ", ".join(f"{c} {v:.1f}%" for c, v in sc.items())
-                         + f"; {len(gpus)} GPUs)")
-            out.append(line)
-        return out
-
     def _mlp(self):
         from sklearn.compose import ColumnTransformer
         from sklearn.neural_network import MLPRegressor
@@ -391,37 +274,6 @@ class OpTimeRegressor:
         net = MLPRegressor(hidden_layer_sizes=(128, 64, 32), alpha=1e-3, learning_rate_init=1e-3,
                            max_iter=self.max_iter, early_stopping=True, random_state=self.random_state)
         return make_pipeline(prep, net)
-
-    def predict(self, rows: pd.DataFrame) -> np.ndarray:
-        """Predicted ms per row (NaN where the row is invalid or its family was not fitted)."""
-        if not hasattr(self, "models_"):
-            raise DataError("the op-time model is not fitted; call fit() first")
-        out = np.full(len(rows), np.nan)
-        ok = F.valid_mask(rows)
-        if not ok.any():
-            return out
-        from threadpoolctl import threadpool_limits
-
-        sub = rows[ok]
-        X, roof = F.featurize(sub)
-        fam = sub["kind"].map(FAMILY_OF).to_numpy()
-        base = self._base(X, roof, fam)
-        X = X[:, self._columns()]
-        pred = np.full(len(sub), np.nan)
-        with threadpool_limits(1 if len(sub) < 20000 else None):  # small batches: no OpenMP spin-up
-            for f, m in self.models_.items():
-                sel = fam == f
-                if sel.any():
-                    pred[sel] = base[sel] * np.exp(m.predict(X[sel]))
-        out[np.flatnonzero(ok)] = pred
-        return out
-
-    def score(self, rows: pd.DataFrame, time_ms) -> float:
-        """Negative MAPE (%) over rows with a prediction: higher is better, as scikit-learn expects."""
-        y = np.asarray(time_ms, float)
-        p = self.predict(rows)
-        ok = np.isfinite(p) & np.isfinite(y) & (y > 0)
-        return -mape(p[ok], y[ok])
 
 
 # --- adapting to one GPU from a few of its measurements --------------------------------
@@ -455,13 +307,8 @@ class GpuAdapter:
 
     @staticmethod
     def cells(rows: pd.DataFrame) -> np.ndarray:
-        """Each row's adaptation cell: 2 * framework_tf + (a training step rather than a forward pass)."""
-        def flag(col):
-            if col not in rows.columns:
-                return np.zeros(len(rows), dtype=int)
-            return (pd.to_numeric(rows[col], errors="coerce").fillna(0).to_numpy() > 0.5).astype(int)
-
-        return 2 * flag("framework_tf") + flag("train_step")
+        """Each row's adaptation cell (:func:`traincast.predict.adaptation.adaptation_cells`)."""
+        return adaptation_cells(rows)
 
     def fit(self, rows: pd.DataFrame, time_ms) -> "GpuAdapter":
         self.coef_ = adapter_coefs(self.base.predict(rows), self.cells(rows), time_ms, self.prior, self.tilt)
@@ -525,18 +372,6 @@ def adapter_coefs(pred, cell, time_ms, prior: float = 3.0, tilt: bool | None = N
     return coef
 
 
-def adapt_predictions(pred, cell, coef: dict) -> np.ndarray:
-    """Base predictions corrected by :func:`adapter_coefs`' coefficients (rows of other cells unchanged)."""
-    p, cell = np.asarray(pred, float), np.asarray(cell)
-    out = p.copy()
-    for code, (a, b, m, lo, hi) in coef.items():
-        sel = (cell == code) & np.isfinite(p) & (p > 0)
-        x = np.log(p[sel]) - m
-        xc = np.clip(x, lo, hi)  # the tilt holds inside the range the rows covered; beyond it, the scale only
-        out[sel] = np.exp(a + b * xc + (x - xc))
-    return out
-
-
 # --- training data -------------------------------------------------------------------
 def training_rows(data_dir=None, max_rows_per_file: int | None = 4000, seed: int = 0,
                   exclude_groups=()) -> pd.DataFrame:
@@ -579,21 +414,18 @@ class HeldOutResult:
 
 
 def analytical_ms(rows: pd.DataFrame) -> np.ndarray:
-    """The analytical roofline baseline on canonical rows (catalog efficiencies per generation)."""
-    from traincast.predict.analytical import efficiencies_for
+    """The analytical roofline (:mod:`traincast.predict.roofline`, catalog parameters per generation) on canonical
+    rows, as the fp32 data ran them (no TF32)."""
+    from traincast.predict.roofline import CompiledOps, RooflineParams
 
     flops, nbytes, _ = F.costs(rows)
+    kinds = rows["kind"].to_numpy()
     out = np.empty(len(rows))
     for gpu, idx in rows.groupby("gpu").indices.items():
         dev = F._device_by_name(str(gpu))
-        p = efficiencies_for(dev)
-        kinds = rows["kind"].to_numpy()[idx]
-        cls = np.where(kinds == "softmax", "reduction", kinds)
-        eff_c = np.array([p["compute"]["simt"].get(c, p["compute"]["simt"].get("other", 0.5)) for c in cls])
-        eff_m = np.array([p["memory"].get(c, p["memory"]["default"]) for c in cls])
-        tc = flops[idx] / (dev.fp32_tflops * 1e12 * eff_c)
-        tm = nbytes[idx] / (dev.memory_bandwidth_bytes_per_s * eff_m)
-        out[idx] = (np.maximum(np.maximum(tc, tm), p["kernel_floor_us"] * 1e-6) + p["op_overhead_us"] * 1e-6) * 1e3
+        cls = np.where(kinds[idx] == "softmax", "reduction", kinds[idx])
+        c = CompiledOps.from_arrays(flops[idx], nbytes[idx], cls, dev, precision="fp32-strict")
+        out[idx] = c.times(RooflineParams.for_device(dev)) * 1e3
     return out
 
 

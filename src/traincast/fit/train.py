@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ def harness_floors(rows) -> dict:
     """Per kind of kernel (``traincast.predict.learned.harness_floor_keys``): the smallest measured latency
     on each GPU (catalog name) and the median of those over the GPUs (``default``, for a GPU the data
     lacks). The kernel data's timing harness adds about that much to every kernel of the kind."""
-    from traincast.fit import features as F
+    from traincast.predict import opfeatures as F
     from traincast.predict.learned import harness_floor_keys
 
     if rows is None or len(rows) == 0:
@@ -41,12 +40,13 @@ def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: 
                exclude_groups=(), store=None, seed: int = 0, log=None, save: bool | None = None,
                **params) -> tuple[OpTimeRegressor, Path | None]:
     """Fit an :class:`OpTimeRegressor` on the Justus + NeuSight rows (files, or an imported ``store``)
-    and save it whole with pickle to ``out`` (default: the shipped model path).
+    and save it as data (:meth:`~traincast.predict.opmodel.OpTimeModel.save`) to ``out`` (default: the shipped
+    model path).
 
     ``save``: None saves where ``out`` is given or no GPU group was left out (a
     model fitted without some GPUs never replaces the shipped one unasked);
     False never saves (returns path None); True always does."""
-    from traincast.fit import features as F
+    from traincast.predict import opfeatures as F
 
     t0 = time.perf_counter()
     if store is not None:
@@ -83,10 +83,10 @@ def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: 
 
         path = Path(out) if out is not None else default_model_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        blob = pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL)
-        if len(blob) > MAX_MODEL_BYTES:
-            raise DataError(f"the model is {len(blob) / 2**20:.1f} MiB, over the 20 MiB limit; lower max_iter or max_leaf_nodes")
-        path.write_bytes(blob)
+        size = model.save(path)
+        if size > MAX_MODEL_BYTES:
+            path.unlink()
+            raise DataError(f"the model is {size / 2**20:.1f} MiB, over the 20 MiB limit; lower max_iter or max_leaf_nodes")
         if log:
-            log(f"saved {path} ({len(blob) / 2**20:.2f} MiB)")
+            log(f"saved {path} ({size / 2**20:.2f} MiB)")
     return model, path

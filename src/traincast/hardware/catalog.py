@@ -196,5 +196,12 @@ def get_catalog(extra_files: Iterable[str | Path] = ()) -> Catalog:
 
 @functools.lru_cache(maxsize=1)
 def efficiency_table() -> dict:
-    """Per-generation default efficiencies (``efficiency.yaml``)."""
+    """Per-generation default parameters of the roofline (``efficiency.yaml``)."""
     return yaml.safe_load(_shipped("efficiency.yaml"))
+
+
+@functools.lru_cache(maxsize=1)
+def system_table() -> dict:
+    """System constants with their sources (``system.yaml``): tensor-core generations, memory reserve and
+    allocator slack, default network and collective latencies, the DDP bucket size."""
+    return yaml.safe_load(_shipped("system.yaml"))

@@ -42,7 +42,10 @@ class Device:
 
     @property
     def has_tensor_cores(self) -> bool:
-        return self.generation in ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna1", "cdna2", "cdna3")
+        """Whether the device's generation has tensor / matrix units (``system.yaml``)."""
+        from traincast.hardware.catalog import system_table
+
+        return self.generation in system_table()["tensor_core_generations"]
 
     def peak_flops_per_s(self, dtype: str) -> float:
         """Dense peak for ``dtype`` in fp32 | tf32 | fp16 | bf16 | fp32_matrix, falling back to fp32."""
@@ -86,6 +89,12 @@ class Instance:
         return self.device
 
 
+def _network(key: str) -> float:
+    from traincast.hardware.catalog import system_table
+
+    return float(system_table()["network"][key])
+
+
 @dataclass(frozen=True)
 class Cluster:
     """``nodes`` x ``gpus_per_node`` identical devices."""
@@ -94,12 +103,11 @@ class Cluster:
     gpus_per_node: int = 1
     nodes: int = 1
     intra_node_gb_per_s: float | None = None  # per GPU, per direction; default: the device's link
-    inter_node_gbit_per_s: float = 100.0  # per node NIC, Gb/s
+    inter_node_gbit_per_s: float = field(default_factory=lambda: _network("default_inter_node_gbit_per_s"))
     usd_per_hour: float | None = None  # whole cluster
     instance: str | None = None
-    latency_intra_s: float = 5e-6
-    latency_inter_s: float = 2e-5
-    extra: dict = field(default_factory=dict, compare=False)
+    latency_intra_s: float = field(default_factory=lambda: _network("latency_intra_node_s"))
+    latency_inter_s: float = field(default_factory=lambda: _network("latency_inter_node_s"))
 
     @property
     def gpus(self) -> int:

@@ -111,14 +111,14 @@ def plan(
     sync: str = "ring",
     catalog: Catalog | None = None,
     predictor=None,
-    adaptation: str | None = "auto",
+    adaptation: str | None = "none",
 ) -> PlanResult:
     """Forecast every priced (instance type x instance count) whose GPU total is in ``gpus``.
 
     ``predictor``: None (analytical), a predictor object used for every GPU, or a name of
     :data:`traincast.predict.PREDICTORS` resolved per GPU type (``auto``: learned on the GPUs it covers,
-    analytical elsewhere). ``adaptation`` (learned only): ``auto`` applies the adaptation ``traincast fit
-    adapt`` saved for a GPU where there is one, ``none`` (or None) none."""
+    analytical elsewhere). ``adaptation`` (learned only): ``none`` (or None, the default) none, ``auto``
+    the adaptation ``traincast fit adapt`` saved for a GPU where there is one."""
     from traincast.predict import PREDICTORS, make_predictor
     from traincast.predict.compose import WorkloadFamily, forecast
 
@@ -141,8 +141,8 @@ def plan(
                  if i.usd_per_hour is not None and i.device.kind == "gpu" and (devs is None or i.device.name in devs)]
     if not insts:
         raise ConfigError("no priced instance matches --gpu-types/--instances")
-    if isinstance(predictor, str) and predictor not in PREDICTORS:
-        raise ConfigError(f"--predictor must be one of {', '.join(PREDICTORS)}, got {predictor!r}")
+    if isinstance(predictor, str):
+        predictor = PREDICTORS.canonical(predictor)
     if adaptation not in (None, "auto", "none"):
         raise ConfigError(f"--adaptation must be auto or none for a plan (one file cannot adapt every GPU), "
                           f"got {adaptation!r}")

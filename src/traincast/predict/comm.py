@@ -17,7 +17,7 @@ processes and a message of ``size_bytes``:
 Across nodes the bandwidth is the smaller of the GPU link and the node's
 network share; latency is the inter-node one.
 
-Overlap (DDP/Horovod): gradients are grouped in buckets (25 MB, as DDP) that
+Overlap (DDP/Horovod): gradients are grouped in buckets (DDP's 25 MiB, ``system.yaml``) that
 become ready in order during the backward pass; each bucket's all-reduce
 starts when it is ready and the previous one is done. The exposed
 communication is what finishes after the backward pass ends.
@@ -28,29 +28,50 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from traincast.errors import UnknownNameError
+from traincast.hardware.catalog import system_table
 from traincast.hardware.records import Cluster
+from traincast.registry import Registry
 
-SYNC_METHODS = ("ring", "tree", "butterfly", "ps", "ps-sharded")
-DDP_BUCKET_BYTES = 25 * 1024 * 1024
+# name -> f(size_bytes, p, bandwidth_bytes_per_s, alpha_s) -> seconds, for p >= 2 and size > 0
+SYNC_METHODS: Registry = Registry("sync method")
+
+
+@SYNC_METHODS.register("ring", help="ring all-reduce (NCCL, Horovod)")
+def _ring(size: float, p: int, b: float, alpha: float) -> float:
+    return 2 * (p - 1) / p * size / b + 2 * (p - 1) * alpha
+
+
+@SYNC_METHODS.register("tree", help="reduce up and broadcast down a binary tree (PALEO)")
+def _tree(size: float, p: int, b: float, alpha: float) -> float:
+    return 2 * math.ceil(math.log2(p)) * (alpha + size / b)
+
+
+@SYNC_METHODS.register("butterfly", help="log2 P rounds of full-duplex exchange (PALEO)")
+def _butterfly(size: float, p: int, b: float, alpha: float) -> float:
+    return math.ceil(math.log2(p)) * (alpha + size / b)
+
+
+@SYNC_METHODS.register("ps", help="one parameter server: its link carries every push and pull")
+def _ps(size: float, p: int, b: float, alpha: float) -> float:
+    return 2 * (p - 1) * size / b + 2 * alpha
+
+
+@SYNC_METHODS.register("ps-sharded", help="parameter servers sharded over all workers")
+def _ps_sharded(size: float, p: int, b: float, alpha: float) -> float:
+    return 2 * (p - 1) / p * size / b + 2 * alpha
+
+
+def ddp_bucket_bytes() -> int:
+    """PyTorch DDP's gradient bucket (``system.yaml``)."""
+    return int(system_table()["collectives"]["ddp_bucket_bytes"])
 
 
 def allreduce_s(method: str, size_bytes: float, p: int, bandwidth_bytes_per_s: float, alpha_s: float) -> float:
     """Seconds to synchronise ``size_bytes`` of gradients among ``p`` workers."""
+    f = SYNC_METHODS.get(method)
     if p <= 1 or size_bytes <= 0:
         return 0.0
-    b = bandwidth_bytes_per_s
-    if method == "ring":
-        return 2 * (p - 1) / p * size_bytes / b + 2 * (p - 1) * alpha_s
-    if method == "tree":
-        return 2 * math.ceil(math.log2(p)) * (alpha_s + size_bytes / b)
-    if method == "butterfly":
-        return math.ceil(math.log2(p)) * (alpha_s + size_bytes / b)
-    if method == "ps":
-        return 2 * (p - 1) * size_bytes / b + 2 * alpha_s
-    if method == "ps-sharded":
-        return 2 * (p - 1) / p * size_bytes / b + 2 * alpha_s
-    raise UnknownNameError("sync method", method, SYNC_METHODS)
+    return f(size_bytes, p, bandwidth_bytes_per_s, alpha_s)
 
 
 def link_of(cluster: Cluster) -> tuple[float, float]:
@@ -76,11 +97,11 @@ def gradient_sync(
     method: str = "ring",
     backward_s: float = 0.0,
     overlap: bool = True,
-    bucket_bytes: int = DDP_BUCKET_BYTES,
+    bucket_bytes: int | None = None,
 ) -> CommTime:
-    """Communication time of one step's gradient synchronisation."""
-    if method not in SYNC_METHODS:
-        raise UnknownNameError("sync method", method, SYNC_METHODS)
+    """Communication time of one step's gradient synchronisation (``bucket_bytes``: DDP's by default)."""
+    method = SYNC_METHODS.canonical(method)
+    bucket_bytes = bucket_bytes or ddp_bucket_bytes()
     p = cluster.gpus
     if p <= 1 or grad_bytes <= 0:
         return CommTime(0.0, 0.0, 0, int(grad_bytes), method)

@@ -9,16 +9,13 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from traincast.errors import ConfigError, positive
-from traincast.hardware.catalog import Catalog, get_catalog
+from traincast.hardware.catalog import Catalog, get_catalog, system_table
 from traincast.hardware.records import GIB, Cluster, Device
-from traincast.predict.analytical import AnalyticalPredictor
 from traincast.predict.base import OpTimes, Predictor
 from traincast.predict.comm import SYNC_METHODS, CommTime, gradient_sync
-from traincast.workload.records import PHASES, MemoryFootprint, OpRecord, Workload
-
-# memory the CUDA context, cuDNN/cuBLAS workspaces and allocator keep per GPU
-RESERVED_BYTES = int(0.75 * GIB)
-ALLOCATOR_SLACK = 0.95
+from traincast.predict.registry import default_predictor
+from traincast.predict.rnn import with_cudnn_recurrent
+from traincast.workload.records import PHASES, MemoryFootprint, Workload
 
 
 @dataclass(frozen=True)
@@ -59,7 +56,8 @@ def step_time(
     sync: str = "ring",
     overlap: bool = True,
 ) -> StepTime:
-    predictor = predictor or AnalyticalPredictor()
+    # whatever predictor is given, recurrent layers are timed as cuDNN runs them on GPUs
+    predictor = with_cudnn_recurrent(predictor or default_predictor())
     ot = predictor.predict(workload, cluster.device, precision)
     phase = {p: 0.0 for p in PHASES}
     for op, t in zip(workload.ops, ot.times_s):
@@ -118,11 +116,12 @@ def interpolate(a: Workload, b: Workload, batch: int) -> Workload | None:
         transient_bytes=lin(ma.transient_bytes, mb.transient_bytes),
         batch_size=batch,
     )
-    meta = dict(a.meta, interpolated_from=[a.batch_size, b.batch_size])
-    ca, cb = a.meta.get("rnn_calls") or [], b.meta.get("rnn_calls") or []
+    ca, cb = a.recurrent_calls, b.recurrent_calls
+    calls = ca
     if ca and len(ca) == len(cb):  # recurrent calls: their batch follows the step's
-        meta["rnn_calls"] = [dict(x, batch=max(1, lin(x["batch"], y["batch"]))) for x, y in zip(ca, cb)]
-    return replace(a, batch_size=batch, ops=ops, memory=mem, samples_per_step=batch, meta=meta)
+        calls = tuple(replace(x, batch=max(1, lin(x.batch, y.batch))) for x, y in zip(ca, cb))
+    return replace(a, batch_size=batch, ops=ops, memory=mem, samples_per_step=batch, recurrent_calls=calls,
+                   interpolated_from=(a.batch_size, b.batch_size))
 
 
 class WorkloadFamily:
@@ -235,9 +234,12 @@ class Forecast:
 
 
 def memory_capacity(device: Device) -> int:
+    """Bytes of a device's memory that tensors can use: on GPUs, less the CUDA context and library workspaces
+    and the caching allocator's fragmentation (``system.yaml``)."""
     if device.kind == "cpu":
         return device.memory_bytes
-    return int((device.memory_bytes - RESERVED_BYTES) * ALLOCATOR_SLACK)
+    mem = system_table()["memory"]
+    return int((device.memory_bytes - int(mem["reserved_bytes"])) * float(mem["allocator_slack"]))
 
 
 def _layout(gpus: int, nodes: int | None, per_node: int | None) -> tuple[int, int]:
@@ -305,10 +307,7 @@ def forecast(
     positive("--epochs", epochs)
     if nodes is not None:
         positive("--nodes", nodes)
-    if sync not in SYNC_METHODS:
-        from traincast.errors import UnknownNameError
-
-        raise UnknownNameError("sync method", sync, SYNC_METHODS)
+    sync = SYNC_METHODS.canonical(sync)
     notes: list[str] = []
     inst = cat.instance(instance) if instance else None
     if inst is not None:
@@ -338,7 +337,8 @@ def forecast(
     global_batch = b * gpus
     family = family or WorkloadFamily(model, optimizer=optimizer, precision=precision,
                                       seq_len=seq_len, freeze=freeze, inputs=inputs)
-    exact = exact_trace or getattr(predictor, "needs_shapes", False)
+    predictor = predictor or default_predictor()
+    exact = exact_trace or predictor.needs_shapes
     wl = family.trace(b) if exact else family.at(b)
     if dataset_size is None:
         dataset_size = _default_dataset(model)
@@ -346,22 +346,16 @@ def forecast(
     if network_gbit_per_s is not None:
         positive("--network-gbit", network_gbit_per_s)
 
-    net = network_gbit_per_s or (inst.network_gbit_per_s if inst and inst.network_gbit_per_s else 100.0)
+    net = network_gbit_per_s or (inst.network_gbit_per_s if inst and inst.network_gbit_per_s
+                                 else float(system_table()["network"]["default_inter_node_gbit_per_s"]))
 
     def cluster_for(g: int, nn: int) -> Cluster:
         return Cluster(device=device, gpus_per_node=g, nodes=nn, inter_node_gbit_per_s=net,
                        instance=inst.name if inst else None)
 
-    predictor = predictor or AnalyticalPredictor()
     st = step_time(wl, cluster_for(gpn, n_nodes), predictor, precision, sync, overlap)
-    if hasattr(predictor, "coverage") and getattr(predictor, "covers", lambda d: True)(device):
-        cov = predictor.coverage(wl, precision)
-        notes.append(f"{predictor.name} predictor: {cov['learned']} of {cov['ops']} ops learned, "
-                     f"{cov['fallback']} analytical")
-        adapted = getattr(predictor, "adaptation_note", lambda d: None)(device)
-        if adapted:
-            notes.append(adapted)
-    moe = int(wl.meta.get("balanced_expert_gemms", 0) or 0)
+    notes.extend(predictor.notes(wl, device, precision))
+    moe = wl.balanced_expert_gemms
     if moe:
         notes.append(f"mixture of experts: {moe} expert GEMMs per forward timed with the routed tokens "
                      "split evenly over the experts (a router that loads them unevenly is slower)")
@@ -400,7 +394,7 @@ def forecast(
                 s = st
             else:
                 # predictors that read op shapes need exact traces, not interpolated ones
-                w = family.trace(pb) if getattr(predictor, "needs_shapes", False) else family.at(pb)
+                w = family.trace(pb) if predictor.needs_shapes else family.at(pb)
                 s = step_time(w, cluster_for(g, nn), predictor, precision, sync, overlap)
             rate = pb * p / s.iteration_s
             base_rate = base_rate or rate

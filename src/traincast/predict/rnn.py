@@ -14,7 +14,11 @@ calls cuDNN instead, which per layer and direction runs
 :func:`cudnn_schedule` writes that schedule as ops; :func:`rescale_rnn_modules`
 times it with the same predictor and scales the traced ops of each recurrent
 module and phase so that they sum to it (the per-module breakdown keeps its
-shape). The tracer records each recurrent call in ``workload.meta['rnn_calls']``.
+shape). The tracer records each recurrent call in ``Workload.recurrent_calls``.
+
+:class:`CudnnRecurrent` wraps any predictor that times ops one by one with this rescaling (on GPUs, where
+cuDNN or MIOpen runs the recurrent layers); :func:`traincast.predict.make_predictor` gives predictors so
+wrapped.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from traincast.predict.base import OpTimes
-from traincast.workload.records import OpRecord, Workload
+from traincast.predict.base import OpTimes, Predictor, PredictorWrapper
+from traincast.predict.roofline import ITEMSIZE
+from traincast.workload.records import OpRecord, RecurrentCall, Workload
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 
@@ -42,23 +47,20 @@ def _pointwise(phase: str, module: str, b: int, width: int, n_read: int, n_write
                     ((b, width),) * 2, ((b, width),))
 
 
-def cudnn_schedule(call: dict) -> list[OpRecord]:
-    """The ops cuDNN runs for one recurrent call (``rnn_calls`` entry: module, mode, input_size,
-    hidden_size, num_layers, bidirectional, seq_len, batch, dtype, training)."""
-    mode = str(call["mode"])
+def cudnn_schedule(call: RecurrentCall) -> list[OpRecord]:
+    """The ops cuDNN runs for one recurrent call."""
+    mode = call.mode
     g = GATES.get(mode, 4)
-    h, t, b = int(call["hidden_size"]), int(call["seq_len"]), int(call["batch"])
-    dirs = 2 if call.get("bidirectional") else 1
-    from traincast.predict.analytical import _ITEMSIZE
-
-    dtype = str(call.get("dtype", "fp32"))
-    size = _ITEMSIZE.get(dtype, 4)
-    mod = str(call["module"])
+    h, t, b = call.hidden_size, call.seq_len, call.batch
+    dirs = 2 if call.bidirectional else 1
+    dtype = call.dtype
+    size = ITEMSIZE.get(dtype, 4)
+    mod = call.module
     cell = 2 if mode == "LSTM" else 1  # state tensors per step: h, and c for an LSTM
-    training = bool(call.get("training", True))
+    training = call.training
     ops: list[OpRecord] = []
-    for layer in range(int(call["num_layers"])):
-        n_in = int(call["input_size"]) if layer == 0 else h * dirs
+    for layer in range(call.num_layers):
+        n_in = call.input_size if layer == 0 else h * dirs
         for _ in range(dirs):
             ops.append(_mm("forward", mod, t * b, n_in, g * h, dtype, size))
             for _ in range(t):
@@ -83,7 +85,7 @@ def cudnn_schedule(call: dict) -> list[OpRecord]:
 def rescale_rnn_modules(workload: Workload, ot: OpTimes, predict_plain: Callable[[Workload], OpTimes]) -> OpTimes:
     """``ot`` with the traced ops of every recurrent module scaled, per phase, to the time of its cuDNN
     schedule as ``predict_plain`` (the same predictor, without this step) times it."""
-    calls = workload.meta.get("rnn_calls") or []
+    calls = workload.recurrent_calls
     if not calls:
         return ot
     sched = [op for c in calls for op in cudnn_schedule(c)]
@@ -108,10 +110,17 @@ def rescale_rnn_modules(workload: Workload, ot: OpTimes, predict_plain: Callable
     return OpTimes(ot.predictor, tuple(times), ot.bound, ot.step_overhead_s)
 
 
-def predict(predictor, workload: Workload, device, precision: str) -> OpTimes:
-    """``predictor.predict_traced``, and on a GPU (cuDNN or MIOpen runs the recurrent layers) its recurrent
-    modules rescaled to their cuDNN schedule: the ``predict`` of every predictor that times ops one by one."""
-    ot = predictor.predict_traced(workload, device, precision)
-    if getattr(device, "kind", "") != "gpu":
-        return ot
-    return rescale_rnn_modules(workload, ot, lambda w: predictor.predict_traced(w, device, precision))
+class CudnnRecurrent(PredictorWrapper):
+    """``inner``'s op times, with the recurrent modules of a workload rescaled on GPUs to the time ``inner``
+    gives their cuDNN schedule (:func:`rescale_rnn_modules`)."""
+
+    def predict(self, workload: Workload, device, precision: str = "fp32") -> OpTimes:
+        ot = self.inner.predict(workload, device, precision)
+        if device.kind != "gpu" or not workload.recurrent_calls:
+            return ot
+        return rescale_rnn_modules(workload, ot, lambda w: self.inner.predict(w, device, precision))
+
+
+def with_cudnn_recurrent(predictor: Predictor) -> Predictor:
+    """``predictor`` wrapped in :class:`CudnnRecurrent` (once)."""
+    return predictor if isinstance(predictor, CudnnRecurrent) else CudnnRecurrent(predictor)

@@ -1,7 +1,7 @@
 """Tables of imported public measurements (``traincast data import``).
 
 ``data_op_timings`` holds one canonical op row per measured layer/kernel
-(see ``traincast.fit.features``: kind and shape fields), with the GPU name
+(see ``traincast.predict.opfeatures``: kind and shape fields), with the GPU name
 as the data names it and ``time_ms`` (milliseconds). ``data_imports``
 records each imported file once (re-importing a file replaces its rows).
 """

@@ -91,8 +91,7 @@ def build_step(
         raise ConfigError(f"batch size {batch_size} is beyond what one tensor dimension holds (2^31 - 1)")
     if seq_len is not None:
         positive("sequence length", seq_len)
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    precision = PRECISIONS.canonical(precision)
     dev = resolve_device(device)
     kw = dict(batch_size=batch_size, device=dev, optimizer=optimizer, precision=precision, freeze=freeze)
     if isinstance(model, nn.Module):

@@ -8,7 +8,7 @@ measures them from the tensors an op reads and writes.
 
 An op that is in neither registry still gets a class (``elementwise``) and
 FLOPs of one per output element, so nothing silently costs zero; the tracer
-lists such ops in ``Workload.meta['unregistered_ops']``.
+lists such ops in ``Workload.unregistered_ops``.
 """
 
 from __future__ import annotations

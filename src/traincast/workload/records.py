@@ -117,8 +117,25 @@ class MemoryFootprint:
 
 
 @dataclass(frozen=True)
+class RecurrentCall:
+    """One call of an ``nn.LSTM``/``GRU``/``RNN`` in the traced step (its shape and settings), for predictors
+    that time recurrent layers as cuDNN runs them (:mod:`traincast.predict.rnn`)."""
+
+    module: str
+    mode: str  # LSTM | GRU | RNN_TANH | RNN_RELU
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    bidirectional: bool
+    seq_len: int
+    batch: int
+    dtype: str
+    training: bool = True
+
+
+@dataclass(frozen=True)
 class Workload:
-    """Every op of one training step of a model at one per-device batch size."""
+    """Every op of one training step of a model at one per-device batch size, and how the trace was made."""
 
     model: str
     batch_size: int
@@ -129,7 +146,17 @@ class Workload:
     trainable_parameters: int
     input_description: str = ""
     samples_per_step: int = 0  # samples consumed per step per device (batch, x2 for GAN steps...)
-    meta: dict = field(default_factory=dict, compare=False)
+    precision: str = "fp32"
+    fused_attention: bool = False
+    recurrent_calls: tuple[RecurrentCall, ...] = ()
+    # expert GEMMs per step timed with the routed tokens split evenly over the experts (mixture of experts)
+    balanced_expert_gemms: int = 0
+    # data-dependent Python reads (``if mask.all():``) answered as for a plain dense batch
+    data_dependent_reads: int = 0
+    unregistered_ops: tuple[tuple[str, int], ...] = ()  # aten ops without a FLOP formula, with their counts
+    param_tensors: int = 0  # trainable parameter tensors
+    trace_s: float = field(default=0.0, compare=False)
+    interpolated_from: tuple[int, int] | None = None  # the two traced batch sizes this one is interpolated from
 
     # --- aggregates -----------------------------------------------------
     def flops(self, phase: str | None = None) -> int:
@@ -175,7 +202,15 @@ class Workload:
             "bytes": {p: self.bytes(p) for p in PHASES} | {"total": self.bytes()},
             "n_ops": len(self.ops),
             "memory": self.memory.to_dict(),
-            "meta": self.meta,
+            "precision": self.precision,
+            "fused_attention": self.fused_attention,
+            "recurrent_calls": [asdict(c) for c in self.recurrent_calls],
+            "balanced_expert_gemms": self.balanced_expert_gemms,
+            "data_dependent_reads": self.data_dependent_reads,
+            "unregistered_ops": dict(self.unregistered_ops),
+            "param_tensors": self.param_tensors,
+            "trace_s": self.trace_s,
+            "interpolated_from": list(self.interpolated_from) if self.interpolated_from else None,
         }
         if with_ops:
             d["ops"] = [o.to_dict() for o in self.ops]
@@ -191,6 +226,12 @@ class Workload:
     def from_dict(cls, d: dict) -> Workload:
         mem = dict(d["memory"])
         mem.pop("peak_bytes", None)
+        info = dict(d.get("meta") or {})  # workloads written before the typed fields kept them in "meta"
+        info.update({k: d[k] for k in ("precision", "fused_attention", "recurrent_calls", "balanced_expert_gemms",
+                                        "data_dependent_reads", "unregistered_ops", "param_tensors", "trace_s",
+                                        "interpolated_from") if k in d})
+        calls = info.get("recurrent_calls", info.get("rnn_calls")) or []
+        interp = info.get("interpolated_from")
         return cls(
             model=d["model"],
             batch_size=d["batch_size"],
@@ -201,7 +242,15 @@ class Workload:
             trainable_parameters=d["trainable_parameters"],
             input_description=d.get("input_description", ""),
             samples_per_step=d.get("samples_per_step", d["batch_size"]),
-            meta=d.get("meta", {}),
+            precision=str(info.get("precision", "fp32")),
+            fused_attention=bool(info.get("fused_attention", False)),
+            recurrent_calls=tuple(RecurrentCall(**c) for c in calls),
+            balanced_expert_gemms=int(info.get("balanced_expert_gemms", 0) or 0),
+            data_dependent_reads=int(info.get("data_dependent_reads", 0) or 0),
+            unregistered_ops=tuple(sorted((str(k), int(v)) for k, v in (info.get("unregistered_ops") or {}).items())),
+            param_tensors=int(info.get("param_tensors", 0) or 0),
+            trace_s=float(info.get("trace_s", 0.0) or 0.0),
+            interpolated_from=tuple(interp) if interp else None,
         )
 
     @classmethod

@@ -16,8 +16,9 @@ from torch import nn
 
 from traincast.errors import ConfigError, TraceError, UnknownNameError
 
+from traincast.workload.precision import get_precision
+
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
-PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 
 
 def make_optimizer(name: str, params, lr: float | None = None) -> torch.optim.Optimizer:
@@ -82,23 +83,26 @@ class TrainingStep:
     state: dict = field(default_factory=dict)
 
     def _autocast(self):
-        if self.precision in ("amp-fp16", "amp-bf16") and self.device.type in ("cuda", "cpu"):
-            dtype = torch.float16 if self.precision == "amp-fp16" else torch.bfloat16
-            return torch.autocast(device_type=self.device.type, dtype=dtype)
+        half = get_precision(self.precision).autocast
+        if half is not None and self.device.type in ("cuda", "cpu"):
+            return torch.autocast(device_type=self.device.type, dtype={"fp16": torch.float16, "bf16": torch.bfloat16}[half])
         return contextlib.nullcontext()
 
     def run(self, on_phase: Callable[[str], None] | None = None, autocast_modes=()) -> None:
         """One step. ``on_phase`` is told each stage's phase before it runs."""
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
-        for phase, fn in self.stages:
-            if on_phase is not None:
-                on_phase(phase)
-            if phase == "forward":
-                with self._autocast():
+        switches = (get_precision(self.precision).backend_switches() if self.device.type == "cuda"
+                    else contextlib.nullcontext())
+        with switches:
+            for phase, fn in self.stages:
+                if on_phase is not None:
+                    on_phase(phase)
+                if phase == "forward":
+                    with self._autocast():
+                        fn()
+                else:
                     fn()
-            else:
-                fn()
 
     def warm_up(self) -> None:
         """Create optimizer state (momentum, Adam moments) as after the first step."""

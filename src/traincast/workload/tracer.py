@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +28,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
 from traincast.workload import costs
-from traincast.workload.records import MemoryFootprint, OpRecord, Workload
+from traincast.workload.records import MemoryFootprint, OpRecord, RecurrentCall, Workload
 
 _DTYPE_NAMES = {
     torch.float32: "fp32",
@@ -96,7 +97,7 @@ class _OpRecorder(TorchDispatchMode):
         if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta":
             # Data-dependent Python control flow (``if mask.all():``) has no
             # answer on meta tensors. Answer as for a plain dense batch: all
-            # checks true, counts one. Counted in meta['data_dependent_reads'].
+            # checks true, counts one. Counted in Workload.data_dependent_reads.
             self.data_dependent += 1
             t = args[0]
             return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
@@ -197,7 +198,15 @@ class AutocastEmulation(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-AMP_DTYPES = {"amp-fp16": torch.float16, "amp-bf16": torch.bfloat16}
+_HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    """The half dtype ``torch.autocast`` gives matmuls and convolutions under ``precision`` (None: no autocast)."""
+    from traincast.workload.precision import get_precision
+
+    half = get_precision(precision).autocast
+    return _HALF[half] if half else None
 
 
 # --- fused attention ----------------------------------------------------
@@ -333,10 +342,10 @@ def _rnn_recorder(path: str, calls: list):
             t, b = x.shape[0], 1
         else:
             b, t = (x.shape[0], x.shape[1]) if mod.batch_first else (x.shape[1], x.shape[0])
-        calls.append({"module": path, "mode": mod.mode, "input_size": mod.input_size,
-                      "hidden_size": mod.hidden_size, "num_layers": mod.num_layers,
-                      "bidirectional": bool(mod.bidirectional), "seq_len": int(t), "batch": int(b),
-                      "dtype": _DTYPE_NAMES.get(x.dtype, "fp32"), "training": bool(mod.training)})
+        calls.append(RecurrentCall(module=path, mode=str(mod.mode), input_size=int(mod.input_size),
+                                   hidden_size=int(mod.hidden_size), num_layers=int(mod.num_layers),
+                                   bidirectional=bool(mod.bidirectional), seq_len=int(t), batch=int(b),
+                                   dtype=_DTYPE_NAMES.get(x.dtype, "fp32"), training=bool(mod.training)))
 
     return hook
 
@@ -371,12 +380,13 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
     if known is not None:
         known.update(names)
     recorder = _OpRecorder(tracker, type(step.modules[0]).__name__)
-    rnn_calls: list[dict] = []
+    rnn_calls: list[RecurrentCall] = []
     hooks = [mod.register_forward_hook(_rnn_recorder(name, rnn_calls))
              for mod, name in names.items() if isinstance(mod, torch.nn.RNNBase)]
     modes = []
-    if precision in AMP_DTYPES:
-        modes.append(AutocastEmulation(AMP_DTYPES[precision]))
+    half = autocast_dtype(precision)
+    if half is not None:
+        modes.append(AutocastEmulation(half))
     if fused_attention:
         modes.append(FusedAttention())
 
@@ -398,9 +408,8 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
             for hk in hooks:
                 hk.remove()
 
-    if precision in AMP_DTYPES:  # autocast runs the recurrent layers in half precision
-        for c in rnn_calls:
-            c["dtype"] = dtype_name(AMP_DTYPES[precision])
+    if half is not None:  # autocast runs the recurrent layers in half precision
+        rnn_calls = [replace(c, dtype=dtype_name(half)) for c in rnn_calls]
     ops = tuple(recorder.ops)
     transient = max((o.bytes_written for o in ops if o.phase != "optimizer"), default=0)
     memory = MemoryFootprint(
@@ -422,14 +431,12 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
         trainable_parameters=sum(p.numel() for p in trainable.values()),
         input_description=step.input_description,
         samples_per_step=step.batch_size,
-        meta={
-            "precision": precision,
-            "fused_attention": fused_attention,
-            "unregistered_ops": dict(recorder.unregistered),
-            "data_dependent_reads": recorder.data_dependent,
-            "balanced_expert_gemms": experts.count,
-            "trace_s": round(time.perf_counter() - t0, 3),
-            "param_tensors": len(trainable),
-            "rnn_calls": rnn_calls,
-        },
+        precision=precision,
+        fused_attention=bool(fused_attention),
+        recurrent_calls=tuple(rnn_calls),
+        balanced_expert_gemms=experts.count,
+        data_dependent_reads=recorder.data_dependent,
+        unregistered_ops=tuple(sorted(recorder.unregistered.items())),
+        param_tensors=len(trainable),
+        trace_s=round(time.perf_counter() - t0, 3),
     )

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from traincast.hardware.records import Device
+from traincast.predict.roofline import roofline_s, roofline_terms
 
 KINDS = ("matmul", "conv", "norm", "softmax", "elementwise")
 FAMILIES = {"matmul": "gemm", "conv": "conv", "norm": "memory", "softmax": "memory", "elementwise": "memory"}
@@ -161,9 +162,11 @@ def costs(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, dict]:
 
 
 def roofline_ms(flops: np.ndarray, nbytes: np.ndarray, peak_tflops: np.ndarray, bw_gbps: np.ndarray):
-    tc = flops / (peak_tflops * 1e12) * 1e3
-    tm = nbytes / (bw_gbps * 1e9) * 1e3
-    return tc, tm, np.maximum(tc, tm) + ROOF_FLOOR_MS
+    """(compute ms, memory ms, datasheet roofline ms + ``ROOF_FLOOR_MS``): the roofline at the datasheet peak
+    and bandwidth, no efficiencies (:mod:`traincast.predict.roofline`)."""
+    peak, bw = peak_tflops * 1e12, bw_gbps * 1e9
+    tc, tm = roofline_terms(flops, nbytes, peak, bw)
+    return tc * 1e3, tm * 1e3, roofline_s(flops, nbytes, peak, bw, over_s=ROOF_FLOOR_MS * 1e-3) * 1e3
 
 
 def featurize(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

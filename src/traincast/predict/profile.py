@@ -1,0 +1,86 @@
+"""Device profiles: a device and its roofline parameters as ``traincast calibrate`` fitted them.
+
+A profile (YAML under ``$TRAINCAST_HOME/profiles/``) holds the device record, the fitted parameters in the
+roofline's YAML form (``overrides``, :meth:`traincast.predict.roofline.RooflineParams.to_table`), the
+measurement fingerprint, the date and the fit's residuals. ``traincast predict --profile FILE`` or
+``--device local`` forecasts with it (:meth:`DeviceProfile.predictor`); ``traincast calibrate`` makes one
+(:mod:`traincast.fit.calibration`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from traincast.errors import ConfigError, DataError
+from traincast.hardware.records import Device, Link
+from traincast.paths import profiles_dir
+from traincast.predict.analytical import AnalyticalPredictor
+from traincast.predict.base import Predictor
+from traincast.predict.rnn import with_cudnn_recurrent
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    device: dict  # Device fields
+    overrides: dict  # roofline parameters (YAML form) on top of the catalog's defaults for the device
+    fingerprint: dict
+    date: str
+    fit: dict = field(default_factory=dict)  # residuals, parameters, the measurements used
+
+    def device_record(self) -> Device:
+        d = dict(self.device)
+        d["link"] = Link(**d["link"])
+        d["aliases"] = tuple(d.get("aliases", ()))
+        return Device(**d)
+
+    def predictor(self) -> Predictor:
+        ov = dict(self.overrides)
+        if "op_overhead_us" in ov and "light_overhead_us" not in ov and self.device.get("kind") == "cpu":
+            # a profile fitted before the light overhead existed charged every op alike
+            ov["light_overhead_us"] = ov["op_overhead_us"]
+        return with_cudnn_recurrent(AnalyticalPredictor(overrides=ov, name=f"analytical (profile {self.name})"))
+
+    def save(self, path: str | Path | None = None) -> Path:
+        path = Path(path) if path else profiles_dir() / f"{self.name}.yaml"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            plain = json.loads(json.dumps(asdict(self), default=str))  # str subclasses, tuples -> plain YAML
+            path.write_text(yaml.safe_dump(plain, sort_keys=False))
+        except OSError as exc:
+            raise ConfigError(f"cannot write the profile to {str(path)!r}: {exc.strerror or exc}") from None
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "DeviceProfile":
+        p = Path(path)
+        if not p.exists():
+            raise DataError(f"device profile {str(p)!r} does not exist; run `traincast calibrate` first")
+        try:
+            d = yaml.safe_load(p.read_text())
+            prof = cls(**d)
+            prof.device_record()
+            return prof
+        except Exception as exc:  # noqa: BLE001 - malformed YAML or fields: not a profile
+            raise DataError(f"{p}: not a traincast device profile ({str(exc).splitlines()[0]})") from None
+
+
+def find_profile(name: str = "local") -> DeviceProfile:
+    """A profile by file path or by name in the profiles folder."""
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        return DeviceProfile.load(p)
+    cand = profiles_dir() / f"{name}.yaml"
+    if not cand.exists():
+        raise DataError(f"no device profile {name!r} in {profiles_dir()}; run `traincast calibrate` "
+                        "or pass --profile FILE")
+    return DeviceProfile.load(cand)
+
+
+def list_profiles() -> list[DeviceProfile]:
+    d = profiles_dir()
+    return [DeviceProfile.load(p) for p in sorted(d.glob("*.yaml"))] if d.exists() else []

@@ -1,0 +1,454 @@
+"""The one roofline: FLOPs and bytes to seconds, with named parameters.
+
+Every prediction of an op's time from its FLOPs and bytes goes through this module: the analytical
+predictor, the calibration's least squares (``traincast calibrate``), the learned model's baseline and
+features, and the analytical times of canonical op rows. There is no second copy of the formula.
+
+Per op::
+
+    time = max(FLOPs / (peak(unit, dtype) x compute[unit][key] x g),
+               bytes / (bandwidth x memory[class] x memory_scale x cache factor),
+               kernel_floor x launches)
+           + fresh-page time + overhead x launches
+
+- ``peak(unit, dtype)``: the datasheet peak the op runs at. Which one follows the precision's switches
+  (:mod:`traincast.workload.precision`) and the op's traced dtype: half-precision matmuls, convolutions
+  and attention on tensor cores; fp32 convolutions on TF32 tensor cores where the device has them and
+  the precision allows (PyTorch's default); fp32 GEMMs on full-FP32 matrix units on AMD CDNA; the rest on
+  the vector units at the FP32 rate (:func:`compute_unit`).
+- ``compute[unit][key]``: the fraction of that peak large kernels of the op's key reach (the key is its
+  class, ``conv_grouped`` for grouped/depthwise convolutions, ``other`` for classes without their own).
+- ``g = d / (d + half)`` with ``d`` the smallest of a GEMM's M, N, K: skinny matmuls and convolutions
+  with few channels or pixels keep the units busy for a small share of the time; ``gemm_half_dim`` and
+  ``conv_half_dim`` (0: off).
+- ``memory[class] x memory_scale``: the fraction of the datasheet bandwidth an op class reaches; an op
+  whose tensors exceed ``cache_bytes`` (when set) streams from DRAM at ``dram_factor`` times that.
+- ``launches``: a foreach (multi-tensor) op over n tensors launches ceil(n / ``foreach_chunk``) kernels.
+- ``overhead``: ``op_overhead_us`` per launch, or ``light_overhead_us`` (where set: CPUs) for ops that
+  are no autograd node (:func:`is_light`).
+- fresh-page time: outputs of at least ``fresh_alloc_min_bytes`` are written to pages fresh from the OS
+  at ``fresh_alloc_gb_per_s`` (glibc maps large allocations anew on CPUs; GPU caching allocators do not).
+
+Use: ``params = RooflineParams.for_device(device)``; ``c = compile_ops(workload.ops, device, precision,
+params)`` turns the ops into arrays once (dtype routing, GEMM dimensions, launch counts, fresh bytes);
+``c.times(params)`` is the per-op seconds under any parameters (an optimiser calls it many times with
+``params.with_values(...)``). Parameters have a YAML form (:meth:`RooflineParams.to_table`, the layout of
+``hardware/data/efficiency.yaml``) for device profiles and a vector form (:meth:`RooflineParams.vector`,
+:meth:`RooflineParams.with_vector`) for optimisers.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from traincast.hardware.catalog import efficiency_table
+from traincast.hardware.records import Device
+from traincast.workload.precision import get_precision
+from traincast.workload.records import OP_CLASSES
+
+UNITS = ("simt", "tensor")
+COMPUTE_KEYS = ("matmul", "conv", "conv_grouped", "attention", "norm", "reduction", "pool", "other")
+MEMORY_CLASSES = ("default",) + OP_CLASSES
+TENSOR_CLASSES = ("matmul", "conv", "attention")  # the classes that may run on tensor / matrix units
+_PARENT = {"conv_grouped": "conv"}  # a key without its own efficiency takes its parent's, then ``other``
+_SCALARS = ("memory_scale", "kernel_floor_us", "op_overhead_us", "light_overhead_us", "step_overhead_ms",
+            "foreach_chunk", "gemm_half_dim", "conv_half_dim", "fresh_alloc_min_bytes", "fresh_alloc_gb_per_s",
+            "cache_bytes", "dram_factor")
+
+ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
+            "uint8": 1, "bool": 1}
+
+
+# --- the formula ------------------------------------------------------------------------
+def roofline_terms(flops, nbytes, peak_flops_per_s, bandwidth_bytes_per_s) -> tuple[np.ndarray, np.ndarray]:
+    """(compute seconds, memory seconds) over arrays: FLOPs / peak (0 for ops without FLOPs), bytes / bandwidth."""
+    flops = np.asarray(flops, dtype=float)
+    t_c = np.divide(flops, peak_flops_per_s, out=np.zeros_like(flops), where=flops > 0)
+    return t_c, np.asarray(nbytes, dtype=float) / bandwidth_bytes_per_s
+
+
+def roofline_s(flops, nbytes, peak_flops_per_s, bandwidth_bytes_per_s, floor_s=0.0, launches=1.0, over_s=0.0,
+               fresh_s=0.0, with_bound: bool = False):
+    """The formula over arrays: ``max(flops / peak, bytes / bandwidth, floor x launches) + fresh + overhead x
+    launches`` (``peak`` and ``bandwidth`` already scaled by their efficiencies). With ``with_bound``, also
+    what bounds each op: ``compute``, ``memory`` or ``latency``."""
+    t_c, t_m = roofline_terms(flops, nbytes, peak_flops_per_s, bandwidth_bytes_per_s)
+    t_f = np.asarray(floor_s, dtype=float) * launches
+    t = np.maximum(np.maximum(t_c, t_m), t_f)
+    total = t + fresh_s + np.asarray(over_s, dtype=float) * launches
+    if not with_bound:
+        return total
+    bound = np.where((t == t_c) & (t_c > 0), "compute", np.where(t == t_m, "memory", "latency"))
+    return total, bound.tolist()
+
+
+def gemm_factors(dmin: np.ndarray, half) -> np.ndarray:
+    """``d / (d + half)`` per op (``half`` per op or one number; ``dmin`` inf for ops that are not GEMMs)."""
+    dmin = np.asarray(dmin, dtype=float)
+    inf = np.isinf(dmin)
+    d = np.where(inf, 1.0, dmin)
+    return np.where(inf | (np.asarray(half) == 0), 1.0, d / (d + half))
+
+
+def gemm_factor(d: float, half: float) -> float:
+    return float(gemm_factors(np.array([d]), half)[0])
+
+
+# --- parameters -----------------------------------------------------------------------------
+def _merge(base: dict, over: Mapping | None) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    """The roofline's parameters, all named. ``compute[unit][key]`` and ``memory[class]`` are fractions of the
+    datasheet peak and bandwidth; the rest as in the module's docstring. Build with :meth:`for_device` or
+    :meth:`from_table`; change with :meth:`with_values` / :meth:`with_vector` (the record is immutable)."""
+
+    compute: Mapping[str, Mapping[str, float]]
+    memory: Mapping[str, float]
+    memory_scale: float = 1.0
+    kernel_floor_us: float = 0.0
+    op_overhead_us: float = 0.0
+    light_overhead_us: float | None = None
+    step_overhead_ms: float = 0.0
+    foreach_chunk: int = 1
+    gemm_half_dim: float = 0.0
+    conv_half_dim: float = 0.0
+    fresh_alloc_min_bytes: float = 0.0
+    fresh_alloc_gb_per_s: float = 0.0
+    cache_bytes: float = 0.0
+    dram_factor: float = 1.0
+    _arrays: tuple = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        comp = np.array([[float(self.compute[u][k]) for k in COMPUTE_KEYS] for u in UNITS])
+        mem = np.array([float(self.memory[c]) for c in MEMORY_CLASSES])
+        object.__setattr__(self, "_arrays", (comp, mem))
+
+    # --- construction --------------------------------------------------------------
+    @classmethod
+    def from_table(cls, table: Mapping) -> "RooflineParams":
+        """From the YAML form (``efficiency.yaml``'s layout; keys may be missing: a compute key falls back to
+        its parent and then ``other``, a memory class to ``default``)."""
+        comp_t = table.get("compute") or {}
+        compute = {}
+        for u in UNITS:
+            src = comp_t.get(u) or {}
+            if "other" not in src:
+                raise ValueError(f"the roofline table has no compute.{u}.other efficiency")
+            row = {}
+            for k in COMPUTE_KEYS:
+                v = src.get(k)
+                if v is None and k in _PARENT:
+                    v = src.get(_PARENT[k])
+                row[k] = float(src["other"] if v is None else v)
+            compute[u] = row
+        mem_t = table.get("memory") or {}
+        memory = {c: float(mem_t.get(c, mem_t["default"])) for c in MEMORY_CLASSES}
+        fa = table.get("fresh_alloc") or {}
+        cache = table.get("cache") or {}
+        light = table.get("light_overhead_us")
+        return cls(
+            compute=compute, memory=memory, memory_scale=float(table.get("memory_scale", 1.0)),
+            kernel_floor_us=float(table.get("kernel_floor_us", 0.0)), op_overhead_us=float(table.get("op_overhead_us", 0.0)),
+            light_overhead_us=None if light is None else float(light),
+            step_overhead_ms=float(table.get("step_overhead_ms", 0.0)),
+            foreach_chunk=max(1, int(table.get("foreach_chunk", 1))),
+            gemm_half_dim=float(table.get("gemm_half_dim") or 0.0), conv_half_dim=float(table.get("conv_half_dim") or 0.0),
+            fresh_alloc_min_bytes=float(fa.get("min_bytes") or 0.0), fresh_alloc_gb_per_s=float(fa.get("gb_per_s") or 0.0),
+            cache_bytes=float(cache.get("bytes") or 0.0), dram_factor=float(cache.get("dram_factor", 1.0)),
+        )
+
+    @classmethod
+    def for_device(cls, device: Device, overrides: Mapping | None = None) -> "RooflineParams":
+        """The catalog's defaults for ``device``'s generation (``efficiency.yaml``), with ``overrides`` (a partial
+        or whole YAML form, e.g. a calibrated device profile's) on top."""
+        table = efficiency_table()
+        merged = _merge(table["defaults"], table["generations"].get(device.generation, {}))
+        return cls.from_table(_merge(merged, overrides))
+
+    def to_table(self) -> dict:
+        """The YAML form (every parameter written out)."""
+        d = {"compute": {u: dict(self.compute[u]) for u in UNITS}, "memory": dict(self.memory),
+             "memory_scale": self.memory_scale, "kernel_floor_us": self.kernel_floor_us,
+             "op_overhead_us": self.op_overhead_us, "step_overhead_ms": self.step_overhead_ms,
+             "foreach_chunk": self.foreach_chunk, "gemm_half_dim": self.gemm_half_dim,
+             "conv_half_dim": self.conv_half_dim}
+        if self.light_overhead_us is not None:
+            d["light_overhead_us"] = self.light_overhead_us
+        if self.fresh_alloc_min_bytes or self.fresh_alloc_gb_per_s:
+            d["fresh_alloc"] = {"min_bytes": self.fresh_alloc_min_bytes, "gb_per_s": self.fresh_alloc_gb_per_s}
+        if self.cache_bytes:
+            d["cache"] = {"bytes": self.cache_bytes, "dram_factor": self.dram_factor}
+        return d
+
+    # --- named values and the vector form ------------------------------------------
+    @staticmethod
+    def names() -> tuple[str, ...]:
+        """Every scalar parameter's name: ``compute.<unit>.<key>``, ``memory.<class>``, and the scalars."""
+        return (tuple(f"compute.{u}.{k}" for u in UNITS for k in COMPUTE_KEYS)
+                + tuple(f"memory.{c}" for c in MEMORY_CLASSES) + _SCALARS)
+
+    def value(self, name: str) -> float | None:
+        parts = name.split(".")
+        if parts[0] == "compute" and len(parts) == 3:
+            return float(self.compute[parts[1]][parts[2]])
+        if parts[0] == "memory" and len(parts) == 2:
+            return float(self.memory[parts[1]])
+        if name in _SCALARS:
+            return getattr(self, name)
+        raise KeyError(f"no roofline parameter {name!r}")
+
+    def with_values(self, values: Mapping[str, float]) -> "RooflineParams":
+        """A copy with the named parameters set (names as :meth:`names`)."""
+        compute = {u: dict(self.compute[u]) for u in UNITS}
+        memory = dict(self.memory)
+        scalars = {}
+        for name, v in values.items():
+            parts = name.split(".")
+            if parts[0] == "compute" and len(parts) == 3 and parts[1] in compute and parts[2] in compute[parts[1]]:
+                compute[parts[1]][parts[2]] = float(v)
+            elif parts[0] == "memory" and len(parts) == 2 and parts[1] in memory:
+                memory[parts[1]] = float(v)
+            elif name in _SCALARS:
+                scalars[name] = int(round(v)) if name == "foreach_chunk" else (None if v is None else float(v))
+            else:
+                raise KeyError(f"no roofline parameter {name!r}")
+        return replace(self, compute=compute, memory=memory, **scalars)
+
+    def vector(self, names: Sequence[str]) -> np.ndarray:
+        return np.array([self.value(n) for n in names], dtype=float)
+
+    def with_vector(self, names: Sequence[str], x) -> "RooflineParams":
+        return self.with_values(dict(zip(names, (float(v) for v in x))))
+
+    # --- arrays for times() ------------------------------------------------------------
+    @property
+    def compute_matrix(self) -> np.ndarray:
+        """(units x compute keys) efficiencies."""
+        return self._arrays[0]
+
+    @property
+    def memory_vector(self) -> np.ndarray:
+        return self._arrays[1]
+
+
+# --- compiling ops to arrays ------------------------------------------------------------------
+def conv_groups(op) -> int:
+    """Groups of a traced convolution (1 for ordinary, = channels for depthwise)."""
+    try:
+        if op.aten == "convolution":
+            return int(op.args[-1])
+        if op.aten == "convolution_backward":
+            return int(op.args[6])
+    except (IndexError, TypeError, ValueError):
+        pass
+    return 1
+
+
+def compute_key(op) -> str:
+    """The efficiency key of an op: ``conv_grouped`` for grouped/depthwise convolutions (a small fraction of
+    dense ones' peak), its class where the class has a key, else ``other``."""
+    if op.op_class == "conv" and conv_groups(op) > 1:
+        return "conv_grouped"
+    return key_of_class(op.op_class)
+
+
+def key_of_class(op_class: str) -> str:
+    return op_class if op_class in COMPUTE_KEYS else "other"
+
+
+def gemm_dims(aten: str, shapes, out_shapes=None) -> tuple[int, int, int] | None:
+    """(M, N, K) of the GEMM a matmul or a dense convolution is (per batch entry for batched matmuls; a
+    convolution as im2col: M = batch x output pixels, N = output channels, K = input channels x kernel area).
+    ``linear``, ``matmul`` and ``conv2d`` name layer-campaign samples. None for other ops and for grouped
+    convolutions (their own efficiency key)."""
+    try:
+        if aten in ("convolution", "conv2d", "convolution_backward"):
+            if aten == "convolution_backward":  # (grad_out, input, weight)
+                out, x, w = shapes[0], shapes[1], shapes[2]
+            else:
+                x, w, out = shapes[0], shapes[1], (out_shapes or [None])[0]
+            if out is None or x[1] != w[1]:  # grouped: input channels != weight's channels per group
+                return None
+            return int(out[0] * math.prod(out[2:])), int(w[0]), int(w[1] * math.prod(w[2:]))
+        if aten in ("addmm", "baddbmm"):
+            a, b = shapes[1], shapes[2]
+        elif aten in ("mm", "bmm", "_scaled_mm", "matmul"):
+            a, b = shapes[0], shapes[1]
+        elif aten == "linear":  # input (..., K), weight (N, K)
+            a = shapes[0]
+            m = math.prod(a[:-1]) if len(a) > 1 else 1
+            return int(m), int(shapes[1][0]), int(a[-1])
+        else:
+            return None
+        m = a[-2] if len(a) > 1 else 1
+        n = b[-1] if len(b) > 1 else 1
+        return int(m), int(n), int(a[-1])
+    except (IndexError, TypeError, ValueError):
+        return None
+
+
+def gemm_min_dim(op) -> float:
+    """The smallest GEMM dimension of a matmul or dense convolution (inf for other ops)."""
+    if op.op_class not in ("matmul", "conv"):
+        return math.inf
+    d = gemm_dims(op.aten, op.input_shapes, op.output_shapes)
+    return float(min(d)) if d else math.inf
+
+
+def fresh_output_bytes(aten: str, output_shapes, bytes_written: float, min_bytes: float, dtype: str = "") -> float:
+    """Bytes an op writes into output tensors of at least ``min_bytes`` (0 for in-place ops)."""
+    if not min_bytes or aten.endswith("_") or not output_shapes:
+        return 0.0
+    numels = [math.prod(s) for s in output_shapes]
+    total = sum(numels)
+    if total <= 0:
+        return 0.0
+    # records keep the first 4 output shapes: size them by dtype, never above what the op writes
+    per_elem = ITEMSIZE.get(dtype, bytes_written / total)
+    fresh = sum(n * per_elem for n in numels if n * per_elem >= min_bytes)
+    return float(min(fresh, bytes_written))
+
+
+def launches_of(op, chunk: int) -> int:
+    """Kernel launches of an op: a foreach op over n tensors launches ceil(n / chunk) kernels."""
+    return math.ceil(op.n_tensors / chunk) if op.n_tensors > 1 else 1
+
+
+_NO_GRAD_DTYPES = frozenset({"int64", "int32", "int8", "uint8", "bool", "none"})
+
+
+def is_light(op) -> bool:
+    """Ops the framework runs without the cost of an autograd node: gradient accumulation in the backward
+    pass (the engine adds a second gradient into the first), the per-tensor steps of a foreach optimizer
+    op, and ops on integer or boolean tensors, which autograd never records."""
+    return (op.phase == "backward" and op.aten in ("add", "add_")) or op.n_tensors > 1 or op.dtype in _NO_GRAD_DTYPES
+
+
+def op_overheads_s(ops: Sequence, params: RooflineParams) -> np.ndarray:
+    """Overhead of one launch of each op (seconds): ``op_overhead_us``, or ``light_overhead_us`` (where the
+    parameters have one) for :func:`is_light` ops."""
+    heavy = params.op_overhead_us * 1e-6
+    if params.light_overhead_us is None:
+        return np.full(len(ops), heavy)
+    return np.array([params.light_overhead_us * 1e-6 if is_light(o) else heavy for o in ops])
+
+
+def compute_unit(op_class: str, dtype: str, device: Device, precision: str = "fp32") -> tuple[str, str]:
+    """(peak dtype, ``simt`` | ``tensor``) an op of this class and traced dtype runs at on ``device``."""
+    if op_class not in TENSOR_CLASSES:
+        return "fp32", "simt"
+    if dtype in ("fp16", "bf16"):
+        if device.has_tensor_cores:
+            peak = device.fp16_tflops if dtype == "fp16" else device.bf16_tflops
+            return (dtype, "tensor") if peak else ("fp32", "simt")
+        return dtype, "simt"
+    prec = get_precision(precision)
+    if device.fp32_matrix_tflops and prec.fp32_matrix:
+        return "fp32_matrix", "tensor"  # full FP32 on matrix units: what rocBLAS/MIOpen use on AMD CDNA
+    if device.tf32_tflops and prec.tf32_for(op_class):
+        return "tf32", "tensor"
+    return "fp32", "simt"
+
+
+_GEMM_KIND = {"matmul": 1, "conv": 2}  # which half dimension applies: gemm_half_dim, conv_half_dim
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledOps:
+    """Ops as arrays for :meth:`times` (built by :func:`compile_ops` or :meth:`from_arrays`)."""
+
+    flops: np.ndarray
+    bytes: np.ndarray
+    peak_flops_per_s: np.ndarray  # the datasheet peak of the unit and dtype each op runs at
+    unit: np.ndarray  # index into UNITS
+    key: np.ndarray  # index into COMPUTE_KEYS
+    mem_class: np.ndarray  # index into MEMORY_CLASSES
+    gemm: np.ndarray  # 0: no half dimension, 1: gemm_half_dim, 2: conv_half_dim
+    dmin: np.ndarray  # smallest GEMM dimension (inf: not a GEMM)
+    n_tensors: np.ndarray
+    light: np.ndarray  # bool: no autograd node (light overhead where the parameters have one)
+    fresh_bytes: np.ndarray
+    fresh_min_bytes: float  # the threshold fresh_bytes were counted with
+    bandwidth_bytes_per_s: float
+
+    def __len__(self) -> int:
+        return len(self.flops)
+
+    @classmethod
+    def from_arrays(cls, flops, nbytes, op_class: Iterable[str], device: Device, *, precision: str = "fp32",
+                    dtype="fp32", key: Iterable[str] | None = None, dmin=None, n_tensors=None, light=None,
+                    fresh_bytes=None, fresh_min_bytes: float = 0.0) -> "CompiledOps":
+        """From per-op arrays (canonical op rows, layer-campaign samples): ``op_class`` per op, ``dtype`` one
+        for all or per op, ``key`` the efficiency key where it is not the class's."""
+        flops = np.asarray(flops, dtype=float)
+        n = len(flops)
+        classes = list(op_class)
+        dtypes = [dtype] * n if isinstance(dtype, str) else list(dtype)
+        keys = list(key) if key is not None else [key_of_class(c) for c in classes]
+        units, peaks = np.empty(n, dtype=int), np.empty(n)
+        for i, (c, dt) in enumerate(zip(classes, dtypes)):
+            pdt, unit = compute_unit(c, dt, device, precision)
+            units[i], peaks[i] = UNITS.index(unit), device.peak_flops_per_s(pdt)
+        return cls(
+            flops=flops, bytes=np.asarray(nbytes, dtype=float), peak_flops_per_s=peaks, unit=units,
+            key=np.array([COMPUTE_KEYS.index(k) for k in keys], dtype=int),
+            mem_class=np.array([MEMORY_CLASSES.index(c) if c in MEMORY_CLASSES else 0 for c in classes], dtype=int),
+            gemm=np.array([_GEMM_KIND.get(c, 0) for c in classes], dtype=int),
+            dmin=np.full(n, np.inf) if dmin is None else np.asarray(dmin, dtype=float),
+            n_tensors=np.ones(n) if n_tensors is None else np.asarray(n_tensors, dtype=float),
+            light=np.zeros(n, dtype=bool) if light is None else np.asarray(light, dtype=bool),
+            fresh_bytes=np.zeros(n) if fresh_bytes is None else np.asarray(fresh_bytes, dtype=float),
+            fresh_min_bytes=float(fresh_min_bytes), bandwidth_bytes_per_s=device.memory_bandwidth_bytes_per_s,
+        )
+
+    def times(self, params: RooflineParams, *, warm_cache: float = 1.0, with_bound: bool = False):
+        """Seconds of each op under ``params`` (with ``with_bound``: and what bounds each).
+
+        ``warm_cache``: bandwidth factor of ops whose tensors fit the cache (``params.cache_bytes``; every op
+        when it is 0): a single op timed alone in a loop finds its inputs there (calibration's layer samples)."""
+        if params.fresh_alloc_gb_per_s and float(params.fresh_alloc_min_bytes) != self.fresh_min_bytes:
+            raise ValueError("compiled with another fresh_alloc_min_bytes than these parameters have; compile again")
+        eff = params.compute_matrix[self.unit, self.key]
+        half = np.where(self.gemm == 1, params.gemm_half_dim, np.where(self.gemm == 2, params.conv_half_dim, 0.0))
+        peak = self.peak_flops_per_s * eff * gemm_factors(self.dmin, half)
+        big = self.bytes > params.cache_bytes if params.cache_bytes else np.zeros(len(self), dtype=bool)
+        bw = (self.bandwidth_bytes_per_s * params.memory_vector[self.mem_class] * params.memory_scale
+              * np.where(big, params.dram_factor, warm_cache))
+        chunk = max(1, int(params.foreach_chunk))
+        launches = np.where(self.n_tensors > 1, np.ceil(self.n_tensors / chunk), 1.0)
+        heavy = params.op_overhead_us * 1e-6
+        over = (np.where(self.light, params.light_overhead_us * 1e-6, heavy) if params.light_overhead_us is not None
+                else np.full(len(self), heavy))
+        rate = params.fresh_alloc_gb_per_s * 1e9
+        fresh_s = self.fresh_bytes / rate if rate else 0.0
+        return roofline_s(self.flops, self.bytes, peak, bw, params.kernel_floor_us * 1e-6, launches, over, fresh_s,
+                          with_bound=with_bound)
+
+
+def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineParams) -> CompiledOps:
+    """Traced ops (``OpRecord``s) as arrays: each op's unit and peak (by dtype and precision), efficiency key,
+    memory class, GEMM dimension, tensors per launch, light flag and fresh output bytes (counted at
+    ``params.fresh_alloc_min_bytes``)."""
+    min_bytes = params.fresh_alloc_min_bytes if params.fresh_alloc_gb_per_s else 0.0
+    return CompiledOps.from_arrays(
+        [o.flops for o in ops], [o.bytes_total for o in ops], [o.op_class for o in ops], device,
+        precision=precision, dtype=[o.dtype for o in ops], key=[compute_key(o) for o in ops],
+        dmin=[gemm_min_dim(o) for o in ops], n_tensors=[o.n_tensors for o in ops], light=[is_light(o) for o in ops],
+        fresh_bytes=[fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, min_bytes, o.dtype) if min_bytes
+                     else 0.0 for o in ops],
+        fresh_min_bytes=min_bytes,
+    )
