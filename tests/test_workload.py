@@ -383,3 +383,35 @@ def test_gnmt_lstm_flops_match_the_hand_formula():
                and (o.module.split(".") + [""])[1] in ("enc_bi", "enc", "dec_att", "dec"))
     ins = [H, H, 2 * H, H, H, H, 2 * H, 2 * H, 2 * H]
     assert lstm == pytest.approx(sum(2 * 4 * H * (i + H) for i in ins) * b * n, rel=0.001)
+
+
+def test_identical_layers_get_identical_costs_in_every_phase(tmp_path):
+    """Backward ops belong to the module whose forward op made their autograd node: every decoder layer of a
+    Llama shows the same FLOPs per module and phase, and so does a second trace (no set-order chance)."""
+    import json
+    import re
+    from collections import defaultdict
+
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+           "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
+           "vocab_size": 500, "max_position_embeddings": 64}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+
+    def per_layer(wl):
+        out = defaultdict(lambda: defaultdict(int))
+        for o in wl.ops:
+            m = re.search(r"layers\.(\d+)(.*)", o.module)
+            if m:
+                out[(m.group(2), o.phase)][int(m.group(1))] += o.flops
+        return out
+
+    a = per_layer(trace(str(path), batch_size=2, seq_len=32, precision="amp-bf16"))
+    b = per_layer(trace(str(path), batch_size=2, seq_len=32, precision="amp-bf16"))
+    assert a == b
+    assert {phase for _, phase in a} == {"forward", "backward"}
+    for (mod, phase), by_layer in a.items():
+        assert set(by_layer) == {0, 1, 2, 3}, (mod, phase, dict(by_layer))
+        assert len(set(by_layer.values())) == 1, (mod, phase, dict(by_layer))
+    attn_bwd = a[(".self_attn", "backward")]
+    assert all(v > 0 for v in attn_bwd.values())  # the fused attention backward stays in its own layer

@@ -31,9 +31,9 @@ def _names(kind: str) -> str:
 
         return PREDICTORS.describe()
     if kind == "optimizer":
-        from traincast.workload.steps import OPTIMIZERS
+        from traincast.workload.optimizers import OPTIMIZERS
 
-        return " | ".join(OPTIMIZERS)
+        return OPTIMIZERS.choices()
     raise KeyError(kind)
 
 

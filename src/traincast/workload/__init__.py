@@ -12,148 +12,27 @@ together with an ``inputs`` description.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+import importlib
 
-import torch
-import torch.nn.functional as F
-from torch import nn
+from traincast.workload.optimizers import OPTIMIZERS
+from traincast.workload.precision import PRECISIONS
+from traincast.workload.records import PHASES, MemoryFootprint, OpRecord, RecurrentCall, Workload
 
-from traincast.errors import ConfigError, TraceError, positive
-from traincast.workload import zoo
-from traincast.workload.records import PHASES, MemoryFootprint, OpRecord, Workload
-from traincast.workload.steps import OPTIMIZERS, PRECISIONS, TrainingStep, resolve_device, supervised_step
+# what needs torch is imported on first use, so that records, precisions and help texts load without it
+_LAZY = {
+    "trace": "traincast.workload.build", "build_step": "traincast.workload.build",
+    "hf_folder_config": "traincast.workload.build", "TrainingStep": "traincast.workload.steps",
+}
 
 __all__ = [
-    "PHASES", "OPTIMIZERS", "PRECISIONS", "MemoryFootprint", "OpRecord", "Workload",
+    "PHASES", "OPTIMIZERS", "PRECISIONS", "MemoryFootprint", "OpRecord", "RecurrentCall", "Workload",
     "TrainingStep", "build_step", "trace", "zoo",
 ]
 
 
-def _module_step(module: nn.Module, inputs, *, batch_size, device, optimizer, precision, freeze, name=None):
-    """A step for a user's nn.Module.
-
-    ``inputs``: a per-sample shape ``(3, 224, 224)``, a list of shapes, or a
-    callable ``inputs(batch_size, device) -> tuple of tensors``. The loss is
-    cross-entropy for 2-D outputs against random labels, else mean squared error
-    against zeros.
-    """
-    if inputs is None:
-        raise ConfigError("an nn.Module needs an input description: inputs=(C, H, W) or a callable")
-    module = module.to(device) if device.type != "meta" else module.to_empty(device="meta") if any(
-        p.device.type != "meta" for p in module.parameters()) else module
-
-    def make_batch(dev):
-        if callable(inputs):
-            args = inputs(batch_size, dev)
-            args = args if isinstance(args, tuple) else (args,)
-        else:
-            shapes = inputs if inputs and isinstance(inputs[0], (tuple, list)) else [inputs]
-            args = tuple(torch.randn(batch_size, *s, device=dev) for s in shapes)
-        return args, {}, None
-
-    def loss_fn(out, _t):
-        out = out[0] if isinstance(out, (tuple, list)) else out
-        if out.dim() == 2 and out.shape[1] > 1:
-            y = torch.randint(0, out.shape[1], (out.shape[0],), device=out.device)
-            return F.cross_entropy(out, y)
-        return F.mse_loss(out, torch.zeros_like(out))
-
-    desc = f"{batch_size} x {inputs}" if not callable(inputs) else f"{batch_size} x (callable inputs)"
-    return supervised_step(
-        name or type(module).__name__, module, make_batch, loss_fn, batch_size=batch_size,
-        device=device, optimizer=optimizer, precision=precision, freeze=freeze, input_description=desc,
-    )
-
-
-def hf_folder_config(model) -> str:
-    """``model`` as text; a folder holding a ``config.json`` (a Hugging Face model folder) is that file."""
-    text = str(model)
-    if Path(text).is_dir() and (Path(text) / "config.json").is_file():
-        return str(Path(text) / "config.json")
-    return text
-
-
-def build_step(
-    model: str | Path | nn.Module,
-    *,
-    batch_size: int,
-    device: str | torch.device = "meta",
-    optimizer: str = "sgd",
-    precision: str = "fp32",
-    seq_len: int | None = None,
-    freeze: str | None = None,
-    inputs: tuple | list | Callable | None = None,
-) -> TrainingStep:
-    """A full training step of ``model`` on synthetic data on ``device``."""
-    positive("batch size", batch_size)
-    if batch_size > 2**31 - 1:
-        raise ConfigError(f"batch size {batch_size} is beyond what one tensor dimension holds (2^31 - 1)")
-    if seq_len is not None:
-        positive("sequence length", seq_len)
-    precision = PRECISIONS.canonical(precision)
-    dev = resolve_device(device)
-    kw = dict(batch_size=batch_size, device=dev, optimizer=optimizer, precision=precision, freeze=freeze)
-    if isinstance(model, nn.Module):
-        return _module_step(model, inputs, **kw)
-    text = hf_folder_config(model)
-    if zoo.is_hf_config(text):
-        return zoo.hf_config_step(text, seq_len=seq_len, **kw)
-    if text.endswith((".yaml", ".yml", ".json")) or Path(text).is_file():
-        from traincast.workload.spec import build_spec_step
-
-        if seq_len is not None:
-            raise ConfigError(f"--seq-len does not apply to the layer spec {text!r}: its input is an image")
-        return build_spec_step(text, **kw)
-    if Path(text).is_dir():
-        raise ConfigError(f"model {text!r} is a folder without a config.json; give a zoo name, a layer spec "
-                          "(.yaml) or a Hugging Face config.json")
-    entry = zoo.get(text)
-    if seq_len is not None and entry.family in ("vision", "gan", "spec"):
-        raise ConfigError(f"--seq-len does not apply to {entry.name}: it takes images, not sequences")
-    return entry.build(seq_len=seq_len, **kw)
-
-
-def trace(
-    model: str | Path | nn.Module,
-    *,
-    batch_size: int,
-    optimizer: str = "sgd",
-    precision: str = "fp32",
-    seq_len: int | None = None,
-    freeze: str | None = None,
-    inputs=None,
-    fused_attention: bool | None = None,
-) -> Workload:
-    """Trace one training step on the meta device (no memory, no arithmetic).
-
-    ``fused_attention`` (default: on, except for zoo CNNs, GANs and specs, which
-    have no attention) traces ``scaled_dot_product_attention`` as the fused GPU
-    kernel rather than its math decomposition.
-    """
-    from traincast.workload.tracer import trace_step
-
-    if isinstance(model, (str, Path)):
-        model = hf_folder_config(model)
-
-    if fused_attention is None:
-        fused_attention = True
-        if isinstance(model, str) and not str(model).endswith((".yaml", ".yml", ".json")) and not Path(model).is_dir():
-            fused_attention = (zoo.get(model).family in ("transformer", "translation")
-                               or zoo.get(model).name.startswith("vit"))
-        elif isinstance(model, (str, Path)):
-            fused_attention = zoo.is_hf_config(model)
-
-    step = build_step(model, batch_size=batch_size, device="meta", optimizer=optimizer,
-                      precision=precision, seq_len=seq_len, freeze=freeze, inputs=inputs)
-    try:
-        return trace_step(step, precision=precision, fused_attention=fused_attention)
-    except (RuntimeError, ValueError, IndexError, AttributeError, TypeError, KeyError, NotImplementedError) as exc:
-        # a model built from a user's config can fail inside its own forward in any of these ways
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if "nonzero" in msg:
-            msg = ("its forward takes a shape from tensor values (torch.nonzero / torch.where), e.g. a "
-                   "mixture-of-experts layer that loops over the experts its router picked; values do not exist "
-                   "on the meta device. Hugging Face MoE models with grouped experts (Mixtral, Qwen-MoE, "
-                   "DeepSeek, ...) and SwitchTransformers trace with evenly loaded experts; this one does not")
-        raise TraceError(f"cannot trace {step.name} with batch {batch_size}: {msg}") from None
+def __getattr__(name: str):
+    if name == "zoo":
+        return importlib.import_module("traincast.workload.zoo")
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'traincast.workload' has no attribute {name!r}")

@@ -16,26 +16,17 @@ from torch import nn
 
 from traincast.errors import ConfigError, TraceError, UnknownNameError
 
+from traincast.workload.optimizers import OPTIMIZERS
 from traincast.workload.precision import get_precision
-
-OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
 
 
 def make_optimizer(name: str, params, lr: float | None = None) -> torch.optim.Optimizer:
-    """The optimizers traincast models, with foreach (multi-tensor) kernels as on GPUs."""
+    """The optimizer ``name`` (see ``OPTIMIZERS``) over the trainable ``params``."""
+    factory = OPTIMIZERS.get(name)
     params = [p for p in params if p.requires_grad]
     if not params:
         raise ConfigError("no trainable parameters: every parameter is frozen")
-    name = name.lower()
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr or 0.1, momentum=0.9, foreach=True)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr or 1e-3, foreach=True)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr or 1e-3, weight_decay=0.01, foreach=True)
-    if name == "rmsprop":
-        return torch.optim.RMSprop(params, lr=lr or 1e-3, foreach=True)
-    raise UnknownNameError("optimizer", name, OPTIMIZERS)
+    return factory(params, lr)
 
 
 def apply_freeze(modules: list[nn.Module], freeze: str | None) -> None:

@@ -16,6 +16,7 @@ softmax, norms and losses run in fp32. The casts appear in the trace as the
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from dataclasses import replace
@@ -73,6 +74,23 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+_NODE_KEY = "traincast_module"
+
+
+@contextlib.contextmanager
+def _node_creation_hook(hook):
+    """``hook(node)`` on every autograd node created inside (a private PyTorch hook: skipped where absent)."""
+    ag = torch._C._autograd
+    if not (hasattr(ag, "_push_node_creation_hook") and hasattr(ag, "_pop_node_creation_hook")):
+        yield
+        return
+    ag._push_node_creation_hook(hook)
+    try:
+        yield
+    finally:
+        ag._pop_node_creation_hook()
+
+
 class _OpRecorder(TorchDispatchMode):
     """Records every aten op that is not a view or an allocation."""
 
@@ -85,12 +103,30 @@ class _OpRecorder(TorchDispatchMode):
         self.unregistered: Counter[str] = Counter()
         self.data_dependent = 0
 
-    def _module(self) -> str:
+    def _forward_module(self) -> str:
+        """The innermost module running now (forward): the deepest of the tracker's parents, ties broken by
+        name so that the answer never depends on set order."""
         parents = self.tracker.parents
         if len(parents) <= 1:
             return "(step)" if self.phase != "optimizer" else "(optimizer)"
-        name = max(parents, key=lambda p: (p.count("."), len(p)))
-        return name
+        return max(parents, key=lambda p: (p.count("."), len(p), p))
+
+    def _module(self) -> str:
+        if self.phase == "backward":
+            # the autograd node running this op was created by a forward op of a known module (tagged by
+            # ``tag_node`` when it was created); ModuleTracker's backward bookkeeping is not reliable enough
+            # (modules stay entered, and the innermost of several layers is picked by chance)
+            node = torch._C._current_autograd_node() if hasattr(torch._C, "_current_autograd_node") else None
+            if node is not None:
+                mod = node.metadata.get(_NODE_KEY)
+                if mod is not None:
+                    return mod
+        return self._forward_module()
+
+    def tag_node(self, node) -> None:
+        """Node-creation hook: remember which module's forward created ``node``."""
+        if self.phase == "forward":
+            node.metadata[_NODE_KEY] = self._forward_module()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -397,7 +433,8 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
                 m.cache.clear()
 
     experts = BalancedExperts()
-    with tracker, recorder, experts, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with tracker, recorder, experts, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+            _node_creation_hook(recorder.tag_node):
         for m in modes:
             m.__enter__()
         try:
