@@ -336,3 +336,25 @@ def test_interpolated_workloads_scale_the_recurrent_batch():
     w = interpolate(trace("gnmt", batch_size=8, seq_len=6), trace("gnmt", batch_size=16, seq_len=6), 24)
     calls = w.recurrent_calls
     assert w.interpolated_from == (8, 16) and calls and {c.batch for c in calls} == {24}
+
+
+def test_a_config_without_a_dataset_size_forecasts_one_iteration(tmp_path, capsys):
+    """A Hugging Face config has no default training set: the forecast gives the iteration, and the epoch,
+    total and cost say they need --dataset-size."""
+    import json
+
+    from traincast.cli.main import _register_all, run
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 64,
+                               "n_layer": 2, "n_head": 2, "vocab_size": 300, "n_positions": 64}))
+    f = forecast(str(cfg), gpu="A100", batch_size=4, seq_len=32, scaling=False)
+    assert f.iteration_s > 0 and f.dataset_size is None
+    assert f.epoch_s is None and f.total_s is None and f.cost_usd is None and f.steps_per_epoch is None
+    assert any("--dataset-size" in n for n in f.notes)
+    _register_all()
+    assert run(["predict", str(cfg), "--gpu", "A100", "-b", "4", "--seq-len", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "iteration" in out and "--dataset-size" in out
+    assert run(["plan", str(cfg), "--epochs", "1", "-b", "4", "--seq-len", "32", "--plot", ""]) == 2
+    assert "--dataset-size is needed" in capsys.readouterr().err

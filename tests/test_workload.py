@@ -415,3 +415,23 @@ def test_identical_layers_get_identical_costs_in_every_phase(tmp_path):
         assert len(set(by_layer.values())) == 1, (mod, phase, dict(by_layer))
     attn_bwd = a[(".self_attn", "backward")]
     assert all(v > 0 for v in attn_bwd.values())  # the fused attention backward stays in its own layer
+
+
+@pytest.mark.parametrize("name", ["regnet_y_400mf", "efficientnet_b0", "convnext_tiny", "swin_t", "shufflenet_v2_x0_5"])
+def test_any_torchvision_classification_model_traces(name):
+    """Every name of ``torchvision.models.list_models`` is a model, not only the zoo's (RegNet's constructor
+    reads tensor values back, so only its weights go to the meta device)."""
+    from traincast.workload import zoo
+
+    assert name in zoo.torchvision_names() and name not in zoo.ZOO
+    wl = trace(name, batch_size=2)
+    assert wl.parameters > 1e6 and wl.flops("forward") > 0 and wl.flops("backward") > wl.flops("forward")
+    assert zoo.get(name).default_dataset_size == 1281167
+
+
+def test_unknown_model_name_suggests_torchvision_names_too():
+    from traincast.errors import UnknownNameError
+    from traincast.workload import zoo
+
+    with pytest.raises(UnknownNameError, match="did you mean 'regnet_y_400mf'"):
+        zoo.get("regnet_y_400m")

@@ -54,7 +54,7 @@ def render_forecast(f, console=console) -> None:
         ["  optimizer", dur(f.optimizer_s)],
         ["  communication (exposed / total)", f"{dur(f.communication_s)} / {dur(f.communication_total_s)}"],
         ["  fixed per step", dur(f.overhead_s)],
-        ["steps per epoch", f"{f.steps_per_epoch:,}"],
+        ["steps per epoch", "-" if f.steps_per_epoch is None else f"{f.steps_per_epoch:,}"],
         ["epoch", dur(f.epoch_s)],
         [f"total ({f.epochs:g} epochs)", dur(f.total_s)],
         ["price", usd(f.usd_per_hour) + ("/h" if f.usd_per_hour is not None else "")],
@@ -180,15 +180,21 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def models(as_json: bool = typer.Option(False, "--json")):
-        """The model zoo."""
+        """The model zoo, and every torchvision classification model."""
         from traincast.workload import zoo
 
         rows = [[e.name, e.family, e.description] for e in zoo.ZOO.values()]
+        tv = [n for n in zoo.torchvision_names() if n not in zoo.ZOO]
         if as_json:
-            print_json([dict(name=r[0], family=r[1], description=r[2]) for r in rows])
+            print_json([dict(name=r[0], family=r[1], description=r[2]) for r in rows]
+                       + [dict(name=n, family="vision", description=f"{n} (torchvision)") for n in tv])
             return
         console.print(table("models", ["name", "family", "description"], rows, justify_right_from=9))
         console.print("aliases: " + ", ".join(f"{a} -> {b}" for a, b in zoo.ALIASES.items()))
+        console.print(f"and every torchvision classification model ({len(tv)} more, ImageNet-1k input): "
+                      + ", ".join(tv))
+        console.print("also: a Hugging Face config.json (or a folder holding one), a .yaml/.json layer spec, "
+                      "or from Python any nn.Module with its inputs")
 
     @app.command("gpus")
     def gpus_cmd(catalog: Catalogs = typer.Option(None, "--catalog"), as_json: bool = typer.Option(False, "--json")):

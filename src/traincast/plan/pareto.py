@@ -122,8 +122,14 @@ def plan(
     from traincast.predict import PREDICTORS, make_predictor
     from traincast.predict.compose import WorkloadFamily, forecast
 
+    from traincast.predict.compose import default_dataset_size
+
     cat = catalog or get_catalog()
     positive("--epochs", epochs)
+    if dataset_size is None:
+        dataset_size = default_dataset_size(model)
+        if dataset_size is None:
+            raise ConfigError("--dataset-size is needed to plan a whole run of this model (training samples per epoch)")
     positive("--batch-size", batch_size)
     for g in gpus:
         positive("--gpus entries", g)

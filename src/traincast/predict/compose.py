@@ -171,7 +171,7 @@ class ScalingRow:
     iteration_s: float
     communication_s: float
     samples_per_s: float
-    epoch_s: float
+    epoch_s: float | None  # None: no dataset size given
     speedup: float
     efficiency: float
 
@@ -190,7 +190,7 @@ class Forecast:
     overlap: bool
     per_gpu_batch: int
     global_batch: int
-    dataset_size: int
+    dataset_size: int | None  # None: one iteration forecast only (epoch, total and cost need it)
     epochs: float
     iteration_s: float
     forward_s: float
@@ -199,9 +199,9 @@ class Forecast:
     communication_s: float
     communication_total_s: float
     overhead_s: float
-    steps_per_epoch: int
-    epoch_s: float
-    total_s: float
+    steps_per_epoch: int | None
+    epoch_s: float | None
+    total_s: float | None
     usd_per_hour: float | None
     cost_usd: float | None
     peak_memory_bytes: int
@@ -341,8 +341,9 @@ def forecast(
     exact = exact_trace or predictor.needs_shapes
     wl = family.trace(b) if exact else family.at(b)
     if dataset_size is None:
-        dataset_size = _default_dataset(model)
-    positive("--dataset-size", dataset_size)
+        dataset_size = default_dataset_size(model)
+    if dataset_size is not None:
+        positive("--dataset-size", dataset_size)
     if network_gbit_per_s is not None:
         positive("--network-gbit", network_gbit_per_s)
 
@@ -359,16 +360,21 @@ def forecast(
     if moe:
         notes.append(f"mixture of experts: {moe} expert GEMMs per forward timed with the routed tokens "
                      "split evenly over the experts (a router that loads them unevenly is slower)")
-    steps = math.ceil(dataset_size / global_batch)
-    epoch_s = steps * st.iteration_s
-    total_s = epoch_s * epochs
+    if dataset_size is None:
+        steps = epoch_s = total_s = None
+        notes.append("one iteration only: the epoch, total time and cost need --dataset-size (training samples "
+                     "per epoch)")
+    else:
+        steps = math.ceil(dataset_size / global_batch)
+        epoch_s = steps * st.iteration_s
+        total_s = epoch_s * epochs
     usd_h = None
     if inst is not None and inst.usd_per_hour is not None:
         per_gpu = inst.usd_per_hour / inst.gpus
         usd_h = per_gpu * gpus if n_nodes == 1 and gpus < inst.gpus else inst.usd_per_hour * max(1, math.ceil(gpus / inst.gpus))
         if gpus < inst.gpus:
             notes.append(f"cost counts {gpus} of the {inst.gpus} GPUs of {inst.name} (pro rata)")
-    cost = total_s / 3600 * usd_h if usd_h is not None else None
+    cost = total_s / 3600 * usd_h if usd_h is not None and total_s is not None else None
     if usd_h is None:
         notes.append(f"no priced instance with {device.name} in the catalog: cost unknown")
 
@@ -400,12 +406,14 @@ def forecast(
             base_rate = base_rate or rate
             speed = rate / base_rate
             rows.append(ScalingRow(p, nn, pb, pb * p, s.iteration_s, s.communication_s, rate,
-                                   math.ceil(dataset_size / (pb * p)) * s.iteration_s, speed, speed / p))
+                                   math.ceil(dataset_size / (pb * p)) * s.iteration_s if dataset_size else None,
+                                   speed, speed / p))
     bw = wl.by_phase()
     return Forecast(
         model=wl.model, device=device.name, gpus=gpus, nodes=n_nodes, instance=inst.name if inst else None,
         precision=precision, optimizer=wl.optimizer, predictor=st.op_times.predictor,
-        sync=sync, overlap=overlap, per_gpu_batch=b, global_batch=global_batch, dataset_size=int(dataset_size),
+        sync=sync, overlap=overlap, per_gpu_batch=b, global_batch=global_batch,
+        dataset_size=None if dataset_size is None else int(dataset_size),
         epochs=epochs, iteration_s=st.iteration_s, forward_s=st.forward_s, backward_s=st.backward_s,
         optimizer_s=st.optimizer_s, communication_s=st.communication_s,
         communication_total_s=st.communication_total_s, overhead_s=st.overhead_s,
@@ -419,15 +427,17 @@ def forecast(
     )
 
 
-def _default_dataset(model) -> int:
+def default_dataset_size(model) -> int | None:
+    """The training set of a zoo model (ImageNet-1k for torchvision models, ...); None for other models."""
+    from traincast.errors import UnknownNameError
     from traincast.workload import zoo
 
     if isinstance(model, str):
         try:
             return zoo.get(model).default_dataset_size
-        except Exception:  # spec files and modules have no default
+        except UnknownNameError:  # spec files, configs and modules have no default
             pass
-    raise ConfigError("--dataset-size is needed for this model (number of training samples per epoch)")
+    return None
 
 
 

@@ -7,6 +7,8 @@ input and loss, so ``build_step(name, ...)`` gives a full training step.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,15 +51,40 @@ def _vision_loss(out, target):
     return F.cross_entropy(out, target)
 
 
+@contextlib.contextmanager
+def _parameters_on(device):
+    """Parameters and buffers go to ``device`` as modules register them; other tensors a constructor makes
+    (RegNet computes its block widths with torch ops and reads them back) stay on the CPU."""
+    reg_p, reg_b = nn.Module.register_parameter, nn.Module.register_buffer
+
+    def register_parameter(self, name, param):
+        if param is not None:
+            param = nn.Parameter(param.to(device), requires_grad=param.requires_grad)
+        reg_p(self, name, param)
+
+    def register_buffer(self, name, tensor, persistent=True):
+        reg_b(self, name, tensor.to(device) if tensor is not None else None, persistent=persistent)
+
+    nn.Module.register_parameter, nn.Module.register_buffer = register_parameter, register_buffer
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter, nn.Module.register_buffer = reg_p, reg_b
+
+
 def _torchvision(entry: ZooEntry, *, batch_size, device, optimizer, precision, freeze, seq_len=None, **_):
     import torchvision
 
-    ctor = getattr(torchvision.models, entry.name.replace("-", "_"))
     kwargs = {"weights": None}
     if entry.name in ("inception_v3", "googlenet"):
         kwargs.update(aux_logits=True, init_weights=False)
-    with torch.device(device):
-        model = ctor(**kwargs)
+    name = entry.name.replace("-", "_")
+    try:
+        with torch.device(device):
+            model = torchvision.models.get_model(name, **kwargs)
+    except NotImplementedError:  # a constructor that reads tensor values back: only its weights on ``device``
+        with _parameters_on(device):
+            model = torchvision.models.get_model(name, **kwargs)
     hw = entry.input_hw
 
     def make_batch(dev):
@@ -518,11 +545,24 @@ for _e in _ENTRIES:
 ZOO: dict[str, ZooEntry] = {e.name: e for e in _ENTRIES}
 
 
+@functools.lru_cache(maxsize=1)
+def torchvision_names() -> tuple[str, ...]:
+    """Every torchvision image-classification model (``torchvision.models.list_models``)."""
+    import torchvision
+
+    return tuple(torchvision.models.list_models(module=torchvision.models))
+
+
 def get(name: str) -> ZooEntry:
+    """A zoo entry by name or alias, or any torchvision classification model (ImageNet-1k input)."""
     key = ALIASES.get(name.lower(), name.lower())
-    if key not in ZOO:
-        raise UnknownNameError("model", name, list(ZOO) + list(ALIASES))
-    return ZOO[key]
+    if key in ZOO:
+        return ZOO[key]
+    tv = key.replace("-", "_")
+    if tv in torchvision_names():
+        _BUILDERS.setdefault(tv, _torchvision)
+        return ZooEntry(tv, "vision", f"{tv} (torchvision)", 1281167, input_hw=299 if tv == "inception_v3" else 224)
+    raise UnknownNameError("model", name, list(ZOO) + list(ALIASES) + list(torchvision_names()))
 
 
 def names() -> list[str]:
