@@ -220,7 +220,7 @@ def test_cli_fit_jobs_stepwise(cli, tmp_path, capsys):
 
 def test_save_load_round_trip(law_records, tmp_path):
     reg = J.JobRegressor(models=["linear", "tree"], select="sfs").fit(law_records)
-    path = reg.save(tmp_path / "m.pkl")
+    path = reg.save(tmp_path / "m.tcm")
     back = J.JobRegressor.load(path)
     assert np.array_equal(back.predict(law_records.X), reg.predict(law_records.X))
     assert back.target_ == "epoch_s" and back.feature_names_in_ == ("batch", "gpus", "network")
@@ -230,7 +230,7 @@ def test_save_load_round_trip(law_records, tmp_path):
 
 def test_save_drops_training_matrices_but_keeps_fitted_families(law_records, tmp_path):
     reg = J.JobRegressor(models=["linear", "tree"]).fit_all(law_records)
-    back = J.JobRegressor.load(reg.save(tmp_path / "m.pkl"))
+    back = J.JobRegressor.load(reg.save(tmp_path / "m.tcm"))
     assert not hasattr(back, "_train_XA")
     np.testing.assert_array_equal(back.predict(law_records.X, model="tree"), reg.predict(law_records.X, model="tree"))
     only_best = J.JobRegressor(models=["linear", "tree"]).fit(law_records)
@@ -262,7 +262,7 @@ def test_cli_save_and_eval_jobs(cli, tmp_path, capsys):
     train, rows = tmp_path / "jobs.csv", tmp_path / "rows.csv"
     _law(120).to_csv(train, index=False)
     _law(30, seed=7).to_csv(rows, index=False)
-    model, pred = tmp_path / "m.pkl", tmp_path / "pred.csv"
+    model, pred = tmp_path / "m.tcm", tmp_path / "pred.csv"
     assert cli("fit", "jobs", str(train), "--target", "epoch_s", "--models", "linear,tree", "--save", str(model)) == 0
     capsys.readouterr()
     assert cli("eval-jobs", str(rows), "--model", str(model), "--out", str(pred)) == 0
@@ -282,7 +282,7 @@ def test_cli_eval_jobs_bad_inputs(cli, tmp_path, capsys):
 
     train, rows = tmp_path / "jobs.csv", tmp_path / "rows.csv"
     _law(60).to_csv(train, index=False)
-    model = tmp_path / "m.pkl"
+    model = tmp_path / "m.tcm"
     assert cli("fit", "jobs", str(train), "--target", "epoch_s", "--models", "linear", "--save", str(model)) == 0
     capsys.readouterr()
     _law(10).drop(columns=["network"]).to_csv(rows, index=False)
@@ -357,7 +357,7 @@ def test_cli_store_jobs_export_fit_and_eval(cli, tmp_path, capsys):
     assert len(jobs) == 18 and J.STORE_TARGET in jobs.columns
     np.testing.assert_allclose(jobs.groupby("model").fwd_gflop_per_sample.first().sort_index(),
                                pd.Series(gflop).sort_index(), rtol=1e-6)
-    model = tmp_path / "m.pkl"
+    model = tmp_path / "m.tcm"
     assert cli("fit", "jobs", str(out), "--target", "step_s", "--models", "linear_plain,linear",
                "--cv", "3", "--save", str(model), "--json") == 0
     fit = json.loads(capsys.readouterr().out)

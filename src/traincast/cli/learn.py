@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from traincast.errors import ConfigError
+from traincast.errors import ConfigError, DataError
 
 
 def register(app: typer.Typer) -> None:
@@ -265,7 +265,7 @@ def register(app: typer.Typer) -> None:
         if ext:
             J.check_extrapolation_column(rec, ext[0])
         if holdout_group and holdout_group not in rec.frame.columns:
-            raise J.DataError(f"--holdout-group: unknown column {holdout_group!r}; features: {', '.join(rec.features)}")
+            raise DataError(f"--holdout-group: unknown column {holdout_group!r}; features: {', '.join(rec.features)}")
         if save:  # fail before the fit on a folder that is not there
             from pathlib import Path
 

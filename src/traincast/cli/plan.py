@@ -19,12 +19,17 @@ def register(app: typer.Typer) -> None:
     app.command("simulate")(simulate_cmd)
 
 
+def _policies() -> str:
+    from traincast.plan.policies import POLICIES
+
+    return POLICIES.describe()
+
+
 def simulate_cmd(
     scenario: str = typer.Option("ardagna2019", "--scenario", "-s",
                                  help="built-in scenario name or a scenario YAML file"),
     policy: str = typer.Option("fifo,edf,priority,milp", "--policy", "-p",
-                               help="comma-separated: fifo, edf, priority, fifo-pack, edf-pack, "
-                                    "priority-pack, milp"),
+                               help="comma-separated, of: " + _policies()),
     replications: int = typer.Option(5, "--replications", "-r", help="job lists drawn per policy"),
     seed: int = typer.Option(0, "--seed", min=0, help="random seed (same seed, same results)"),
     nodes: int | None = typer.Option(None, "--nodes", help="node slots (jobs scale with it)"),

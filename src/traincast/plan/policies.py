@@ -23,6 +23,7 @@ from typing import Protocol
 from traincast.errors import UnknownNameError
 from traincast.plan.durations import Option, OptionTable
 from traincast.plan.scenario import Job, VMType
+from traincast.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -159,18 +160,27 @@ class RulePolicy:
         return greedy_place(state, sorted(state.waiting, key=self._key), pack=self.pack)
 
 
-POLICY_NAMES = ("fifo", "edf", "priority", "fifo-pack", "edf-pack", "priority-pack", "milp")
+# name -> factory(**milp_options) -> a fresh policy
+POLICIES: Registry = Registry("policy")
+_RULE_HELP = {"fifo": "first in, first out", "edf": "earliest deadline first",
+              "priority": "highest tardiness weight first"}
+for _order, _help in _RULE_HELP.items():
+    POLICIES.add(_order, lambda _o=_order, **_: RulePolicy(_o), help=f"{_help}, one job per VM")
+    POLICIES.add(f"{_order}-pack", lambda _o=_order, **_: RulePolicy(_o, pack=True),
+                 help=f"{_help}, jobs share the free GPUs of active VMs")
+
+
+@POLICIES.register("milp", help="mixed-integer program over the queue (HiGHS), re-solved each period")
+def _milp(**milp_options):
+    from traincast.plan.milp import MilpPolicy
+
+    return MilpPolicy(**milp_options)
+
+
+POLICY_NAMES = POLICIES.names()
 
 
 def make_policy(name: str, **milp_options) -> Policy:
-    """A fresh policy by name: fifo, edf, priority (one job per VM), the ``-pack``
+    """A fresh policy by name (see ``POLICIES``): fifo, edf, priority (one job per VM), the ``-pack``
     variants (jobs share VMs), or milp (``milp_options`` go to ``MilpPolicy``)."""
-    key = name.strip().lower()
-    if key == "milp":
-        from traincast.plan.milp import MilpPolicy
-
-        return MilpPolicy(**milp_options)
-    base, _, suffix = key.partition("-")
-    if base in _ORDERS and suffix in ("", "pack"):
-        return RulePolicy(base, pack=suffix == "pack")
-    raise UnknownNameError("policy", name, POLICY_NAMES)
+    return POLICIES.get(name)(**milp_options)
