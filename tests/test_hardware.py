@@ -83,3 +83,17 @@ instances:
     bad.write_text("devices:\n  - name: X\n    peak_tflops: {fp32: 1}\n    memory_gb: -3\n    memory_bandwidth_gb_per_s: 1\n")
     with pytest.raises(SpecError, match=r"devices\[0\]: field 'memory_gb' must be positive"):
         get_catalog([bad])
+
+
+def test_the_shared_catalog_is_read_only():
+    """Every caller of get_catalog() shares one catalog: nobody can add to it or change its rows."""
+    from traincast.hardware.catalog import Catalog, get_catalog
+
+    cat = get_catalog()
+    with pytest.raises(TypeError):
+        cat.devices["X"] = cat.device("A100")
+    with pytest.raises(TypeError, match="read-only"):
+        cat.add_device(cat.device("A100"))
+    own = Catalog()  # a catalog of one's own is built by adding
+    own.add_device(cat.device("A100"))
+    assert list(own.devices) == ["A100-SXM4-40GB"]

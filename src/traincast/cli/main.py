@@ -27,13 +27,7 @@ def _register_all() -> None:
 
     commands.register(app)
     for name in ("bench", "calibrate", "learn", "online", "plan"):
-        try:
-            module = __import__(f"traincast.cli.{name}", fromlist=["register"])
-        except ModuleNotFoundError as exc:  # a group not built yet
-            if exc.name != f"traincast.cli.{name}":
-                raise
-            continue
-        module.register(app)
+        __import__(f"traincast.cli.{name}", fromlist=["register"]).register(app)
 
 
 def run(argv: list[str] | None = None, the_app: typer.Typer | None = None) -> int:

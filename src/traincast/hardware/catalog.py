@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from importlib import resources
+from types import MappingProxyType
 from pathlib import Path
 
 import yaml
@@ -83,17 +84,42 @@ def device_from_row(row: dict, where: str) -> Device:
 
 
 class Catalog:
-    """Devices and instances by name or alias; unknown names get close-match suggestions."""
+    """Devices and instances by name or alias; unknown names get close-match suggestions.
+
+    Built by adding files; :meth:`freeze` makes it read-only (``get_catalog`` returns frozen catalogs, shared
+    by every caller: ``devices`` and ``instances`` are then read-only mappings and adding raises)."""
 
     def __init__(self) -> None:
-        self.devices: dict[str, Device] = {}
-        self.instances: dict[str, Instance] = {}
+        self._devices: dict[str, Device] = {}
+        self._instances: dict[str, Instance] = {}
         self._device_keys: dict[str, str] = {}
         self._instance_keys: dict[str, str] = {}
-        self.sources: list[str] = []
+        self._sources: list[str] = []
+        self._frozen = False
+
+    @property
+    def devices(self) -> Mapping[str, Device]:
+        return MappingProxyType(self._devices)
+
+    @property
+    def instances(self) -> Mapping[str, Instance]:
+        return MappingProxyType(self._instances)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(self._sources)
+
+    def freeze(self) -> "Catalog":
+        self._frozen = True
+        return self
+
+    def _check_open(self) -> None:
+        if self._frozen:
+            raise TypeError("this catalog is shared and read-only; build another with Catalog() and add_file")
 
     # --- loading --------------------------------------------------------
     def add_file(self, path: str | Path, text: str | None = None) -> None:
+        self._check_open()
         label = str(path)
         if text is None:
             p = Path(path)
@@ -110,14 +136,16 @@ class Catalog:
             self.add_device(device_from_row(row, f"{label}: devices[{i}]"))
         for i, row in enumerate(data.get("instances") or []):
             self.add_instance_row(row, f"{label}: instances[{i}]")
-        self.sources.append(label)
+        self._sources.append(label)
 
     def add_device(self, dev: Device) -> None:
-        self.devices[dev.name] = dev
+        self._check_open()
+        self._devices[dev.name] = dev
         for n in (dev.name, *dev.aliases):
             self._device_keys[_key(n)] = dev.name
 
     def add_instance_row(self, row: dict, where: str) -> None:
+        self._check_open()
         if not isinstance(row, dict):
             raise SpecError(f"{where}: an instance is a mapping, got {row!r}")
         for k in _REQUIRED_INSTANCE:
@@ -141,7 +169,7 @@ class Catalog:
             date=str(row.get("date", "")),
             note=str(row.get("note", "") or ""),
         )
-        self.instances[inst.name] = inst
+        self._instances[inst.name] = inst
         self._instance_keys[_key(inst.name)] = inst.name
 
     # --- lookup -----------------------------------------------------------
@@ -186,7 +214,7 @@ def _load(extra: tuple[str, ...]) -> Catalog:
     cat.add_file("instances.yaml", _shipped("instances.yaml"))
     for f in extra:
         cat.add_file(f)
-    return cat
+    return cat.freeze()
 
 
 def get_catalog(extra_files: Iterable[str | Path] = ()) -> Catalog:

@@ -25,8 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from traincast.errors import ConfigError, TraincastError, UnknownNameError
+from traincast.errors import ConfigError, UnknownNameError
 from traincast.plan.scenario import Estimate, JobClass, Scenario, VMType, gpu_key
+from traincast.predict.roofline import roofline_s
 
 
 class DurationProvider(Protocol):
@@ -48,10 +49,6 @@ class TableDurations:
         return None
 
 
-class ForecastUnavailable(TraincastError):
-    """traincast.predict.forecast cannot be imported (not built yet, or broken)."""
-
-
 class ForecastDurations:
     """Durations from ``traincast.predict.forecast``, one call per distinct key.
 
@@ -70,10 +67,7 @@ class ForecastDurations:
                job_class.dataset_size, job_class.precision)
         if key in self._cache:
             return self._cache[key]
-        try:
-            from traincast.predict import forecast  # lazy: predict is heavy (torch)
-        except ImportError as exc:
-            raise ForecastUnavailable(f"traincast.predict.forecast is not available ({exc})") from None
+        from traincast.predict import forecast  # lazy: tracing needs torch
         if gpus > job_class.batch_size:
             self._cache[key] = None
             return None
@@ -102,9 +96,10 @@ class EstimateDurations:
         if gf is None or peak is None or gpus > job_class.batch_size:
             return None
         flops = 3.0 * gf * 1e9 * job_class.dataset_size * job_class.epochs
-        speed = peak * 1e12 * self.estimate.efficiency
         scale = gpus * self.estimate.scaling_efficiency_per_doubling ** math.log2(gpus)
-        return flops / (speed * scale)
+        # compute only (the scenario gives no bytes): the roofline's compute term at the scenario's efficiency
+        speed = peak * 1e12 * self.estimate.efficiency * scale
+        return float(roofline_s([flops], [0.0], speed, math.inf)[0])
 
 
 class ScenarioDurations:
@@ -120,7 +115,6 @@ class ScenarioDurations:
         self.use_forecast = use_forecast
         self.estimator = EstimateDurations(scenario.estimate) if scenario.estimate else None
         self.origins: Counter[str] = Counter()
-        self.forecast_error: str | None = None
         self._cache: dict[tuple, float | None] = {}
 
     def duration_s(self, job_class: JobClass, vm: VMType, gpus: int) -> float | None:
@@ -137,20 +131,15 @@ class ScenarioDurations:
         if job_class.has_overrides:
             # explicit durations are the whole truth for that class
             return job_class.override_s(vm.gpu, gpus), "scenario"
-        if self.use_forecast and self.forecast_error is None:
+        if self.use_forecast:
             try:
                 return self.forecaster.duration_s(job_class, vm, gpus), "forecast"
-            except ForecastUnavailable as exc:
-                self.forecast_error = str(exc)
             except UnknownNameError:
                 # a GPU or model the forecaster does not know: estimate if we can
                 if self.estimator is None or self.estimator.duration_s(job_class, vm, gpus) is None:
                     raise
         if self.estimator is not None:
             return self.estimator.duration_s(job_class, vm, gpus), "estimate"
-        if self.forecast_error:
-            raise ConfigError(f"no duration for job class {job_class.name} ({job_class.model}): "
-                              f"{self.forecast_error}; give durations_s in the scenario file")
         return None, "none"
 
 
