@@ -68,7 +68,7 @@ def test_malformed_spec_names_layer_and_field(capsys, tmp_path):
     p = tmp_path / "bad.json"
     p.write_text(json.dumps({"input": {"shape": [8, 8, 1]}, "layers": [{"type": "conv2d", "kernel_size": 3}]}))
     code, _, err = cli(capsys, "trace", str(p))
-    assert code == 2 and "layer 0 (conv2d): missing field 'filters'" in err
+    assert code == 2 and "bad.json: layers[0] (conv2d).filters: missing (required)" in err
 
 
 def test_listing_commands(capsys):

@@ -132,18 +132,22 @@ def _spec(tmp_path, layers, **extra):
 
 
 def test_spec_errors_name_the_layer_and_field(tmp_path):
-    with pytest.raises(SpecError, match=r"layer 0 \(conv2d\): missing field 'filters'"):
+    with pytest.raises(SpecError, match=r"m.yaml: layers\[0\] \(conv2d\).filters: missing \(required\)"):
         trace(_spec(tmp_path, [{"type": "conv2d", "kernel_size": 3}]), batch_size=2)
-    with pytest.raises(UnknownNameError, match="did you mean 'dense'"):
+    with pytest.raises(SpecError, match=r"layers\[0\]: unknown type 'dens'; did you mean 'dense'"):
         trace(_spec(tmp_path, [{"type": "dens", "units": 3}]), batch_size=2)
     with pytest.raises(SpecError, match=r"layer 1 \(dense\): needs a flat input.*flatten"):
         trace(_spec(tmp_path, [{"type": "conv2d", "filters": 4, "kernel_size": 3}, {"type": "dense", "units": 3}]), batch_size=2)
     with pytest.raises(SpecError, match=r"layer 0 \(conv2d\): kernel \[30, 30\] is larger than its input 28x28"):
         trace(_spec(tmp_path, [{"type": "conv2d", "filters": 4, "kernel_size": 30}]), batch_size=2)
-    with pytest.raises(SpecError, match=r"layer 2 \(dense\): field 'units' has the wrong type"):
+    with pytest.raises(SpecError, match=r"layers\[2\] \(dense\).units: Input should be a valid integer \(got 'ten'\)"):
         trace(_spec(tmp_path, [{"type": "flatten"}, {"type": "dropout", "rate": 0.5}, {"type": "dense", "units": "ten"}]), batch_size=2)
-    with pytest.raises(SpecError, match="unknown field 'filter'"):
+    with pytest.raises(SpecError, match=r"layers\[0\] \(conv2d\).filter: unknown field; did you mean 'filters'"):
         trace(_spec(tmp_path, [{"type": "conv2d", "filter": 4, "kernel_size": 3}]), batch_size=2)
+    with pytest.raises(SpecError, match=r"layers\[0\] \(dense\).activation: unknown value 'rellu'; did you mean 'relu'"):
+        trace(_spec(tmp_path, [{"type": "flatten"}, {"dense": {"units": 3, "activation": "rellu"}}][1:]), batch_size=2)
+    with pytest.raises(SpecError, match=r"layers\[0\] \(dense\).units: Input should be less than or equal to 1048576"):
+        trace(_spec(tmp_path, [{"type": "flatten"}, {"type": "dense", "units": 2**40}][1:]), batch_size=2)
 
 
 def test_keras_same_padding_and_strides(tmp_path):

@@ -19,47 +19,141 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Annotated, Literal, Union
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from traincast.errors import SpecError, UnknownNameError
+from pydantic import Field, model_validator
+
+from traincast.errors import SpecError
+from traincast.schema import MAX_LAYERS, Document, parse
 from traincast.workload.steps import supervised_step
 
 EXAMPLES_DIR = Path(__file__).parent / "examples"
+MAX_WINDOW = 2**16  # kernel, pool and stride sides
+MAX_WIDTH = 2**20  # filters and units: a dense layer of 2^20 x 2^20 fp32 weights is already 4 TiB
+MAX_INPUT_SIDE = 2**20
 
 _ACTIVATIONS = {
     "relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh, "gelu": nn.GELU,
     "elu": nn.ELU, "leaky_relu": nn.LeakyReLU, "softplus": nn.Softplus, "silu": nn.SiLU,
     "softmax": None, "linear": None, None: None,
 }
-# field -> (type, required, default)
-_FIELDS: dict[str, dict[str, tuple[type | tuple, bool, object]]] = {
-    "conv2d": {"filters": (int, True, None), "kernel_size": ((int, list), True, None),
-               "strides": ((int, list), False, 1), "padding": (str, False, "valid"),
-               "activation": (str, False, None), "use_bias": (bool, False, True)},
-    "dense": {"units": (int, True, None), "activation": (str, False, None), "use_bias": (bool, False, True)},
-    "maxpool": {"pool_size": ((int, list), False, 2), "strides": ((int, list), False, None),
-                "padding": (str, False, "valid")},
-    "avgpool": {"pool_size": ((int, list), False, 2), "strides": ((int, list), False, None),
-                "padding": (str, False, "valid")},
-    "flatten": {},
-    "dropout": {"rate": ((float, int), True, None)},
-    "batchnorm": {},
-    "activation": {"activation": (str, True, None)},
-}
 _LOSSES = ("categorical_crossentropy", "sparse_categorical_crossentropy", "binary_crossentropy", "mse")
+
+# --- the schema ----------------------------------------------------------------------------
+Activation = Literal["relu", "sigmoid", "tanh", "gelu", "elu", "leaky_relu", "softplus", "silu", "softmax", "linear"]
+Loss = Literal["categorical_crossentropy", "sparse_categorical_crossentropy", "binary_crossentropy", "mse"]
+Window = Annotated[int, Field(strict=True, ge=1, le=MAX_WINDOW)]
+Size = Union[Window, Annotated[list[Window], Field(min_length=2, max_length=2)]]  # n or [height, width]
+Width = Annotated[int, Field(strict=True, ge=1, le=MAX_WIDTH)]
+
+
+class Conv2dLayer(Document):
+    type: Literal["conv2d"]
+    filters: Width
+    kernel_size: Size
+    strides: Size = 1
+    padding: Literal["valid", "same"] = "valid"
+    activation: Activation | None = None
+    use_bias: bool = True
+
+
+class DenseLayer(Document):
+    type: Literal["dense"]
+    units: Width
+    activation: Activation | None = None
+    use_bias: bool = True
+
+
+class PoolLayer(Document):
+    type: Literal["maxpool", "avgpool"]
+    pool_size: Size = 2
+    strides: Size | None = None
+    padding: Literal["valid", "same"] = "valid"
+
+
+class FlattenLayer(Document):
+    type: Literal["flatten"]
+
+
+class DropoutLayer(Document):
+    type: Literal["dropout"]
+    rate: Annotated[float, Field(ge=0, lt=1, strict=False, allow_inf_nan=False)]
+
+
+class BatchNormLayer(Document):
+    type: Literal["batchnorm"]
+
+
+class ActivationLayer(Document):
+    type: Literal["activation"]
+    activation: Activation
+
+
+Layer = Annotated[Union[Conv2dLayer, DenseLayer, PoolLayer, FlattenLayer, DropoutLayer, BatchNormLayer,
+                        ActivationLayer], Field(discriminator="type")]
+
+
+class InputShape(Document):
+    shape: Annotated[list[Annotated[int, Field(strict=True, ge=1, le=MAX_INPUT_SIDE)]], Field(min_length=1, max_length=3)]
+    layout: Literal["channels_last", "channels_first"] = "channels_last"
+
+    @model_validator(mode="after")
+    def _rank(self):
+        if len(self.shape) == 2:
+            raise ValueError("shape must be [height, width, channels] or [features]")
+        return self
+
+
+class LayerSpec(Document):
+    """A Keras-like layer spec (the schema of ``.yaml``/``.json`` model files)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=200)] = "spec"
+    input: InputShape
+    loss: Loss = "categorical_crossentropy"
+    layers: Annotated[list[Layer], Field(min_length=1, max_length=MAX_LAYERS)]
+
+
+def _normalise(doc):
+    """Before validation: layer types in any case, and the short form ``{dense: {units: 10}}``."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
+        return doc
+    layers = []
+    for layer in doc["layers"]:
+        if isinstance(layer, dict) and "type" not in layer and len(layer) == 1:
+            (kind, fields), = layer.items()
+            if fields is None or isinstance(fields, dict):
+                layer = {"type": kind, **(fields or {})}
+        if isinstance(layer, dict) and isinstance(layer.get("type"), str):
+            layer = {**layer, "type": layer["type"].lower()}
+        layers.append(layer)
+    return {**doc, "layers": layers}
+
+
+def validate_spec(doc, where: str = "spec") -> LayerSpec:
+    """``doc`` (a mapping read from a spec file) checked against :class:`LayerSpec`; SpecError naming the layer
+    and field otherwise."""
+    if not isinstance(doc, dict):
+        raise SpecError(f"{where}: a spec is a mapping with 'input' and 'layers'")
+    if "input" not in doc and "layers" not in doc:
+        raise SpecError(f"{where}: missing 'input: {{shape: [height, width, channels]}}' and 'layers'; a Hugging "
+                        "Face config.json needs a 'model_type' (e.g. \"model_type\": \"gpt2\")")
+    return parse(LayerSpec, _normalise(doc), where)
 
 
 def example_path(name: str) -> Path:
     return EXAMPLES_DIR / f"{name.replace('-', '_')}.yaml"
 
 
-def load_spec(source: str | Path | dict) -> dict:
-    """Read a spec from a dict, a .json/.yaml file path."""
-    if isinstance(source, dict):
+def load_spec(source: str | Path | dict | LayerSpec) -> LayerSpec:
+    """Read and validate a spec from a dict or a .json/.yaml file path."""
+    if isinstance(source, LayerSpec):
         return source
+    if isinstance(source, dict):
+        return validate_spec(source)
     path = Path(source)
     if not path.exists():
         raise SpecError(f"spec file {str(path)!r} does not exist")
@@ -73,18 +167,13 @@ def load_spec(source: str | Path | dict) -> dict:
             data = yaml.safe_load(text)
     except Exception as exc:  # json/yaml syntax errors
         raise SpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: a spec is a mapping with 'input' and 'layers'")
-    data.setdefault("name", path.stem.replace("_", "-"))
-    return data
+    if isinstance(data, dict):
+        data.setdefault("name", path.stem.replace("_", "-"))
+    return validate_spec(data, str(path))
 
 
-def _pair(v, what: str) -> tuple[int, int]:
-    if isinstance(v, int):
-        return (v, v)
-    if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v):
-        return (v[0], v[1])
-    raise SpecError(f"{what} must be an integer or a list of two integers, got {v!r}")
+def _pair(v) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else (v[0], v[1])
 
 
 def _same_pad(size: tuple[int, int], k: tuple[int, int], s: tuple[int, int]) -> tuple[int, int, int, int]:
@@ -98,74 +187,21 @@ def _same_pad(size: tuple[int, int], k: tuple[int, int], s: tuple[int, int]) -> 
     return (left, right, top, bottom)
 
 
-def _validate_layer(i: int, layer) -> tuple[str, dict]:
-    if not isinstance(layer, dict):
-        raise SpecError(f"layer {i}: must be a mapping like {{type: dense, units: 10}}, got {layer!r}")
-    layer = dict(layer)
-    kind = layer.pop("type", None)
-    if kind is None and len(layer) == 1:  # short form: {dense: {units: 10}}
-        kind, fields = next(iter(layer.items()))
-        layer = dict(fields or {})
-    if kind is None:
-        raise SpecError(f"layer {i}: missing field 'type' (one of {', '.join(_FIELDS)})")
-    kind = str(kind).lower()
-    if kind not in _FIELDS:
-        raise UnknownNameError(f"layer type (layer {i})", kind, list(_FIELDS))
-    allowed = _FIELDS[kind]
-    for key in layer:
-        if key not in allowed:
-            hint = f"; fields of {kind}: {', '.join(allowed) or 'none'}"
-            raise SpecError(f"layer {i} ({kind}): unknown field {key!r}{hint}")
-    out = {}
-    for key, (typ, required, default) in allowed.items():
-        if key not in layer:
-            if required:
-                raise SpecError(f"layer {i} ({kind}): missing field {key!r}")
-            out[key] = default
-            continue
-        v = layer[key]
-        if v is not None and (not isinstance(v, typ) or (isinstance(v, bool) and typ is int)):
-            raise SpecError(f"layer {i} ({kind}): field {key!r} has the wrong type: {v!r}")
-        if isinstance(v, int) and not isinstance(v, bool) and key in ("filters", "units", "kernel_size", "pool_size", "strides") and v <= 0:
-            raise SpecError(f"layer {i} ({kind}): field {key!r} must be positive, got {v}")
-        out[key] = v
-    if kind == "dropout" and not 0 <= out["rate"] < 1:
-        raise SpecError(f"layer {i} (dropout): rate must be in [0, 1), got {out['rate']}")
-    for key in ("activation",):
-        if key in out and out[key] is not None and out[key] not in _ACTIVATIONS:
-            raise UnknownNameError(f"activation (layer {i}, {kind})", out[key], [a for a in _ACTIVATIONS if a])
-    if "padding" in out and out["padding"] not in ("valid", "same"):
-        raise SpecError(f"layer {i} ({kind}): padding must be 'valid' or 'same', got {out['padding']!r}")
-    return kind, out
-
-
 class SpecModel(nn.Sequential):
     """The nn.Sequential a spec describes (layers named as in Keras: conv2d, conv2d_1...)."""
 
 
-def build_spec_module(spec: dict, device: torch.device | str = "meta") -> tuple[SpecModel, tuple[int, int, int], str]:
+def build_spec_module(spec: dict | LayerSpec, device: torch.device | str = "meta") -> tuple[SpecModel, tuple[int, int, int], str]:
     """Build the model; returns (module, (C, H, W) input, loss name). Shapes are checked layer by layer."""
-    inp = spec.get("input")
-    if not isinstance(inp, dict) or "shape" not in inp:
-        hint = ("" if "layers" in spec else
-                "; a Hugging Face config.json needs a 'model_type' (e.g. \"model_type\": \"gpt2\")")
-        raise SpecError("spec: missing 'input: {shape: [height, width, channels]}'" + hint)
-    shape = inp["shape"]
-    if not (isinstance(shape, list) and len(shape) in (1, 3) and all(isinstance(x, int) and x > 0 for x in shape)):
-        raise SpecError(f"spec: input.shape must be [height, width, channels] or [features] of positive integers, got {shape!r}")
-    layout = inp.get("layout", "channels_last")
+    spec = load_spec(spec)
+    shape, layout = spec.input.shape, spec.input.layout
     if len(shape) == 3:
         c, h, w = (shape[2], shape[0], shape[1]) if layout == "channels_last" else tuple(shape)
         cur: tuple[int, ...] = (c, h, w)
     else:
         cur = (shape[0],)
     start = cur
-    loss = spec.get("loss", "categorical_crossentropy")
-    if loss not in _LOSSES:
-        raise UnknownNameError("loss", loss, _LOSSES)
-    layers = spec.get("layers")
-    if not isinstance(layers, list) or not layers:
-        raise SpecError("spec: 'layers' must be a non-empty list")
+    loss = spec.loss
     mods: list[tuple[str, nn.Module]] = []
     counts: dict[str, int] = {}
 
@@ -193,23 +229,22 @@ def build_spec_module(spec: dict, device: torch.device | str = "meta") -> tuple[
             add(name, cls())
 
     with torch.device(device):
-        for i, raw in enumerate(layers):
-            kind, f = _validate_layer(i, raw)
+        for i, layer in enumerate(spec.layers):
+            kind, f = layer.type, layer.model_dump()
             where = f"layer {i} ({kind})"
             if kind in ("conv2d", "maxpool", "avgpool", "batchnorm") and len(cur) != 3:
                 raise SpecError(f"{where}: needs an image input (channels, height, width) but gets a flat vector of {cur[0]}; put it before 'flatten'")
             if kind == "dense" and len(cur) != 1:
                 raise SpecError(f"{where}: needs a flat input but gets shape {list(cur)}; add {{type: flatten}} before it")
             if kind == "conv2d":
-                k = _pair(f["kernel_size"], f"{where}: kernel_size")
-                s = _pair(f["strides"], f"{where}: strides")
+                k, s = _pair(f["kernel_size"]), _pair(f["strides"])
                 c, h, w = window(where, "kernel", k, s, f["padding"])
                 add("conv2d", nn.Conv2d(c, f["filters"], k, s, bias=f["use_bias"]))
                 cur = (f["filters"], (h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1)
                 act(f["activation"])
             elif kind in ("maxpool", "avgpool"):
-                k = _pair(f["pool_size"], f"{where}: pool_size")
-                s = _pair(f["strides"] if f["strides"] is not None else list(k), f"{where}: strides")
+                k = _pair(f["pool_size"])
+                s = _pair(f["strides"]) if f["strides"] is not None else k
                 c, h, w = window(where, "pool", k, s, f["padding"])
                 cls = nn.MaxPool2d if kind == "maxpool" else nn.AvgPool2d
                 add("max_pooling2d" if kind == "maxpool" else "average_pooling2d", cls(k, s))
@@ -262,7 +297,7 @@ def build_spec_step(source, *, batch_size, device, optimizer="sgd", precision="f
 
     dims = "x".join(str(d) for d in shape)
     return supervised_step(
-        spec.get("name", "spec"), model, make_batch, loss_fn,
+        spec.name, model, make_batch, loss_fn,
         batch_size=batch_size, device=device, optimizer=optimizer, precision=precision,
         freeze=freeze, input_description=f"{batch_size}x{dims} (from spec)",
     )
