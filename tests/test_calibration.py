@@ -243,3 +243,35 @@ def test_isolated_measurement_runs_in_a_fresh_process(monkeypatch):
     assert iso.phases_s and set(iso.phases_s) == set(here.phases_s)
 
 
+
+
+def test_profiles_and_the_shipped_table_are_validated_by_schema(tmp_path):
+    """A profile's device and parameters are checked field by field when it is read; every generation of the
+    shipped efficiency table passes the same schema."""
+    import yaml
+
+    from traincast.errors import SpecError
+    from traincast.hardware.catalog import efficiency_table
+    from traincast.predict.roofline import check_table
+
+    table = efficiency_table()
+    check_table(table["defaults"], "efficiency.yaml: defaults")
+    for gen, t in table["generations"].items():
+        check_table(t, f"efficiency.yaml: {gen}")
+    meas = [Measured("mnist-cnn", b, 0.002 * b, 0.0, 0.01, {}) for b in (4, 16)]
+    path = calibrate(("mnist-cnn",), (4, 16), measured=meas, name="t").save(tmp_path / "t.yaml")
+    good = yaml.safe_load(path.read_text())
+    for change, message in (
+        (lambda d: d["overrides"]["compute"]["simt"].update(matmull=0.5), r"overrides: compute.simt.matmull: unknown "
+                                                                           r"value 'matmull'; did you mean 'matmul'"),
+        (lambda d: d["overrides"].update(memory_scale=-1), r"overrides: memory_scale: Input should be greater than 0"),
+        (lambda d: d["device"].update(fp32_tflops="fast"), r"device.fp32_tflops: Input should be a valid number"),
+        (lambda d: d.update(devise={}), r"devise: unknown field; did you mean 'device'"),
+    ):
+        d = yaml.safe_load(path.read_text())
+        change(d)
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(yaml.safe_dump(d))
+        with pytest.raises(SpecError, match=message):
+            DeviceProfile.load(bad)
+    assert DeviceProfile.load(path).overrides == good["overrides"]

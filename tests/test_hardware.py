@@ -81,7 +81,11 @@ instances:
     assert cat.instance("lab-box").device.fp16_tflops == 80
     bad = tmp_path / "bad.yaml"
     bad.write_text("devices:\n  - name: X\n    peak_tflops: {fp32: 1}\n    memory_gb: -3\n    memory_bandwidth_gb_per_s: 1\n")
-    with pytest.raises(SpecError, match=r"devices\[0\]: field 'memory_gb' must be positive"):
+    with pytest.raises(SpecError, match=r"bad.yaml: devices\[0\].memory_gb: Input should be greater than 0 \(got -3\)"):
+        get_catalog([bad])
+    bad.write_text("devices:\n  - name: X\n    peak_tflops: {fp32: 1}\n    memory_gb: 8\n    memory_bandwith_gb_per_s: 1\n")
+    with pytest.raises(SpecError, match=r"devices\[0\].memory_bandwith_gb_per_s: unknown field; did you mean "
+                                        r"'memory_bandwidth_gb_per_s'"):
         get_catalog([bad])
 
 

@@ -87,6 +87,8 @@ def _path(loc: tuple, model: type[BaseModel]) -> str:
     out = ""
     ann: Any = model
     for part in loc:
+        if part == "[key]":  # the key of a mapping was wrong (its value is the path's last part)
+            continue
         ann, keep = _step(ann, part)
         if not keep:
             if isinstance(part, str) and not part.startswith(("function-", "lax-", "strict-")):
@@ -133,6 +135,12 @@ def _step(ann, part) -> tuple[Any, bool]:
         args = typing.get_args(ann)
         return (args[1] if len(args) == 2 else None), True
     if origin in (Union, types.UnionType):
+        members = [a for a in map(_unwrap, typing.get_args(ann)) if a is not type(None)]
+        if len(members) == 1:  # Optional[X]
+            return _step(members[0], part)
+        models = [a for a in members if isinstance(a, type) and issubclass(a, BaseModel)]
+        if len(models) == 1 and not any(typing.get_origin(f.annotation) is Literal for f in models[0].model_fields.values()):
+            return _step(models[0], part)  # Optional[Model]: a field of the model
         for arg in typing.get_args(ann):
             arg = _unwrap(arg)
             if isinstance(arg, type) and issubclass(arg, BaseModel):

@@ -2,85 +2,105 @@
 
 from __future__ import annotations
 
+import datetime
 import functools
 import re
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from types import MappingProxyType
+from typing import Annotated, Literal, Union
 from pathlib import Path
 
 import yaml
 
+from pydantic import Field
+
 from traincast.errors import SpecError, UnknownNameError
 from traincast.hardware.records import GIB, Device, Instance, Link
-
-_DEVICE_KEYS = {"name", "kind", "vendor", "generation", "peak_tflops", "memory_gb",
-                "memory_bandwidth_gb_per_s", "sm_count", "boost_clock_mhz", "intra_node_link",
-                "tdp_w", "source", "date", "aliases", "note"}
-_REQUIRED_DEVICE = ("name", "peak_tflops", "memory_gb", "memory_bandwidth_gb_per_s")
-_REQUIRED_INSTANCE = ("name", "gpu", "gpus")
-
+from traincast.schema import Document, NonNegativeFloat, PositiveFloat, parse
 
 def _key(name: str) -> str:
     """Matching key: case, spaces, dashes and underscores do not matter."""
     return re.sub(r"[\s_\-]+", "", str(name).lower())
 
 
-def _num(row: dict, key: str, where: str, required: bool = True, positive: bool = True):
-    v = row.get(key)
-    if v is None:
-        if required:
-            raise SpecError(f"{where}: missing field {key!r}")
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise SpecError(f"{where}: field {key!r} must be a number, got {v!r}")
-    if positive and v <= 0:
-        raise SpecError(f"{where}: field {key!r} must be positive, got {v}")
-    if v < 0 or v != v or v == float("inf"):
-        raise SpecError(f"{where}: field {key!r} must be a finite number >= 0, got {v}")
-    return v
+class _Peaks(Document):
+    """Dense peaks, TFLOP/s: fp32 on vector units; tf32/fp16/bf16 on tensor or matrix units where they exist;
+    fp32_matrix: full-precision FP32 on matrix units (AMD CDNA)."""
+
+    fp32: PositiveFloat
+    tf32: PositiveFloat | None = None
+    fp16: PositiveFloat | None = None
+    bf16: PositiveFloat | None = None
+    fp32_matrix: PositiveFloat | None = None
+
+
+class _LinkRow(Document):
+    type: str = "none"
+    gb_per_s: NonNegativeFloat = 0.0
+
+
+Text = Union[str, datetime.date]  # YAML reads an unquoted 2024-05-01 as a date
+
+
+class DeviceRow(Document):
+    """A device of a catalog file (units in the field names; see the header of ``gpus.yaml``)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    kind: Literal["gpu", "cpu"] = "gpu"
+    vendor: str = ""
+    generation: str = "default"
+    peak_tflops: _Peaks
+    memory_gb: PositiveFloat
+    memory_bandwidth_gb_per_s: PositiveFloat
+    sm_count: Annotated[int, Field(strict=True, ge=0, le=10**7)] = 0
+    boost_clock_mhz: NonNegativeFloat = 0.0
+    intra_node_link: _LinkRow | None = None
+    tdp_w: PositiveFloat | None = None
+    source: str = ""
+    date: Text = ""
+    aliases: list[str] = []
+    note: str | None = None
+
+
+class InstanceRow(Document):
+    """An instance (VM type or server) of a catalog file; ``gpu`` names a device of the catalog."""
+
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    provider: str = ""
+    gpu: Annotated[str, Field(min_length=1)]
+    gpus: Annotated[int, Field(strict=True, ge=1, le=1_000_000)]
+    usd_per_hour: NonNegativeFloat | None = None
+    network_gbit_per_s: PositiveFloat | None = None
+    vcpus: Annotated[int, Field(strict=True, ge=1)] | None = None
+    memory_gb: PositiveFloat | None = None
+    region: str | None = None
+    source: str = ""
+    date: Text = ""
+    note: str | None = None
+
+
+class CatalogFile(Document):
+    devices: list[DeviceRow] = []
+    instances: list[InstanceRow] = []
+
+
+def _device(r: DeviceRow) -> Device:
+    pk = r.peak_tflops
+    link = r.intra_node_link or _LinkRow()
+    return Device(
+        name=r.name, kind=r.kind, vendor=r.vendor, generation=r.generation.lower(),
+        fp32_tflops=pk.fp32, tf32_tflops=pk.tf32, fp16_tflops=pk.fp16, bf16_tflops=pk.bf16,
+        memory_bytes=int(r.memory_gb * GIB), memory_bandwidth_gb_per_s=r.memory_bandwidth_gb_per_s,
+        sm_count=r.sm_count, boost_clock_mhz=r.boost_clock_mhz, link=Link(link.type, link.gb_per_s),
+        tdp_w=r.tdp_w, source=r.source, date=str(r.date), aliases=tuple(r.aliases), note=r.note or "",
+        fp32_matrix_tflops=pk.fp32_matrix,
+    )
 
 
 def device_from_row(row: dict, where: str) -> Device:
-    if not isinstance(row, dict):
-        raise SpecError(f"{where}: a device is a mapping, got {row!r}")
-    for k in _REQUIRED_DEVICE:
-        if k not in row:
-            raise SpecError(f"{where}: missing field {k!r}")
-    unknown = set(row) - _DEVICE_KEYS
-    if unknown:
-        raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-    peaks = row["peak_tflops"]
-    if not isinstance(peaks, dict) or "fp32" not in peaks:
-        raise SpecError(f"{where}: peak_tflops must be a mapping with at least fp32")
-    unknown_peaks = set(peaks) - {"fp32", "tf32", "fp16", "bf16", "fp32_matrix"}
-    if unknown_peaks:
-        raise SpecError(f"{where}.peak_tflops: unknown precision(s) {', '.join(sorted(map(str, unknown_peaks)))}; "
-                        "known: fp32, tf32, fp16, bf16, fp32_matrix")
-    pk = {d: _num(peaks, d, f"{where}.peak_tflops", required=(d == "fp32"))
-          for d in ("fp32", "tf32", "fp16", "bf16", "fp32_matrix")}
-    link = row.get("intra_node_link") or {"type": "none", "gb_per_s": 0}
-    return Device(
-        name=str(row["name"]),
-        kind=str(row.get("kind", "gpu")),
-        vendor=str(row.get("vendor", "")),
-        generation=str(row.get("generation", "default")).lower(),
-        fp32_tflops=float(pk["fp32"]),
-        tf32_tflops=pk["tf32"],
-        fp16_tflops=pk["fp16"],
-        bf16_tflops=pk["bf16"],
-        memory_bytes=int(_num(row, "memory_gb", where) * GIB),
-        memory_bandwidth_gb_per_s=float(_num(row, "memory_bandwidth_gb_per_s", where)),
-        sm_count=int(_num(row, "sm_count", where, required=False) or 0),
-        boost_clock_mhz=float(_num(row, "boost_clock_mhz", where, required=False) or 0),
-        link=Link(str(link.get("type", "none")), float(link.get("gb_per_s") or 0)),
-        tdp_w=row.get("tdp_w"),
-        source=str(row.get("source", "")),
-        date=str(row.get("date", "")),
-        aliases=tuple(str(a) for a in row.get("aliases") or ()),
-        note=str(row.get("note", "") or ""),
-        fp32_matrix_tflops=pk["fp32_matrix"],
-    )
+    """A catalog row (a mapping read from YAML) as a Device; SpecError naming the field otherwise."""
+    return _device(parse(DeviceRow, row, where))
 
 
 class Catalog:
@@ -132,10 +152,11 @@ class Catalog:
             raise SpecError(f"{label}: not valid YAML: {str(exc).splitlines()[0]}") from None
         if not isinstance(data, dict) or not ({"devices", "instances"} & set(data)):
             raise SpecError(f"{label}: a catalog file has a 'devices' and/or 'instances' list")
-        for i, row in enumerate(data.get("devices") or []):
-            self.add_device(device_from_row(row, f"{label}: devices[{i}]"))
-        for i, row in enumerate(data.get("instances") or []):
-            self.add_instance_row(row, f"{label}: instances[{i}]")
+        doc = parse(CatalogFile, data, label)
+        for row in doc.devices:
+            self.add_device(_device(row))
+        for i, row in enumerate(doc.instances):
+            self._add_instance(row, f"{label}: instances[{i}]")
         self._sources.append(label)
 
     def add_device(self, dev: Device) -> None:
@@ -145,30 +166,18 @@ class Catalog:
             self._device_keys[_key(n)] = dev.name
 
     def add_instance_row(self, row: dict, where: str) -> None:
+        """An instance from a mapping (as read from YAML), validated."""
+        self._add_instance(parse(InstanceRow, row, where), where)
+
+    def _add_instance(self, r: InstanceRow, where: str) -> None:
         self._check_open()
-        if not isinstance(row, dict):
-            raise SpecError(f"{where}: an instance is a mapping, got {row!r}")
-        for k in _REQUIRED_INSTANCE:
-            if k not in row:
-                raise SpecError(f"{where}: missing field {k!r}")
         try:
-            dev = self.device(str(row["gpu"]))
+            dev = self.device(r.gpu)
         except UnknownNameError as exc:
             raise SpecError(f"{where}: {exc}") from None
-        inst = Instance(
-            name=str(row["name"]),
-            provider=str(row.get("provider", "")),
-            device=dev,
-            gpus=int(_num(row, "gpus", where)),
-            usd_per_hour=_num(row, "usd_per_hour", where, required=False, positive=False),
-            network_gbit_per_s=_num(row, "network_gbit_per_s", where, required=False),
-            vcpus=row.get("vcpus"),
-            memory_gb=row.get("memory_gb"),
-            region=row.get("region"),
-            source=str(row.get("source", "")),
-            date=str(row.get("date", "")),
-            note=str(row.get("note", "") or ""),
-        )
+        inst = Instance(name=r.name, provider=r.provider, device=dev, gpus=r.gpus, usd_per_hour=r.usd_per_hour,
+                        network_gbit_per_s=r.network_gbit_per_s, vcpus=r.vcpus, memory_gb=r.memory_gb,
+                        region=r.region, source=r.source, date=str(r.date), note=r.note or "")
         self._instances[inst.name] = inst
         self._instance_keys[_key(inst.name)] = inst.name
 

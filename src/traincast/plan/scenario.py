@@ -13,25 +13,21 @@ Every mistake a user can make in a scenario file raises ``SpecError``,
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Union
 
 import numpy as np
 
+from pydantic import Field
+
 from traincast.errors import ConfigError, SpecError, UnknownNameError
-
-# The model names traincast's zoo forecasts (contract with traincast.workload).
-ZOO_MODELS = (
-    "alexnet", "vgg16", "vgg19", "resnet18", "resnet50", "resnet101", "inception_v3",
-    "googlenet", "mobilenet_v2", "densenet121", "dcgan", "bert-base", "bert-large",
-    "gpt2", "gpt2-large", "gpt3-xl", "llama-7b",
-)
-
+from traincast.schema import Document, Fraction, NonNegativeFloat, PositiveFloat, parse
 
 def gpu_key(name: str) -> str:
     """A GPU name normalised for matching: 'GeForce GTX 1080 Ti' == 'gtx1080ti'."""
@@ -197,257 +193,184 @@ def load_scenario(ref: str | Path) -> Scenario:
     return parse_scenario(doc, where=where)
 
 
+# ---------------------------------------------------------------- the schema
+
+PosInt = Annotated[int, Field(strict=True, ge=1, le=10**9)]
+Range = Union[NonNegativeFloat, Annotated[list[NonNegativeFloat], Field(min_length=2, max_length=2)]]
+
+
+class _VMRow(Document):
+    name: Annotated[str, Field(min_length=1)]
+    provider: str = ""
+    gpu: str | None = None
+    gpus: PosInt | None = None
+    usd_per_hour: NonNegativeFloat | None = None
+    max_count: PosInt | None = None
+
+
+class _ClassRow(Document):
+    name: Annotated[str, Field(min_length=1)]
+    model: Annotated[str, Field(min_length=1)]
+    dataset_size: Annotated[int, Field(strict=True, ge=1, le=10**13)]
+    epochs: Annotated[float, Field(gt=0, le=10**6, allow_inf_nan=False)]
+    batch_size: Annotated[int, Field(strict=True, ge=1, le=2**31 - 1)]
+    share: PositiveFloat = 1.0
+    framework: str = ""
+    precision: str = "fp32"
+    # GPU type -> GPU count -> seconds for the whole job
+    durations_s: dict[str, dict[PosInt, PositiveFloat]] = {}
+
+
+class _Arrivals(Document):
+    process: Literal["poisson"] = "poisson"
+    mean_interarrival_s: PositiveFloat = 30.0
+
+
+class _Deadline(Document):
+    factor: Range = (1.5, 4.0)
+    reference: Literal["fastest", "median"] = "median"
+
+
+class _EstimateRow(Document):
+    efficiency: Fraction = 0.35
+    scaling_efficiency_per_doubling: Fraction = 0.9
+    fwd_gflops_per_sample: dict[str, PositiveFloat] = {}
+    peak_tflops_fp32: dict[str, PositiveFloat] = {}
+    source: str = ""
+    date: Union[str, datetime.date] = ""
+
+
+class _JobRow(Document):
+    job_class: str = Field(alias="class")
+    arrival_s: NonNegativeFloat = 0.0
+    deadline_s: NonNegativeFloat
+    weight_usd_per_h: NonNegativeFloat = 1.0
+    id: Annotated[int, Field(strict=True, ge=0)] | None = None
+
+
+class ScenarioFile(Document):
+    """The schema of a scenario file (the built-in ``ardagna2019.yaml`` documents every key)."""
+
+    name: str | None = None
+    description: str = ""
+    source: str = ""
+    date: Union[str, datetime.date] = ""
+    nodes: Annotated[int, Field(strict=True, ge=1, le=100_000)]
+    jobs_per_node: PositiveFloat | None = None
+    n_jobs: Annotated[int, Field(strict=True, ge=1, le=10**6)] | None = None
+    arrivals: _Arrivals = _Arrivals()
+    deadline: _Deadline = _Deadline()
+    weight_usd_per_h: Range = (0.5, 5.0)
+    rescheduling_period_s: PositiveFloat = 600.0
+    gpu_counts: Annotated[list[PosInt], Field(min_length=1)] = [1, 2, 4, 8]
+    vm_types: Annotated[list[Union[str, _VMRow]], Field(min_length=1)]
+    job_classes: Annotated[list[_ClassRow], Field(min_length=1)]
+    estimate: _EstimateRow | None = None
+    jobs: Annotated[list[_JobRow], Field(min_length=1)] | None = None
+
+
 def parse_scenario(doc: Any, *, where: str = "scenario") -> Scenario:
-    """Validate a scenario mapping (as read from YAML) into a ``Scenario``."""
+    """Validate a scenario mapping (as read from YAML) into a ``Scenario``: its shape and bounds by schema
+    (:class:`ScenarioFile`), then what a schema cannot say (names the catalog and zoo must know, deadlines
+    after arrivals, unique names)."""
     if not isinstance(doc, Mapping):
         raise SpecError(f"{where}: a scenario must be a YAML mapping, got {type(doc).__name__}")
-    known = {"name", "description", "source", "date", "nodes", "jobs_per_node", "n_jobs",
-             "arrivals", "deadline", "weight_usd_per_h", "rescheduling_period_s", "gpu_counts",
-             "vm_types", "job_classes", "estimate", "jobs"}
-    for k in doc:
-        if k not in known:
-            raise SpecError(f"{where}: unknown key {k!r}; known keys: {', '.join(sorted(known))}")
-
-    def need(key: str) -> Any:
-        if key not in doc:
-            raise SpecError(f"{where}: missing key {key!r}")
-        return doc[key]
-
-    nodes = need("nodes")
-    _check_int(f"{where}: nodes", nodes)
-    gpu_counts = tuple(doc.get("gpu_counts", (1, 2, 4, 8)))
-    for g in gpu_counts:
-        _check_int(f"{where}: gpu_counts entry", g)
-
-    vm_rows = need("vm_types")
-    if not isinstance(vm_rows, list) or not vm_rows:
-        raise SpecError(f"{where}: vm_types must be a non-empty list of VM types")
-    vm_types = tuple(_resolve_vm(row, where) for row in vm_rows)
+    f = parse(ScenarioFile, dict(doc), where)
+    vm_types = tuple(_resolve_vm(row, where) for row in f.vm_types)
     _no_duplicates([v.name for v in vm_types], f"{where}: VM type")
     gpu_names = {gpu_key(v.gpu) for v in vm_types}
-
-    estimate = _parse_estimate(doc.get("estimate"), where)
-    cls_rows = need("job_classes")
-    if not isinstance(cls_rows, list) or not cls_rows:
-        raise SpecError(f"{where}: job_classes must be a non-empty list")
-    classes = tuple(_parse_class(row, where, gpu_names, estimate) for row in cls_rows)
+    estimate = None
+    if f.estimate is not None:
+        e = f.estimate
+        estimate = Estimate(e.efficiency, e.scaling_efficiency_per_doubling, tuple(e.fwd_gflops_per_sample.items()),
+                            tuple(e.peak_tflops_fp32.items()), e.source)
+    classes = tuple(_parse_class(row, where, gpu_names, estimate) for row in f.job_classes)
     _no_duplicates([c.name for c in classes], f"{where}: job class")
-
-    arrivals = doc.get("arrivals", {}) or {}
-    if not isinstance(arrivals, Mapping):
-        raise SpecError(f"{where}: arrivals must be a mapping like {{process: poisson, mean_interarrival_s: 30}}")
-    process = arrivals.get("process", "poisson")
-    if process != "poisson":
-        raise SpecError(f"{where}: arrivals.process {process!r} is not supported; use 'poisson'")
-    mean_ia = arrivals.get("mean_interarrival_s", 30.0)
-    _check_pos(f"{where}: arrivals.mean_interarrival_s", mean_ia)
-
-    if "n_jobs" in doc:
-        n_jobs = doc["n_jobs"]
-    else:
-        per = doc.get("jobs_per_node", 10)
-        _check_pos(f"{where}: jobs_per_node", per)
-        n_jobs = max(1, round(per * nodes))
-    _check_int(f"{where}: n_jobs", n_jobs)
-
-    deadline = doc.get("deadline", {}) or {}
-    factor = _range(deadline.get("factor", (1.5, 4.0)) if isinstance(deadline, Mapping) else None,
-                    f"{where}: deadline.factor", low=1.0)
-    reference = deadline.get("reference", "median")
-    if reference not in ("fastest", "median"):
-        raise SpecError(f"{where}: deadline.reference must be 'fastest' or 'median', got {reference!r}")
-    weights = _range(doc.get("weight_usd_per_h", (0.5, 5.0)), f"{where}: weight_usd_per_h", low=0.0)
-    period = doc.get("rescheduling_period_s", 600.0)
-    _check_pos(f"{where}: rescheduling_period_s", period)
-
+    n_jobs = f.n_jobs if f.n_jobs is not None else max(1, round((f.jobs_per_node or 10) * f.nodes))
+    factor = _range(f.deadline.factor, f"{where}: deadline.factor", low=1.0)
+    weights = _range(f.weight_usd_per_h, f"{where}: weight_usd_per_h", low=0.0)
     jobs = None
-    if doc.get("jobs") is not None:
-        jobs = _parse_jobs(doc["jobs"], where, {c.name for c in classes})
+    if f.jobs is not None:
+        jobs = _parse_jobs(f.jobs, where, {c.name for c in classes})
         n_jobs = len(jobs)
-
     notes = []
     if any(c.has_overrides for c in classes):
         notes.append("classes " + ", ".join(c.name for c in classes if c.has_overrides)
                      + " carry explicit durations from the scenario file")
     return Scenario(
-        name=str(doc.get("name", Path(where).stem)), vm_types=vm_types, job_classes=classes,
-        nodes=int(nodes), n_jobs=int(n_jobs), mean_interarrival_s=float(mean_ia),
-        deadline_factor=factor, deadline_reference=reference, weight_usd_per_h=weights, rescheduling_period_s=float(period),
-        gpu_counts=gpu_counts, estimate=estimate, jobs=jobs,
-        description=str(doc.get("description", "")), source=str(doc.get("source", "")),
-        notes=tuple(notes),
+        name=str(f.name if f.name is not None else Path(where).stem), vm_types=vm_types, job_classes=classes,
+        nodes=f.nodes, n_jobs=int(n_jobs), mean_interarrival_s=float(f.arrivals.mean_interarrival_s),
+        deadline_factor=factor, deadline_reference=f.deadline.reference, weight_usd_per_h=weights,
+        rescheduling_period_s=float(f.rescheduling_period_s), gpu_counts=tuple(f.gpu_counts), estimate=estimate,
+        jobs=jobs, description=f.description, source=f.source, notes=tuple(notes),
     )
 
 
-def _resolve_vm(row: Any, where: str) -> VMType:
+def _resolve_vm(row: str | _VMRow, where: str) -> VMType:
+    from traincast.hardware.catalog import get_catalog
+
     if isinstance(row, str):
-        row = {"name": row}
-    if not isinstance(row, Mapping) or "name" not in row:
-        raise SpecError(f"{where}: each vm_types entry needs a name, e.g. "
-                        "{name: NC6, gpu: K80, gpus: 1, usd_per_hour: 0.56}")
-    extra = set(row) - {"name", "provider", "gpu", "gpus", "usd_per_hour", "max_count"}
-    if extra:
-        raise SpecError(f"{where}: VM type {row['name']!r} has unknown keys {sorted(extra)}; "
-                        "known: name, provider, gpu, gpus, usd_per_hour, max_count")
-    name = str(row["name"])
-    inst = _catalog_instance(name)
-    inline = all(k in row for k in ("gpu", "gpus", "usd_per_hour"))
-    if inst is None and not inline:
-        known = _catalog_names()
-        if known:
-            raise UnknownNameError("VM type", name, known)
-        raise SpecError(f"{where}: VM type {name!r} is not in the hardware catalog; give its "
-                        "gpu, gpus and usd_per_hour inline")
-    if inst is not None and not inline:
-        gpu, gpus, price = inst.gpu.name, int(inst.gpus), float(inst.usd_per_hour)
-        provider = str(getattr(inst, "provider", "") or row.get("provider", ""))
-    else:  # values given inline win over a catalog instance of the same name, and are checked
-        from traincast.hardware import get_catalog
-
-        gpu, gpus, price = str(row["gpu"]), row["gpus"], row["usd_per_hour"]
-        get_catalog().device(gpu)  # an unknown GPU: UnknownNameError with the nearest names
-        provider = str(row.get("provider", "") or (getattr(inst, "provider", "") if inst is not None else ""))
-    _check_int(f"{where}: VM type {name}: gpus", gpus)
-    if not isinstance(price, (int, float)) or isinstance(price, bool) or price < 0 or not math.isfinite(price):
-        raise ConfigError(f"{where}: VM type {name}: usd_per_hour must be a number >= 0, got {price!r}")
-    max_count = row.get("max_count")
-    if max_count is not None:
-        _check_int(f"{where}: VM type {name}: max_count", max_count)
-    return VMType(name=name, gpu=gpu, gpus=int(gpus), usd_per_hour=float(price),
-                  provider=provider, max_count=max_count)
-
-
-def _catalog():
+        row = _VMRow(name=row)
+    name = row.name
+    cat = get_catalog()
     try:
-        from traincast.hardware import get_catalog  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    try:
-        return get_catalog()
-    except Exception:  # a catalog being written in parallel must not break scenarios
-        return None
-
-
-def _catalog_instance(name: str):
-    cat = _catalog()
-    if cat is None:
-        return None
-    try:
-        return cat.instance(name)
+        inst = cat.instance(name)
     except UnknownNameError:
-        return None
-    except Exception:
-        return None
+        inst = None
+    inline = row.gpu is not None and row.gpus is not None and row.usd_per_hour is not None
+    if inst is None and not inline:
+        raise UnknownNameError("VM type (not in the hardware catalog; or give its gpu, gpus and usd_per_hour inline)",
+                               name, list(cat.instances))
+    if inline:  # values given inline win over a catalog instance of the same name, and are checked
+        gpu, gpus, price = str(row.gpu), int(row.gpus), float(row.usd_per_hour)
+        cat.device(gpu)  # an unknown GPU: UnknownNameError with the nearest names
+        provider = row.provider or (inst.provider if inst is not None else "")
+    else:
+        if inst.usd_per_hour is None:
+            raise ConfigError(f"{where}: VM type {name}: the catalog has no price for it; give usd_per_hour inline")
+        gpu, gpus, price = inst.device.name, int(inst.gpus), float(inst.usd_per_hour)
+        provider = inst.provider or row.provider
+    return VMType(name=name, gpu=gpu, gpus=gpus, usd_per_hour=price, provider=provider, max_count=row.max_count)
 
 
-def _catalog_names() -> list[str]:
-    cat = _catalog()
-    if cat is None:
-        return []
-    for attr in ("instance_names", "instances"):
-        obj = getattr(cat, attr, None)
-        try:
-            items = obj() if callable(obj) else obj
-            if items:
-                return [getattr(i, "name", i) for i in items]
-        except Exception:
-            continue
-    return []
+def _known_model(name: str) -> bool:
+    from traincast.workload import zoo
 
-
-def _parse_class(row: Any, where: str, gpu_names: set[str], estimate: Estimate | None) -> JobClass:
-    if not isinstance(row, Mapping) or "name" not in row:
-        raise SpecError(f"{where}: each job_classes entry needs a name, model, dataset_size, "
-                        "epochs and batch_size")
-    name = str(row["name"])
-    allowed = {"name", "model", "dataset_size", "epochs", "batch_size", "share", "framework",
-               "precision", "durations_s"}
-    extra = set(row) - allowed
-    if extra:
-        raise SpecError(f"{where}: job class {name!r} has unknown keys {sorted(extra)}; "
-                        f"known: {', '.join(sorted(allowed))}")
-    for k in ("model", "dataset_size", "epochs", "batch_size"):
-        if k not in row:
-            raise SpecError(f"{where}: job class {name!r} is missing {k!r}")
-    _check_int(f"{where}: job class {name}: dataset_size", row["dataset_size"])
-    _check_int(f"{where}: job class {name}: batch_size", row["batch_size"])
-    _check_pos(f"{where}: job class {name}: epochs", row["epochs"])
-    share = row.get("share", 1.0)
-    _check_pos(f"{where}: job class {name}: share", share)
-    durations: list[tuple[tuple[str, int], float]] = []
-    table = row.get("durations_s") or {}
-    if not isinstance(table, Mapping):
-        raise SpecError(f"{where}: job class {name}: durations_s must map GPU type -> "
-                        "{gpus: seconds}, e.g. {K80: {1: 3600, 2: 2000}}")
-    for gpu, per in table.items():
-        if gpu_key(str(gpu)) not in gpu_names:
-            raise UnknownNameError(f"GPU type in durations_s of job class {name}", str(gpu),
-                                   sorted({v for v in _gpus_display(gpu_names)}))
-        if not isinstance(per, Mapping):
-            raise SpecError(f"{where}: job class {name}: durations_s[{gpu!r}] must map a GPU "
-                            "count to seconds, e.g. {1: 3600, 2: 2000}")
-        for g, s in per.items():
-            _check_int(f"{where}: job class {name}: GPU count in durations_s[{gpu!r}]", g)
-            _check_pos(f"{where}: job class {name}: duration for {gpu} x{g} (s)", s)
-            durations.append(((gpu_key(str(gpu)), int(g)), float(s)))
-    model = str(row["model"])
-    if not durations and model not in ZOO_MODELS and (estimate is None or estimate.gflops(model) is None):
-        raise UnknownNameError(f"model (job class {name})", model, ZOO_MODELS)
-    return JobClass(name=name, model=model, dataset_size=int(row["dataset_size"]),
-                    epochs=float(row["epochs"]), batch_size=int(row["batch_size"]),
-                    share=float(share), framework=str(row.get("framework", "")),
-                    precision=str(row.get("precision", "fp32")), durations_s=tuple(durations))
-
-
-def _gpus_display(keys: set[str]) -> list[str]:
-    return sorted(keys)
-
-
-def _parse_estimate(row: Any, where: str) -> Estimate | None:
-    if row is None:
-        return None
-    if not isinstance(row, Mapping):
-        raise SpecError(f"{where}: estimate must be a mapping")
     try:
-        eff = float(row.get("efficiency", 0.35))
-        scal = float(row.get("scaling_efficiency_per_doubling", 0.9))
-        fl = tuple((str(k), float(v)) for k, v in (row.get("fwd_gflops_per_sample") or {}).items())
-        pk = tuple((str(k), float(v)) for k, v in (row.get("peak_tflops_fp32") or {}).items())
-    except (TypeError, ValueError, AttributeError):
-        raise SpecError(f"{where}: estimate needs numbers: efficiency, "
-                        "scaling_efficiency_per_doubling, fwd_gflops_per_sample, peak_tflops_fp32") from None
-    if not 0 < eff <= 1 or not 0 < scal <= 1:
-        raise ConfigError(f"{where}: estimate efficiencies must lie in (0, 1]")
-    return Estimate(eff, scal, fl, pk, str(row.get("source", "")))
+        zoo.get(name)
+    except UnknownNameError:
+        return False
+    return True
 
 
-def _parse_jobs(rows: Any, where: str, class_names: set[str]) -> tuple[Job, ...]:
-    if not isinstance(rows, list) or not rows:
-        raise SpecError(f"{where}: jobs must be a non-empty list of "
-                        "{class: NAME, arrival_s: T, deadline_s: T, weight_usd_per_h: W}")
+def _parse_class(row: _ClassRow, where: str, gpu_names: set[str], estimate: Estimate | None) -> JobClass:
+    name = row.name
+    durations: list[tuple[tuple[str, int], float]] = []
+    for gpu, per in row.durations_s.items():
+        if gpu_key(gpu) not in gpu_names:
+            raise UnknownNameError(f"GPU type in durations_s of job class {name}", gpu, sorted(gpu_names))
+        for g, sec in per.items():
+            durations.append(((gpu_key(gpu), int(g)), float(sec)))
+    model = row.model
+    if not durations and (estimate is None or estimate.gflops(model) is None) and not _known_model(model):
+        from traincast.workload import zoo
+
+        raise UnknownNameError(f"model (job class {name})", model, list(zoo.ZOO) + list(zoo.torchvision_names()))
+    return JobClass(name=name, model=model, dataset_size=row.dataset_size, epochs=float(row.epochs),
+                    batch_size=row.batch_size, share=float(row.share), framework=row.framework,
+                    precision=row.precision, durations_s=tuple(durations))
+
+
+def _parse_jobs(rows: list[_JobRow], where: str, class_names: set[str]) -> tuple[Job, ...]:
     jobs = []
     for i, row in enumerate(rows):
-        if not isinstance(row, Mapping) or "class" not in row:
-            raise SpecError(f"{where}: job {i} needs a 'class'")
-        cls = str(row["class"])
-        if cls not in class_names:
-            raise UnknownNameError(f"job class (job {i})", cls, class_names)
-        arrival = row.get("arrival_s", 0.0)
-        if not _is_number(arrival) or arrival < 0:
-            raise ConfigError(f"{where}: job {i}: arrival_s must be a time >= 0 s, got {arrival!r}")
-        if "deadline_s" not in row:
-            raise SpecError(f"{where}: job {i}: missing deadline_s (seconds from the start)")
-        deadline = row["deadline_s"]
-        if not _is_number(deadline) or deadline < 0:
-            raise ConfigError(f"{where}: job {i}: deadline_s must be a time >= 0 s, got {deadline!r}")
-        if deadline <= arrival:
-            raise ConfigError(f"{where}: job {i}: deadline_s {deadline} is not after its arrival "
-                              f"{arrival} (a deadline in the past); give a deadline > arrival_s")
-        w = row.get("weight_usd_per_h", 1.0)
-        if not _is_number(w) or w < 0:
-            raise ConfigError(f"{where}: job {i}: weight_usd_per_h must be >= 0, got {w!r}")
-        jobs.append(Job(id=int(row.get("id", i)), job_class=cls, arrival_s=float(arrival),
-                        deadline_s=float(deadline), weight_usd_per_h=float(w)))
+        if row.job_class not in class_names:
+            raise UnknownNameError(f"job class (job {i})", row.job_class, class_names)
+        if row.deadline_s <= row.arrival_s:
+            raise ConfigError(f"{where}: job {i}: deadline_s {row.deadline_s:g} is not after its arrival "
+                              f"{row.arrival_s:g} (a deadline in the past); give a deadline > arrival_s")
+        jobs.append(Job(id=row.id if row.id is not None else i, job_class=row.job_class, arrival_s=float(row.arrival_s),
+                        deadline_s=float(row.deadline_s), weight_usd_per_h=float(row.weight_usd_per_h)))
     _no_duplicates([j.id for j in jobs], f"{where}: job id")
     return tuple(sorted(jobs, key=lambda j: (j.arrival_s, j.id)))
 

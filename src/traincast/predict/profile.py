@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
 
 import yaml
+
+from pydantic import ConfigDict, Field
 
 from traincast.errors import ConfigError, DataError
 from traincast.hardware.records import Device, Link
@@ -21,6 +24,52 @@ from traincast.paths import profiles_dir
 from traincast.predict.analytical import AnalyticalPredictor
 from traincast.predict.base import Predictor
 from traincast.predict.rnn import with_cudnn_recurrent
+from traincast.predict.roofline import check_table
+from traincast.schema import Document, NonNegativeFloat, PositiveFloat, parse
+
+
+class _Link(Document):
+    type: str
+    gb_per_s: NonNegativeFloat
+
+
+class _ProfileDevice(Document):
+    """The device of a profile: :class:`~traincast.hardware.records.Device`'s fields."""
+
+    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)  # YAML gives lists for tuples
+
+    name: str
+    kind: Literal["gpu", "cpu"]
+    vendor: str = ""
+    generation: str
+    fp32_tflops: PositiveFloat
+    tf32_tflops: PositiveFloat | None = None
+    fp16_tflops: PositiveFloat | None = None
+    bf16_tflops: PositiveFloat | None = None
+    memory_bytes: Annotated[int, Field(ge=1)]
+    memory_bandwidth_gb_per_s: PositiveFloat
+    sm_count: Annotated[int, Field(ge=0)] = 0
+    boost_clock_mhz: NonNegativeFloat = 0.0
+    link: _Link
+    tdp_w: PositiveFloat | None = None
+    source: str = ""
+    date: str = ""
+    aliases: tuple[str, ...] = ()
+    note: str = ""
+    fp32_matrix_tflops: PositiveFloat | None = None
+
+
+class ProfileFile(Document):
+    """The schema of a device profile file."""
+
+    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    device: _ProfileDevice
+    overrides: dict
+    fingerprint: dict = {}
+    date: str = ""
+    fit: dict = {}
 
 
 @dataclass(frozen=True)
@@ -57,16 +106,20 @@ class DeviceProfile:
 
     @classmethod
     def load(cls, path: str | Path) -> "DeviceProfile":
+        """A profile file, validated (:class:`ProfileFile`); SpecError naming the field otherwise."""
         p = Path(path)
         if not p.exists():
             raise DataError(f"device profile {str(p)!r} does not exist; run `traincast calibrate` first")
         try:
             d = yaml.safe_load(p.read_text())
-            prof = cls(**d)
-            prof.device_record()
-            return prof
-        except Exception as exc:  # noqa: BLE001 - malformed YAML or fields: not a profile
-            raise DataError(f"{p}: not a traincast device profile ({str(exc).splitlines()[0]})") from None
+        except yaml.YAMLError as exc:
+            raise DataError(f"{p}: not a traincast device profile (not valid YAML: {str(exc).splitlines()[0]})") from None
+        if not isinstance(d, dict):
+            raise DataError(f"{p}: not a traincast device profile (a profile is a mapping with name, device, overrides)")
+        doc = parse(ProfileFile, d, str(p))
+        check_table(doc.overrides, f"{p}: overrides")
+        return cls(name=doc.name, device=doc.device.model_dump(), overrides=dict(doc.overrides),
+                   fingerprint=dict(doc.fingerprint), date=str(doc.date), fit=dict(doc.fit))
 
 
 def find_profile(name: str = "local") -> DeviceProfile:

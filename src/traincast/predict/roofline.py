@@ -43,11 +43,15 @@ import copy
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Annotated, Literal
 
 import numpy as np
 
+from pydantic import Field
+
 from traincast.hardware.catalog import efficiency_table
 from traincast.hardware.records import Device
+from traincast.schema import Document, NonNegativeFloat, PositiveFloat, parse
 from traincast.workload.precision import get_precision
 from traincast.workload.records import OP_CLASSES
 
@@ -100,6 +104,43 @@ def gemm_factor(d: float, half: float) -> float:
 
 
 # --- parameters -----------------------------------------------------------------------------
+class _Fresh(Document):
+    min_bytes: NonNegativeFloat = 0.0
+    gb_per_s: NonNegativeFloat = 0.0
+
+
+class _Cache(Document):
+    bytes: NonNegativeFloat = 0.0
+    dram_factor: PositiveFloat = 1.0
+
+
+_Eff = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+
+
+class RooflineTable(Document):
+    """The YAML form of the roofline's parameters (``efficiency.yaml``'s per-generation entries, a device
+    profile's ``overrides``): every field optional, each bounded."""
+
+    compute: dict[Literal["simt", "tensor"], dict[Literal[COMPUTE_KEYS], _Eff]] = {}  # type: ignore[valid-type]
+    memory: dict[Literal[MEMORY_CLASSES], _Eff] = {}  # type: ignore[valid-type]
+    memory_scale: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)] = 1.0
+    kernel_floor_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    op_overhead_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    light_overhead_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] | None = None
+    step_overhead_ms: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    foreach_chunk: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    gemm_half_dim: NonNegativeFloat = 0.0
+    conv_half_dim: NonNegativeFloat = 0.0
+    fresh_alloc: _Fresh | None = None
+    cache: _Cache | None = None
+
+
+def check_table(table, where: str) -> dict:
+    """``table`` validated as a (partial) :class:`RooflineTable`; returns it as given (SpecError otherwise)."""
+    parse(RooflineTable, table, where)
+    return dict(table)
+
+
 def _merge(base: dict, over: Mapping | None) -> dict:
     out = copy.deepcopy(base)
     for k, v in (over or {}).items():
