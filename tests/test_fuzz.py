@@ -1,0 +1,161 @@
+"""Property-based fuzz of what users type and write (Hypothesis, derandomized: the same examples every run).
+
+Whatever the input, the CLI ends with exit code 0 or 2 and, on 2, one ``error:`` line; never a traceback (an
+exception other than TraincastError leaves ``run`` and fails the test) and never a hang (each example has a
+time limit). The documents are mutations of valid ones: wrong types, negative, zero, huge and non-finite
+numbers, missing and unknown fields, junk nested where a value goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import signal
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from traincast.cli.main import _register_all, run
+
+_register_all()
+FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+LIMIT_S = 20  # an example that runs longer than this is a hang
+
+
+@contextlib.contextmanager
+def time_limit(seconds: int):
+    def alarm(*_):
+        raise TimeoutError(f"hang: still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def run_cli(capsys, args) -> int:
+    with time_limit(LIMIT_S):
+        code = run(args)
+    out = capsys.readouterr()
+    assert code in (0, 2), (args, code, out.err)
+    if code == 2:
+        lines = out.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out.err, out.err
+    return code
+
+
+PLAUSIBLE = st.one_of(st.integers(1, 40), st.sampled_from(["same", "valid", "relu", "softmax", "dense", "flatten"]),
+                     st.lists(st.integers(1, 8), min_size=2, max_size=2))
+JUNK = st.one_of(
+    PLAUSIBLE, PLAUSIBLE, PLAUSIBLE,  # as often as all the rest: values of the right type that do not fit together
+    st.none(), st.booleans(), st.integers(min_value=-(2**62), max_value=2**62),
+    st.sampled_from([0, -1, 2**31, 2**40, 1e308, -1e-9, 0.5]), st.sampled_from([math.inf, -math.inf, math.nan]),
+    st.text(max_size=8), st.lists(st.integers(-3, 5), max_size=3), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+)
+
+
+def mutate(doc, data, depth: int = 0):
+    """One mutation of a JSON-like document: replace a value, drop or add a key, or recurse into a child."""
+    if isinstance(doc, dict) and doc:
+        key = data.draw(st.sampled_from(sorted(doc, key=str)))
+        deeper = ["recurse", "recurse", "recurse"] if depth < 3 else []
+        action = data.draw(st.sampled_from(["replace", "drop", "add"] + deeper))
+        out = dict(doc)
+        if action == "replace":
+            out[key] = data.draw(JUNK)
+        elif action == "drop":
+            del out[key]
+        elif action == "add":
+            out[data.draw(st.sampled_from(["extra", "type", "name", "sizes", key + "s"]))] = data.draw(JUNK)
+        else:
+            out[key] = mutate(doc[key], data, depth + 1)
+        return out
+    if isinstance(doc, list) and doc:
+        i = data.draw(st.integers(0, len(doc) - 1))
+        out = list(doc)
+        if data.draw(st.booleans()) and depth < 3:
+            out[i] = mutate(doc[i], data, depth + 1)
+        else:
+            out[i] = data.draw(JUNK)
+        return out
+    return data.draw(JUNK)
+
+
+SPEC = {"name": "fuzz-cnn", "input": {"shape": [16, 16, 1]}, "loss": "categorical_crossentropy",
+        "layers": [{"type": "conv2d", "filters": 4, "kernel_size": 3, "activation": "relu"},
+                   {"type": "maxpool", "pool_size": 2}, {"type": "flatten"}, {"type": "dense", "units": 10}]}
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_layer_specs_never_crash(tmp_path_factory, capsys, data):
+    doc = mutate(copy.deepcopy(SPEC), data)
+    if data.draw(st.booleans()):
+        doc = mutate(doc, data)
+    path = tmp_path_factory.mktemp("spec") / "model.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    run_cli(capsys, ["trace", str(path), "-b", "2"])
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_catalogs_never_crash(tmp_path_factory, capsys, data):
+    row = {"name": "FuzzGPU", "peak_tflops": {"fp32": 10, "fp16": 40}, "memory_gb": 16,
+           "memory_bandwidth_gb_per_s": 500, "intra_node_link": {"type": "pcie4", "gb_per_s": 31.5},
+           "source": "fuzz", "date": "2026-11"}
+    doc = mutate({"devices": [row], "instances": [{"name": "fuzz-box", "gpu": "FuzzGPU", "gpus": 2,
+                                                   "usd_per_hour": 1.0}]}, data)
+    path = tmp_path_factory.mktemp("cat") / "catalog.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    run_cli(capsys, ["gpus", "--catalog", str(path), "--json"])
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_scenarios_never_crash(tmp_path_factory, capsys, data):
+    doc = {"nodes": 2, "n_jobs": 3, "arrivals": {"mean_interarrival_s": 30}, "deadline": {"factor": [1.5, 3]},
+           "vm_types": [{"name": "box", "gpu": "V100", "gpus": 2, "usd_per_hour": 3.0}],
+           "job_classes": [{"name": "A", "model": "resnet18", "dataset_size": 100, "epochs": 1, "batch_size": 8,
+                            "durations_s": {"V100": {1: 100, 2: 60}}}]}
+    path = tmp_path_factory.mktemp("sc") / "scenario.yaml"
+    path.write_text(yaml.safe_dump(mutate(doc, data)))
+    run_cli(capsys, ["simulate", "--scenario", str(path), "--policy", "fifo", "--replications", "1", "--json"])
+
+
+OPTIONS = {"--gpus": st.integers(-2, 4096), "--batch-size": st.one_of(st.integers(-2, 2**40), st.just(2**31)),
+           "--epochs": st.floats(allow_nan=True, allow_infinity=True), "--dataset-size": st.integers(-5, 2**50),
+           "--nodes": st.integers(-1, 64), "--network-gbit": st.floats(allow_nan=True, allow_infinity=True)}
+
+
+@FUZZ
+@given(data=st.data())
+def test_numeric_options_never_crash(capsys, data):
+    args = ["predict", "mnist-cnn", "--gpu", "V100"]
+    chosen = data.draw(st.lists(st.sampled_from(sorted(OPTIONS)), min_size=1, max_size=3, unique=True))
+    if "--batch-size" not in chosen:
+        args += ["--batch-size", "8"]
+    for opt in chosen:
+        args += [opt, str(data.draw(OPTIONS[opt]))]
+    run_cli(capsys, args + ["--json"])
+
+
+def test_the_fuzz_reaches_both_outcomes(tmp_path, capsys):
+    """The harness itself: a valid spec forecasts (0), a mutated one is refused with one line (2)."""
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(SPEC))
+    assert run_cli(capsys, ["trace", str(good), "-b", "2"]) == 0
+    bad = dict(SPEC, layers=[{"type": "conv2d", "filters": -4, "kernel_size": 3}])
+    good.write_text(json.dumps(bad))
+    assert run_cli(capsys, ["trace", str(good), "-b", "2"]) == 2
+    with pytest.raises(TimeoutError):
+        with time_limit(1):
+            while True:
+                pass
