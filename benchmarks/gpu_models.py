@@ -51,11 +51,6 @@ from traincast.hardware.catalog import get_catalog  # noqa: E402
 from traincast.predict.analytical import AnalyticalPredictor  # noqa: E402
 from traincast.predict.learned import LearnedPredictor  # noqa: E402
 from traincast.predict.rnn import with_cudnn_recurrent  # noqa: E402
-
-
-def timed(predictor, w, dev):
-    """Op times as a forecast takes them: recurrent layers as cuDNN runs them on GPUs."""
-    return with_cudnn_recurrent(predictor).predict(w, dev)
 from traincast.workload import trace  # noqa: E402
 
 HABITAT_ZOO = {"resnet50": "resnet50", "inception": "inception_v3", "dcgan": "dcgan", "gnmt": "gnmt",
@@ -120,6 +115,11 @@ def cases(data: Path) -> tuple[list[dict], list[str]]:
                         measured_ms=float(r.iteration_ms),
                         phases=("forward", "backward") if train else ("forward",)))
     return out, skipped
+
+
+def timed(predictor, w, dev):
+    """Op times as a forecast takes them: recurrent layers as cuDNN runs them on GPUs."""
+    return with_cudnn_recurrent(predictor).predict(w, dev)
 
 
 def phase_ms(workload, ot, phases) -> float:

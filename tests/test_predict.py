@@ -78,7 +78,9 @@ def test_gemm_dims_and_fresh_output_bytes_by_hand():
     x, w, out = (2, 64, 58, 58), (128, 64, 3, 3), (2, 128, 56, 56)
     assert gemm_dims("convolution", (x, w), (out,)) == (2 * 56 * 56, 128, 64 * 9)
     assert gemm_dims("convolution_backward", (out, x, w)) == (2 * 56 * 56, 128, 64 * 9)
-    assert gemm_dims("convolution", ((2, 32, 56, 56), (32, 1, 3, 3)), ((2, 32, 56, 56),)) is None
+    assert gemm_dims("convolution", ((2, 32, 56, 56), (32, 1, 3, 3)), ((2, 32, 56, 56),)) is None  # depthwise
+    # ResNeXt's 32 groups of 4 channels: 32 GEMMs of N = 128 / 32 output and K = 4 x 9 input terms each
+    assert gemm_dims("convolution", ((2, 128, 56, 56), (128, 4, 3, 3)), ((2, 128, 56, 56),)) == (2 * 56 * 56, 4, 36)
     assert gemm_factor(16, 16) == 0.5 and gemm_factor(math.inf, 16) == 1.0 and gemm_factor(4, 0) == 1.0
     mib = 2**20
     # two outputs of 64 MiB and 1 MiB: only the large one is fresh; in-place ops allocate nothing
@@ -88,6 +90,20 @@ def test_gemm_dims_and_fresh_output_bytes_by_hand():
     assert fresh_output_bytes("mm", ((8 * mib,),), 32 * mib, 0) == 0
     # a foreach op over 6 tensors of 64 MiB keeps 4 shapes: they are sized by dtype, not by the total
     assert fresh_output_bytes("_foreach_sqrt", ((16 * mib,),) * 4, 6 * 64 * mib, 32 * mib, "fp32") == 4 * 64 * mib
+
+
+def test_grouped_and_depthwise_convolutions_have_their_own_keys():
+    """MobileNet's depthwise convolutions (one input channel per group) and ResNeXt's grouped ones are timed at
+    efficiencies of their own; a table without a depthwise entry gives it the grouped one, then the dense one."""
+    from traincast.predict.roofline import RooflineParams, compute_key
+
+    keys = {compute_key(o) for o in trace("mobilenet_v2", batch_size=2).ops if o.op_class == "conv"}
+    assert keys == {"conv", "conv_depthwise"}
+    keys = {compute_key(o) for o in trace("resnext50_32x4d", batch_size=2).ops if o.op_class == "conv"}
+    assert keys == {"conv", "conv_grouped"}
+    p = RooflineParams.from_table({"compute": {"simt": {"conv": 0.5, "conv_grouped": 0.1, "other": 0.3},
+                                               "tensor": {"conv": 0.4, "other": 0.3}}, "memory": {"default": 0.7}})
+    assert p.compute["simt"]["conv_depthwise"] == 0.1 and p.compute["tensor"]["conv_depthwise"] == 0.4
 
 
 def test_skinny_gemms_and_fresh_pages_cost_more_on_cpu():

@@ -41,7 +41,8 @@ def fused_attention_for(device: str) -> bool | None:
 # --- the parameters to fit ---------------------------------------------------------------
 # lower bound of each compute key's efficiency (the upper is 1): grouped convolutions, norms, reductions and
 # pooling reach a small fraction of the peak on CPUs
-_EFF_LOW = {"matmul": 0.02, "conv": 0.02, "attention": 0.02, "other": 0.02, "conv_grouped": 0.002, "norm": 0.002,
+_EFF_LOW = {"matmul": 0.02, "conv": 0.02, "attention": 0.02, "other": 0.02, "conv_grouped": 0.002,
+            "conv_depthwise": 0.0005, "norm": 0.002,
             "reduction": 0.002, "pool": 0.0005}
 _SCALAR_BOUNDS = {"memory_scale": (0.05, 16.0), "op_overhead_us": (0.0, 500.0), "light_overhead_us": (0.0, 500.0),
                   "step_overhead_ms": (0.0, 500.0), "gemm_half_dim": (0.0, 1024.0), "conv_half_dim": (0.0, 1024.0),
@@ -51,6 +52,7 @@ _LOG_OFFSET = {"op_overhead_us": 1.0, "light_overhead_us": 1.0, "step_overhead_m
                "conv_half_dim": 1.0}
 # three starting points of the least squares, per parameter (the best fit of the three is kept)
 _STARTS = {"matmul": (0.5, 0.2, 0.8), "conv": (0.3, 0.6, 0.8), "conv_grouped": (0.05, 0.02, 0.2),
+           "conv_depthwise": (0.02, 0.005, 0.1),
            "attention": (0.3, 0.1, 0.5), "other": (0.3, 0.1, 0.5), "pool": (0.05, 0.005, 0.3),
            "norm": (0.1, 0.03, 0.3), "reduction": (0.1, 0.02, 0.4), "memory_scale": (0.5, 1.0, 0.3),
            "op_overhead_us": (20.0, 5.0, 50.0), "light_overhead_us": (20.0, 5.0, 50.0),
@@ -220,9 +222,11 @@ def _sample_arrays(samples: list[dict], dev: Device, base: RooflineParams) -> tu
         outs.append(out)
     keys, dmin = [], []
     for r, out in zip(keep, outs):
-        k = r["op_class"]
-        keys.append("conv_grouped" if k == "conv" and int((r.get("params") or {}).get("groups", 1) or 1) > 1
-                    else (k if k in COMPUTE_KEYS else "other"))
+        k, prm = r["op_class"], (r.get("params") or {})
+        groups = int(prm.get("groups", 1) or 1)
+        if k == "conv" and groups > 1:
+            k = "conv_depthwise" if groups == int(prm.get("in_channels", 0) or 0) else "conv_grouped"
+        keys.append(k if k in COMPUTE_KEYS else "other")
         ins = json.loads(r["input_shapes_json"]) if r.get("input_shapes_json") else None
         d = gemm_dims(r.get("op", ""), ins, [out]) if ins and r["op_class"] in ("matmul", "conv") else None
         dmin.append(float(min(d)) if d else np.inf)

@@ -373,14 +373,26 @@ def adapter_coefs(pred, cell, time_ms, prior: float = 3.0, tilt: bool | None = N
 
 
 # --- training data -------------------------------------------------------------------
+SOURCES = ("justus2018", "neusight")
+
+
 def training_rows(data_dir=None, max_rows_per_file: int | None = 4000, seed: int = 0,
-                  exclude_groups=()) -> pd.DataFrame:
-    """Justus + NeuSight canonical rows with device columns, subsampled per file."""
+                  exclude_groups=(), exclude_sources=()) -> pd.DataFrame:
+    """Justus + NeuSight canonical rows with device columns, subsampled per file (``exclude_sources``: leave a
+    whole data source out, e.g. ``("neusight",)``)."""
     from traincast.fit.datasets import load_justus, load_neusight
 
-    j = load_justus(data_dir, max_rows_per_file=max_rows_per_file, seed=seed)
-    n = load_neusight(data_dir, max_rows_per_file=max_rows_per_file, seed=seed)
-    rows = pd.concat([j, n], ignore_index=True)
+    bad = [s for s in exclude_sources if s not in SOURCES]
+    if bad:
+        raise DataError(f"unknown data source(s) {', '.join(bad)}; known: {', '.join(SOURCES)}")
+    parts = []
+    if "justus2018" not in exclude_sources:
+        parts.append(load_justus(data_dir, max_rows_per_file=max_rows_per_file, seed=seed))
+    if "neusight" not in exclude_sources:
+        parts.append(load_neusight(data_dir, max_rows_per_file=max_rows_per_file, seed=seed))
+    if not parts:
+        raise DataError("every data source was left out: nothing to fit")
+    rows = pd.concat(parts, ignore_index=True)
     rows = rows[F.valid_mask(rows) & np.isfinite(rows["time_ms"]) & (rows["time_ms"] > 0)]
     rows = F.attach_devices(rows.reset_index(drop=True))
     rows["gpu_group"] = rows["gpu"].map(F.gpu_group)

@@ -38,7 +38,7 @@ def harness_floors(rows) -> dict:
 
 def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: int = DEFAULT_ROWS_PER_FILE,
                exclude_groups=(), store=None, seed: int = 0, log=None, save: bool | None = None,
-               **params) -> tuple[OpTimeRegressor, Path | None]:
+               exclude_sources=(), **params) -> tuple[OpTimeRegressor, Path | None]:
     """Fit an :class:`OpTimeRegressor` on the Justus + NeuSight rows (files, or an imported ``store``)
     and save it as data (:meth:`~traincast.predict.opmodel.OpTimeModel.save`) to ``out`` (default: the shipped
     model path).
@@ -59,7 +59,8 @@ def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: 
         rows["gpu_group"] = rows["gpu"].map(F.gpu_group)
         rows = exclude_gpu_groups(rows, exclude_groups)
     else:
-        rows = training_rows(data_dir, max_rows_per_file=max_rows_per_file, seed=seed, exclude_groups=exclude_groups)
+        rows = training_rows(data_dir, max_rows_per_file=max_rows_per_file, seed=seed, exclude_groups=exclude_groups,
+                             exclude_sources=exclude_sources)
     if rows.empty:
         raise DataError("no training rows left (every GPU excluded?)")
     params.setdefault("estimator", DEFAULT_ESTIMATOR)
@@ -77,7 +78,7 @@ def fit_layers(data_dir=None, out: str | Path | None = None, max_rows_per_file: 
             log(f"  {line}")
     path = None
     if save is None:
-        save = out is not None or not exclude_groups
+        save = out is not None or not (exclude_groups or exclude_sources)
     if save:
         from traincast.predict.learned import default_model_path
 

@@ -17,7 +17,8 @@ Per op::
   the precision allows (PyTorch's default); fp32 GEMMs on full-FP32 matrix units on AMD CDNA; the rest on
   the vector units at the FP32 rate (:func:`compute_unit`).
 - ``compute[unit][key]``: the fraction of that peak large kernels of the op's key reach (the key is its
-  class, ``conv_grouped`` for grouped/depthwise convolutions, ``other`` for classes without their own).
+  class; ``conv_grouped`` for grouped convolutions (ResNeXt, RegNet), ``conv_depthwise`` for depthwise ones
+  (one input channel per group: MobileNet, EfficientNet, ConvNeXt); ``other`` for classes without their own).
 - ``g = d / (d + half)`` with ``d`` the smallest of a GEMM's M, N, K: skinny matmuls and convolutions
   with few channels or pixels keep the units busy for a small share of the time; ``gemm_half_dim`` and
   ``conv_half_dim`` (0: off).
@@ -56,10 +57,11 @@ from traincast.workload.precision import get_precision
 from traincast.workload.records import OP_CLASSES
 
 UNITS = ("simt", "tensor")
-COMPUTE_KEYS = ("matmul", "conv", "conv_grouped", "attention", "norm", "reduction", "pool", "other")
+COMPUTE_KEYS = ("matmul", "conv", "conv_grouped", "conv_depthwise", "attention", "norm", "reduction", "pool", "other")
 MEMORY_CLASSES = ("default",) + OP_CLASSES
 TENSOR_CLASSES = ("matmul", "conv", "attention")  # the classes that may run on tensor / matrix units
-_PARENT = {"conv_grouped": "conv"}  # a key without its own efficiency takes its parent's, then ``other``
+# a key without its own efficiency takes its parent's (and so on), then ``other``
+_PARENT = {"conv_depthwise": "conv_grouped", "conv_grouped": "conv"}
 _SCALARS = ("memory_scale", "kernel_floor_us", "op_overhead_us", "light_overhead_us", "step_overhead_ms",
             "foreach_chunk", "gemm_half_dim", "conv_half_dim", "fresh_alloc_min_bytes", "fresh_alloc_gb_per_s",
             "cache_bytes", "dram_factor")
@@ -191,9 +193,10 @@ class RooflineParams:
                 raise ValueError(f"the roofline table has no compute.{u}.other efficiency")
             row = {}
             for k in COMPUTE_KEYS:
-                v = src.get(k)
-                if v is None and k in _PARENT:
-                    v = src.get(_PARENT[k])
+                key, v = k, src.get(k)
+                while v is None and key in _PARENT:
+                    key = _PARENT[key]
+                    v = src.get(key)
                 row[k] = float(src["other"] if v is None else v)
             compute[u] = row
         mem_t = table.get("memory") or {}
@@ -299,11 +302,20 @@ def conv_groups(op) -> int:
     return 1
 
 
+def _conv_weight(op):
+    """The weight shape (out channels, in channels per group, kernel...) of a traced convolution or its backward."""
+    shapes = op.input_shapes
+    idx = 2 if op.aten == "convolution_backward" else 1
+    return shapes[idx] if len(shapes) > idx else None
+
+
 def compute_key(op) -> str:
-    """The efficiency key of an op: ``conv_grouped`` for grouped/depthwise convolutions (a small fraction of
-    dense ones' peak), its class where the class has a key, else ``other``."""
+    """The efficiency key of an op: ``conv_depthwise`` for depthwise convolutions (one input channel per group)
+    and ``conv_grouped`` for other grouped ones (both a small fraction of dense ones' peak), its class where the
+    class has a key, else ``other``."""
     if op.op_class == "conv" and conv_groups(op) > 1:
-        return "conv_grouped"
+        w = _conv_weight(op)
+        return "conv_depthwise" if w is not None and len(w) > 1 and w[1] == 1 else "conv_grouped"
     return key_of_class(op.op_class)
 
 
@@ -312,19 +324,23 @@ def key_of_class(op_class: str) -> str:
 
 
 def gemm_dims(aten: str, shapes, out_shapes=None) -> tuple[int, int, int] | None:
-    """(M, N, K) of the GEMM a matmul or a dense convolution is (per batch entry for batched matmuls; a
-    convolution as im2col: M = batch x output pixels, N = output channels, K = input channels x kernel area).
-    ``linear``, ``matmul`` and ``conv2d`` name layer-campaign samples. None for other ops and for grouped
-    convolutions (their own efficiency key)."""
+    """(M, N, K) of the GEMM a matmul or a convolution is (per batch entry for batched matmuls; a convolution
+    as im2col: M = batch x output pixels, N = output channels, K = input channels x kernel area; a grouped
+    convolution as ``groups`` GEMMs of N / groups output and K / groups input channels each). ``linear``,
+    ``matmul`` and ``conv2d`` name layer-campaign samples. None for other ops and for depthwise convolutions
+    (one input channel per group: no GEMM, their own efficiency key)."""
     try:
         if aten in ("convolution", "conv2d", "convolution_backward"):
             if aten == "convolution_backward":  # (grad_out, input, weight)
                 out, x, w = shapes[0], shapes[1], shapes[2]
             else:
                 x, w, out = shapes[0], shapes[1], (out_shapes or [None])[0]
-            if out is None or x[1] != w[1]:  # grouped: input channels != weight's channels per group
+            if out is None or w[1] < 1 or x[1] % w[1]:
                 return None
-            return int(out[0] * math.prod(out[2:])), int(w[0]), int(w[1] * math.prod(w[2:]))
+            groups = x[1] // w[1]  # input channels / the weight's channels per group
+            if groups > 1 and w[1] == 1:
+                return None  # depthwise
+            return int(out[0] * math.prod(out[2:])), int(w[0] // groups), int(w[1] * math.prod(w[2:]))
         if aten in ("addmm", "baddbmm"):
             a, b = shapes[1], shapes[2]
         elif aten in ("mm", "bmm", "_scaled_mm", "matmul"):
