@@ -275,3 +275,24 @@ def test_profiles_and_the_shipped_table_are_validated_by_schema(tmp_path):
         with pytest.raises(SpecError, match=message):
             DeviceProfile.load(bad)
     assert DeviceProfile.load(path).overrides == good["overrides"]
+
+
+def test_calibration_models_cover_the_kinds_of_op_of_the_models_to_forecast(capsys, tmp_path, monkeypatch):
+    """--for picks the pool models whose time is spent on the efficiencies the target models' time is spent on:
+    depthwise convolutions (MobileNet v3) bring mobilenet_v2, grouped ones (ResNeXt) regnet_x_400mf, a
+    transformer bert-tiny; without targets the whole pool, which covers every key of those."""
+    from traincast.cli.main import _register_all, run
+    from traincast.fit.calibration import CALIBRATION_POOL, calibration_models, key_shares
+
+    assert calibration_models(["mobilenet_v3_small"]) == ("resnet18", "mobilenet_v2")
+    assert calibration_models(["resnext50_32x4d"]) == ("resnet18", "regnet_x_400mf")
+    assert calibration_models(["gpt2"]) == ("resnet18", "bert-tiny")
+    assert calibration_models([]) == CALIBRATION_POOL
+    covered = set().union(*(k for m in CALIBRATION_POOL for k in [{x for x, v in key_shares(m).items() if v >= 0.05}]))
+    assert {"simt.conv", "simt.conv_depthwise", "simt.conv_grouped", "simt.matmul", "simt.norm", "simt.reduction"} <= covered
+    _register_all()
+    monkeypatch.setenv("TRAINCAST_HOME", str(tmp_path))
+    assert run(["calibrate", "--models", "resnet18", "--for", "gpt2"]) == 2
+    assert "--models and --for" in capsys.readouterr().err
+    assert run(["calibrate", "--for", "gpt-3"]) == 2
+    assert "unknown model 'gpt-3'" in capsys.readouterr().err

@@ -49,7 +49,11 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def calibrate(
         device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
-        models: str = typer.Option("resnet18,vgg11,mobilenet_v2", "--models"),
+        models: Optional[str] = typer.Option(None, "--models", help="calibration models (default: resnet18, "
+                                             "mobilenet_v2, regnet_x_400mf, bert-tiny, vgg11: every kind of op; "
+                                             "measured breadth first, so --budget keeps the variety)"),
+        for_models: Optional[str] = typer.Option(None, "--for", help="the models you will forecast: calibrate on "
+                                                 "the pool models that run their kinds of op"),
         batch_sizes: str = typer.Option("2,8,16", "--batch-sizes"),
         steps: int = typer.Option(7, "--steps", help="timed steps per (model, batch)"),
         threads: Optional[int] = typer.Option(None, "--threads"),
@@ -74,7 +78,14 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             writable_file(out)
         check_device(device)
-        ms, bs = _split(models, "--models"), _split(batch_sizes, "--batch-sizes", int)
+        from traincast.fit.calibration import calibration_models
+
+        if models is not None and for_models is not None:
+            raise ConfigError("--models and --for both choose the calibration models; give one of them")
+        targets = _split(for_models, "--for") if for_models else ()
+        _check_models(targets)
+        ms = _split(models, "--models") if models else calibration_models(targets, device)
+        bs = _split(batch_sizes, "--batch-sizes", int)
         for b in bs:
             positive("--batch-sizes entries", b)
         positive("--steps", steps)
@@ -105,8 +116,8 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def validate(
         device: str = typer.Option("cpu", "--device", help="cpu | cuda (must be present)"),
-        calibration_models: str = typer.Option("resnet18,vgg11,mobilenet_v2", "--calibrate-on"),
-        models: str = typer.Option("resnet50,densenet121,googlenet,alexnet,bert-tiny", "--models",
+        calibration_models: str = typer.Option("resnet18,mobilenet_v2,regnet_x_400mf,bert-tiny,vgg11", "--calibrate-on"),
+        models: str = typer.Option("resnet50,densenet121,googlenet,alexnet,efficientnet_b0,gpt2", "--models",
                                    help="held-out models"),
         batch_sizes: str = typer.Option("2,8,16", "--batch-sizes"),
         steps: int = typer.Option(7, "--steps"),

@@ -30,6 +30,10 @@ from traincast.predict.roofline import COMPUTE_KEYS, UNITS, CompiledOps, Rooflin
 from traincast.workload.records import Workload
 
 DISTURBED_COV = 0.10  # robust CoV above which a timing counts as disturbed
+# the calibration models: each adds op kinds (efficiency keys) the ones before lack -- dense convolutions, batch
+# norm and pooling (resnet18), depthwise convolutions (mobilenet_v2), grouped convolutions (regnet_x_400mf),
+# matmuls, layer norm, softmax and embeddings (bert-tiny), large dense convolutions and matmuls (vgg11)
+CALIBRATION_POOL = ("resnet18", "mobilenet_v2", "regnet_x_400mf", "bert-tiny", "vgg11")
 WARM = "warm_cache"  # layer samples' in-cache bandwidth factor: fitted beside the roofline, not part of it
 
 
@@ -124,7 +128,8 @@ def _isolated_time_model(model, *, batch_size, **kw):
 def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threads=None, seq_len=None,
                   progress=None, budget_s: float | None = None, retries: int = 2,
                   max_cov: float = DISTURBED_COV, isolate: bool = True) -> list[Measured]:
-    """Time each (model, batch); with ``budget_s``, stop starting new ones once it is spent.
+    """Time each (model, batch), every model at the first batch size before any at the second (so that a budget
+    cut covers every model); with ``budget_s``, stop starting new ones once it is spent.
 
     A measurement whose steps spread more than ``max_cov`` (robust CoV) was
     disturbed (another process took the cores for part of it): it is taken
@@ -145,8 +150,8 @@ def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threa
         time_model = _isolated_time_model  # noqa: F811
     out = []
     t0 = time.monotonic()
-    for m in models:
-        for b in batch_sizes:
+    for b in batch_sizes:
+        for m in models:
             if budget_s is not None and out and time.monotonic() - t0 > budget_s:
                 return out
             mt = None
@@ -324,7 +329,41 @@ def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Devi
     return CalibrationFit(params_of(x), tuple(free), rms, float(x[n_free]) if len(names) > n_free else 1.0)
 
 
-def calibrate(models=("resnet18", "vgg11", "mobilenet_v2"), batch_sizes=(2, 8, 16), *, device="cpu",
+def key_shares(model, batch_size: int = 8, device: str = "cpu") -> dict[str, float]:
+    """Each (unit.key) efficiency's share of a model's step time on this device at the catalog's parameters
+    (traced on meta)."""
+    wl = _trace_measured(Measured(str(model), batch_size, 0.0, 0.0, 0.0, {}), fused_attention_for(device))
+    dev = local_device(device)
+    p = RooflineParams.for_device(dev)
+    c = compile_ops(wl.ops, dev, "fp32", p)
+    t = c.times(p)
+    out: dict[str, float] = {}
+    for u, k, s in zip(c.unit.tolist(), c.key.tolist(), t.tolist()):
+        name = f"{UNITS[u]}.{COMPUTE_KEYS[k]}"
+        out[name] = out.get(name, 0.0) + s
+    total = sum(out.values()) or 1.0
+    return {k: v / total for k, v in out.items()}
+
+
+def calibration_models(targets=(), device: str = "cpu", pool=CALIBRATION_POOL, min_share: float = 0.05) -> tuple[str, ...]:
+    """The calibration models for ``targets`` (the user's models): the first of the pool, then, greedily, the pool
+    models in which the efficiencies that take at least ``min_share`` of a target's time also take that much
+    (so that the fit can tell them); without targets, the whole pool (every kind of op of the zoo's models)."""
+    if not targets:
+        return tuple(pool)
+    need = set().union(*({k for k, v in key_shares(t, device=device).items() if v >= min_share} for t in targets))
+    shares = {m: {k for k, v in key_shares(m, device=device).items() if v >= min_share} for m in pool}
+    chosen, have = [pool[0]], set(shares[pool[0]])
+    while True:
+        gain = {m: len((k & need) - have) for m, k in shares.items() if m not in chosen}
+        best = max(gain, key=gain.get, default=None)
+        if best is None or gain[best] == 0:
+            return tuple(chosen)
+        chosen.append(best)
+        have |= shares[best]
+
+
+def calibrate(models=CALIBRATION_POOL, batch_sizes=(2, 8, 16), *, device="cpu",
               steps=5, warmup=2, threads=None, name="local", measured: list[Measured] | None = None,
               progress=None, layer_samples: list[dict] | None = None, bandwidth=None,
               isolate: bool = True) -> DeviceProfile:
