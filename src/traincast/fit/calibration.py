@@ -116,6 +116,7 @@ class Measured:
     iqr_s: float
     cov: float
     phases_s: dict  # forward/backward/optimizer from the profiler, when available
+    seq_len: int | None = None  # of a text model, as measured
 
 
 def _isolated_time_model(model, *, batch_size, **kw):
@@ -165,7 +166,7 @@ def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threa
             ph = {}
             if mt.breakdown is not None:
                 ph = {k: v / 1e3 for k, v in mt.breakdown.per_phase_ms.items()}
-            out.append(Measured(str(m), b, mt.timing.median_ms / 1e3, mt.timing.iqr_ms / 1e3, mt.timing.cov, ph))
+            out.append(Measured(str(m), b, mt.timing.median_ms / 1e3, mt.timing.iqr_ms / 1e3, mt.timing.cov, ph, seq_len))
             if progress:
                 progress(out[-1])
     return out
@@ -174,7 +175,7 @@ def measure_steps(models, batch_sizes, *, device="cpu", steps=5, warmup=2, threa
 def _trace_measured(m: Measured, fused: bool | None) -> Workload:
     from traincast.workload import trace
 
-    return trace(m.model, batch_size=m.batch_size, fused_attention=fused)
+    return trace(m.model, batch_size=m.batch_size, fused_attention=fused, seq_len=m.seq_len)
 
 
 CAMPAIGN_OPS = ("linear", "matmul", "bmm", "conv2d", "layernorm", "batchnorm", "maxpool", "softmax", "relu", "add")
