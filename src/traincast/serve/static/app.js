@@ -175,7 +175,7 @@ async function showCurve(job) {
   try { c = await api("/jobs/" + encodeURIComponent(job) + "/curve"); } catch (e) { return; }
   $("#job-detail").hidden = false;
   $("#job-title").textContent = "loss of " + job;
-  const traces = [{x: c.steps, y: c.loss, mode: "markers", type: "scattergl", name: "training loss", marker: {size: 4, color: "#2757c9"}}];
+  const traces = [{x: c.steps, y: c.loss, mode: "markers", type: "scatter", name: "training loss", marker: {size: 4, color: "#2757c9"}}];
   if (c.fit && c.fit.steps) traces.push({x: c.fit.steps, y: c.fit.loss, mode: "lines", type: "scatter", name: "fit (" + c.fit.form + ")", line: {color: "#d9480f"}});
   const layout = {margin: {l: 60, r: 10, t: 10, b: 50}, xaxis: {title: {text: "step"}}, yaxis: {title: {text: "loss"}, type: "log"},
                   legend: {orientation: "h", y: -0.2}, uirevision: job};
