@@ -79,6 +79,17 @@ def _job_id(conn: Connection, name: str) -> int | None:
     return conn.execute(select(online_jobs.c.id).where(online_jobs.c.name == name)).scalar()
 
 
+def stamp(store: Store, name: str) -> tuple | None:
+    """(updated_s, last step, step rows) of job ``name``, None when there is no such job: it changes whenever
+    the job gets a step (a cheap key for caches of what is computed from its steps)."""
+    j, st = online_jobs, online_steps
+    with store.read() as c:
+        row = c.execute(select(j.c.updated_s, func.max(st.c.step), func.count(st.c.step))
+                        .select_from(j.outerjoin(st, st.c.job_id == j.c.id)).where(j.c.name == name)
+                        .group_by(j.c.id)).first()
+    return None if row is None else tuple(row)
+
+
 def job_id(store: Store, name: str) -> int:
     with store.read() as c:
         jid = _job_id(c, name)
@@ -238,10 +249,10 @@ def load_series(store: Store, name: str) -> JobSeries:
         else:
             info, jid = _job_from_row(row), row.id
             s, e = online_steps.c, online_events.c
-            recs = [StepRecord(r.step, r.time_s, r.loss, r.metric, r.epoch) for r in c.execute(
-                select(s.step, s.time_s, s.loss, s.metric, s.epoch).where(s.job_id == jid).order_by(s.step))]
-            evs = [Event(r.kind, r.step, r.time_s, r.value) for r in c.execute(
-                select(e.kind, e.step, e.time_s, e.value).where(e.job_id == jid).order_by(e.step, e.id))]
+            recs = [StepRecord(*r) for r in c.execute(
+                select(s.step, s.time_s, s.loss, s.metric, s.epoch).where(s.job_id == jid).order_by(s.step)).tuples()]
+            evs = [Event(*r) for r in c.execute(
+                select(e.kind, e.step, e.time_s, e.value).where(e.job_id == jid).order_by(e.step, e.id)).tuples()]
     if jid is None:
         raise UnknownNameError("job", name, list_job_names(store))
     return JobSeries.from_records(recs, evs, info.planned_steps, info.steps_per_epoch, name=name)

@@ -168,17 +168,12 @@ def api_router() -> APIRouter:
     def eta(request: Request, job: JobName,
             total_steps: Annotated[int | None, Query(gt=0)] = None,
             estimator: str | None = None):
-        from traincast.online import api, estimate, jobs as J
+        from traincast.online import estimate
 
         if estimator is not None and estimator not in estimate.ESTIMATORS:
             raise RequestValidationError([{"loc": ("query", "estimator"), "type": "value_error",
                                            "msg": f"unknown estimator {estimator!r}; known: {', '.join(estimate.ESTIMATORS)}"}])
-        series = J.load_series(_store(request), job)
-        if total_steps:
-            series = dataclasses.replace(series, total_steps=total_steps)
-        d = api.eta_report(series, total_steps, estimator, target=job)
-        d["rows"] = len(series)
-        return d
+        return request.app.state.jobs_view.eta(job, total_steps, estimator)
 
     @r.get("/jobs/{job}/converge", tags=["jobs"], summary="`traincast converge JOB --target-loss X --json`")
     def converge(request: Request, job: JobName,

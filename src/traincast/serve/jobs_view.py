@@ -63,6 +63,21 @@ class JobsView:
                 extra["estimate_error"] = str(exc)
         return api.clean_json({**row, **extra})
 
+    def eta(self, job: str, total_steps: int | None = None, estimator: str | None = None) -> dict:
+        """``traincast eta JOB --json`` and the rows seen; cached until the job gets new rows."""
+        stamp = J.stamp(self.store, job)
+        if stamp is None:
+            J.get_job(self.store, job)  # UnknownNameError with did-you-mean
+        return self._cached(("eta", job, stamp, total_steps, estimator), lambda: self._eta(job, total_steps, estimator))
+
+    def _eta(self, job, total_steps, estimator) -> dict:
+        series = J.load_series(self.store, job)
+        if total_steps:
+            series = dataclasses.replace(series, total_steps=total_steps)
+        d = api.eta_report(series, total_steps, estimator, target=job)
+        d["rows"] = len(series)
+        return d
+
     def curve(self, job: str, max_points: int = 400) -> dict:
         info = J.get_job(self.store, job)
         jid = J.job_id(self.store, job)
