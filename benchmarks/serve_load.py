@@ -53,6 +53,7 @@ class Stats:
         self.times = {"write": [], "read": []}
         self.errors = {"write": 0, "read": 0}
         self.error_kinds: dict[str, int] = {}
+        self.error_times: list[float] = []
 
     def ok(self, kind, latency_s):
         self.lat[kind].append(latency_s)
@@ -60,6 +61,7 @@ class Stats:
 
     def err(self, kind, what):
         self.errors[kind] += 1
+        self.error_times.append(time.monotonic())
         self.error_kinds[what] = self.error_kinds.get(what, 0) + 1
 
 
@@ -248,6 +250,8 @@ def phase_fault(db, args, log, tmp):
     d.update({
         "killed_at_s": round(kill_t["at"] - t0, 1), "down_s": round(kill_t["back"] - kill_t["at"], 1),
         "rows_lost_acknowledged_before_kill": lost(acked, have, before=kill_t["at"]),
+        # requests in flight when the server died, and refused while it was down (writers retry them)
+        "errors_outside_outage": sum(1 for t in stats.error_times if not kill_t["at"] - 0.5 <= t <= kill_t["back"] + 1.0),
         "trackers": len(done), "tracker_rows": sum(v + 1 for v in done.values()), "tracker_rows_missing": missing_t,
         "spool_rows_max": spool_max[0], "spool_rows_left": left,
     })
@@ -293,13 +297,16 @@ def main(argv=None) -> int:
         print(f"{d['db']:9} {d['phase']:6} {d['writes_per_s']:9.1f} {f'[{iqr[1]:.0f}-{iqr[2]:.0f}]':>15} {d['reads_per_s']:8.1f} "
               f"{d['write_p50_ms']:6.1f}/{d['write_p99_ms']:<7.1f} {d['read_p50_ms']:6.1f}/{d['read_p99_ms']:<7.1f} {e:7d} {d['rows_lost']:5d}")
         if d["phase"] == "fault":
-            print(f"    killed at {d['killed_at_s']} s for {d['down_s']} s; acknowledged before the kill and lost: "
+            print(f"    killed at {d['killed_at_s']} s for {d['down_s']} s ({d['errors_outside_outage']} errors outside "
+                  f"the outage); acknowledged before the kill and lost: "
                   f"{d['rows_lost_acknowledged_before_kill']}; trackers {d['trackers']}: {d['tracker_rows']} rows, "
                   f"{d['tracker_rows_missing']} missing; spools held at most {d['spool_rows_max']} rows, "
                   f"{d['spool_rows_left']} left")
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))
-    bad = any(d["rows_lost"] or d.get("tracker_rows_missing") or d.get("spool_rows_left") for d in results)
+    bad = any(d["rows_lost"] or d.get("tracker_rows_missing") or d.get("spool_rows_left")
+              or (d["phase"] == "load" and sum(d["errors"].values())) or d.get("errors_outside_outage")
+              for d in results)
     return 1 if bad else 0
 
 

@@ -29,6 +29,7 @@ nothing.
 from __future__ import annotations
 
 import atexit
+import http.client
 import json
 import math
 import os
@@ -193,9 +194,13 @@ class Client:
             except OSError:
                 detail = ""
             raise ServerError(exc.code, f"{method} {path}: HTTP {exc.code} {detail}") from None
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:  # refused, reset, timed out, DNS
-            raise ServerError(None, f"{method} {path}: {getattr(exc, 'reason', exc)}") from None
-        return json.loads(raw) if raw else None
+        except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as exc:
+            # refused, reset, timed out, DNS; an answer cut short (the server died while answering)
+            raise ServerError(None, f"{method} {path}: {getattr(exc, 'reason', None) or type(exc).__name__}") from None
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            raise ServerError(None, f"{method} {path}: the answer is not JSON") from None
 
     @staticmethod
     def job_path(job: str) -> str:
@@ -352,7 +357,12 @@ class _ServerSink:
                     break
                 if time.monotonic() < self.down_until or self.spool.count(self.server)[0]:
                     self.spool.put(self.server, self.job, payload)  # keep the order: behind what waits
-                elif not self._post(self.job, payload):
+                    continue
+                try:
+                    sent = self._post(self.job, payload)
+                except Exception:  # noqa: BLE001 - whatever happened, the rows are kept
+                    sent = False
+                if not sent:
                     self.spool.put(self.server, self.job, payload)
             if time.monotonic() >= self.down_until:
                 self._drain_spool()
