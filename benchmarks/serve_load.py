@@ -14,6 +14,7 @@ and hold at the end (goal: 0).
 
     python benchmarks/serve_load.py --db sqlite --db postgres            # 200 writers, 20 readers, 60 s
     python benchmarks/serve_load.py --writers 20 --duration 10 --db sqlite   # a quick look
+    python benchmarks/serve_load.py --db sqlite --phases forecast            # a repeated forecast: from the cache
 
 Rate limits are off on the server under test (--rate-limit 0): this measures the server, not its limiter.
 Client and server share this machine's cores; the figures are of both together.
@@ -258,6 +259,31 @@ def phase_fault(db, args, log, tmp):
     return d
 
 
+def phase_forecast(db, args, log):
+    """A large model's forecast over HTTP: the first (traced), 20 repeats (cached answer), and the same model
+    on other hardware (cached trace, new answer)."""
+    import urllib.request
+
+    def post(url, body):
+        req = urllib.request.Request(url + "/api/v1/forecast", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=600) as r:
+            r.read()
+        return time.perf_counter() - t0
+
+    body = {"model": args.forecast_model, "gpu": "A100-SXM4-80GB", "gpus": 8, "batch_size": 64, "epochs": 1,
+            "dataset_size": 100_000, "precision": "amp-bf16", "optimizer": "adamw"}
+    with ServerProcess(db, TOKEN, args=("--rate-limit", "0", "--compute-per-min", "0"), log=log) as srv:
+        first = post(srv.url, body)
+        warm = [post(srv.url, body) for _ in range(20)]
+        other = post(srv.url, {**body, "gpu": "H100-SXM5-80GB"})
+    q1, med, q3 = np.percentile(warm, [25, 50, 75])
+    return {"phase": "forecast", "model": args.forecast_model, "first_s": round(first, 2),
+            "repeat_median_ms": round(med * 1e3, 2), "repeat_iqr_ms": [round(q1 * 1e3, 2), round(q3 * 1e3, 2)],
+            "other_gpu_same_trace_s": round(other, 2)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", action="append", choices=("sqlite", "postgres"), help="repeat for both (default both)")
@@ -267,7 +293,8 @@ def main(argv=None) -> int:
     ap.add_argument("--trackers", type=int, default=20, help="track(server=...) clients in the fault phase")
     ap.add_argument("--kill-at", type=float, default=None, help="seconds into the fault phase (default: a third)")
     ap.add_argument("--down-s", type=float, default=3.0, help="seconds the server stays dead")
-    ap.add_argument("--phases", default="load,fault")
+    ap.add_argument("--phases", default="load,fault", help="comma list of load, fault, forecast")
+    ap.add_argument("--forecast-model", default="llama-7b")
     ap.add_argument("--out", type=Path, help="also write the figures as JSON here")
     args = ap.parse_args(argv)
     args.duration = min(args.duration, 300.0)
@@ -280,8 +307,10 @@ def main(argv=None) -> int:
             try:
                 db = pg.url if pg else str(tmp / "load.db")
                 for phase in args.phases.split(","):
-                    fn = phase_load if phase == "load" else phase_fault
-                    d = fn(db, args, tmp / f"serve-{phase}.log") if phase == "load" else fn(db, args, tmp / "serve.log", tmp)
+                    if phase == "fault":
+                        d = phase_fault(db, args, tmp / "serve.log", tmp)
+                    else:
+                        d = {"load": phase_load, "forecast": phase_forecast}[phase](db, args, tmp / f"serve-{phase}.log")
                     d = {"db": kind, "writers": args.writers, "readers": args.readers, **d}
                     results.append(d)
                     print(json.dumps(d), flush=True)
@@ -292,6 +321,10 @@ def main(argv=None) -> int:
     hdr = f"{'db':9} {'phase':6} {'writes/s':>9} {'[5s IQR]':>15} {'reads/s':>8} {'w p50/p99 ms':>14} {'r p50/p99 ms':>14} {'errors':>7} {'lost':>5}"
     print(hdr)
     for d in results:
+        if d["phase"] == "forecast":
+            print(f"{d['db']:9} forecast of {d['model']}: first {d['first_s']} s, repeated {d['repeat_median_ms']} ms "
+                  f"(IQR {d['repeat_iqr_ms'][0]}-{d['repeat_iqr_ms'][1]}), on another GPU {d['other_gpu_same_trace_s']} s")
+            continue
         e = d["errors"]["write"] + d["errors"]["read"]
         iqr = d["writes_per_s_5s_median_iqr"]
         print(f"{d['db']:9} {d['phase']:6} {d['writes_per_s']:9.1f} {f'[{iqr[1]:.0f}-{iqr[2]:.0f}]':>15} {d['reads_per_s']:8.1f} "
@@ -304,7 +337,7 @@ def main(argv=None) -> int:
                   f"{d['spool_rows_left']} left")
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))
-    bad = any(d["rows_lost"] or d.get("tracker_rows_missing") or d.get("spool_rows_left")
+    bad = any(d.get("rows_lost") or d.get("tracker_rows_missing") or d.get("spool_rows_left")
               or (d["phase"] == "load" and sum(d["errors"].values())) or d.get("errors_outside_outage")
               for d in results)
     return 1 if bad else 0
