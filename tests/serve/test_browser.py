@@ -151,6 +151,11 @@ def test_compare_page(server, page, tmp_path):
     page.click("#compare-go")
     page.wait_for_selector("#compare-plot .main-svg", timeout=120_000)
     assert page.locator("#compare-table tr").count() >= 4
+    assert page.locator("#compare-plot .barlayer .trace").count() == 2  # time and cost
+    # the two bars of one GPU stand side by side, not over each other (two y axes: one offset group each)
+    xs = page.evaluate("Array.from(document.querySelectorAll('#compare-plot .barlayer .trace')).map("
+                       "t => t.querySelector('.point path').getBBox().x)")
+    assert xs[0] != xs[1]
     shot(page, tmp_path, "compare")
 
 

@@ -199,8 +199,9 @@ async function runCompare(ev) {
     const ok = res.filter((r) => r.forecast);
     $("#compare-result").hidden = false;
     Plotly.newPlot("compare-plot", [
-      {type: "bar", name: "total time (h)", x: ok.map((r) => r.gpu), y: ok.map((r) => r.forecast.total_s / 3600), marker: {color: "#2757c9"}},
-      {type: "bar", name: "cost (USD)", x: ok.map((r) => r.gpu), y: ok.map((r) => r.forecast.cost_usd), yaxis: "y2", marker: {color: "#d9480f"}},
+      // one offset group each: bars on two y axes side by side, not drawn over each other
+      {type: "bar", name: "total time (h)", x: ok.map((r) => r.gpu), y: ok.map((r) => r.forecast.total_s / 3600), offsetgroup: "time", marker: {color: "#2757c9"}},
+      {type: "bar", name: "cost (USD)", x: ok.map((r) => r.gpu), y: ok.map((r) => r.forecast.cost_usd), yaxis: "y2", offsetgroup: "cost", marker: {color: "#d9480f"}},
     ], {barmode: "group", margin: {l: 60, r: 60, t: 10, b: 90}, yaxis: {title: {text: "hours"}},
         yaxis2: {title: {text: "USD"}, overlaying: "y", side: "right"}, legend: {orientation: "h", y: 1.12}}, plotCfg);
     $("#compare-table").innerHTML = "<tr><th>GPU</th><th>iteration</th><th>total</th><th>cost</th><th>memory</th><th>bound</th></tr>" +
