@@ -123,14 +123,36 @@ def test_hf_trainer_callback_with_real_transformers_objects(tmp_path):
     assert ev["eval_end"].value == pytest.approx(0.8) and ev["epoch_end"].step == 20
 
 
-def test_lightning_callback():
-    pytest.importorskip("lightning")
-    from traincast.online.adapters.lightning import TraincastCallback  # noqa: F401
+# the Lightning and Keras callbacks (and the Trainer one) run in real training loops in test_adapters.py
 
 
-def test_keras_callback():
-    pytest.importorskip("keras")
-    from traincast.online.adapters.keras import TraincastCallback  # noqa: F401
+def test_server_options_are_checked(tmp_path):
+    with pytest.raises(ConfigError, match="not both"):
+        track("x", store=Store(tmp_path / "t.db"), server="http://127.0.0.1:9")
+    with pytest.raises(ConfigError, match="http"):
+        track("x", server="127.0.0.1:9")
+    with pytest.raises(ConfigError, match="flush_every_s"):
+        track("x", server="http://127.0.0.1:9", flush_every_s=0)
+
+
+def test_a_tracker_to_a_server_never_raises_into_the_loop_and_spools_everything(tmp_path):
+    from traincast.online.recorder import Spool
+
+    # port 9 (discard) on loopback: nothing listens, every post is refused
+    with track("x", 100, server="http://127.0.0.1:9", spool=tmp_path / "s.db", flush_every_s=0.01,
+               close_timeout_s=0.2, token="t" * 20) as t:
+        for i in range(100):
+            t.step(loss=float("nan") if i == 50 else 1.0)
+        t.epoch_end()
+        with pytest.raises(ConfigError, match="ask the server"):
+            t.eta()
+        assert not t.flush(0.3)
+    sp = Spool(tmp_path / "s.db")
+    batches, rows = sp.count("http://127.0.0.1:9")
+    assert rows == 101 and sp.last_step("http://127.0.0.1:9", "x") == 100
+    payloads = [p for _, _, p in sp.oldest("http://127.0.0.1:9", 1000)]
+    assert payloads[0]["meta"]["total_steps"] == 100 and sum(len(p["events"]) for p in payloads) == 1
+    assert [r["loss"] for p in payloads for r in p["rows"] if r["step"] == 51] == [None]  # NaN is not JSON
 
 
 def test_importing_online_does_not_import_frameworks():

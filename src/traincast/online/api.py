@@ -49,3 +49,72 @@ def steps_to_target(
     """
     model = fit_loss_curve(series, form, log_space)
     return model, model.steps_to_target(target_loss, n_boot=n_boot, seed=seed)
+
+
+# --- the JSON answers of `traincast eta --json` and `converge --json`, for a job in the store -----------
+# (the server answers with these; cli/online.py builds the same dicts, and tests/serve checks they agree)
+def clean_json(x):
+    """Non-finite floats become None, tuples lists: what JSON can carry."""
+    import math
+
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: clean_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [clean_json(v) for v in x]
+    return x
+
+
+def estimate_dict(est) -> dict:
+    import dataclasses
+
+    d = dataclasses.asdict(est)
+    d["progress"] = est.progress
+    d["rate_steps_per_s"] = est.rate_steps_per_s
+    return d
+
+
+def eta_report(series: JobSeries, total_steps: int | None = None, estimator: str | None = None, *,
+               tests: bool = False, target: str | None = None) -> dict:
+    """What ``traincast eta TARGET --json`` prints for a job (no log file, no move), as a dict."""
+    from traincast.online import estimate
+
+    est = estimate.estimate_remaining(series, total_steps, estimator or estimate.DEFAULT_ESTIMATOR, tests=tests)
+    an = estimate.analyze(series, tests=False)
+    d = {"target": target if target is not None else series.name, **estimate_dict(est)}
+    d["warmup_steps"] = an.warmup_steps
+    d["pauses"] = {k: sum(1 for p in an.pauses if p.kind == k) for k in sorted({p.kind for p in an.pauses})}
+    d["pause_s"] = sum(p.excess_s for p in an.pauses)
+    return clean_json(d)
+
+
+def converge_report(series: JobSeries, target_loss: float, form: str = "auto", n_boot: int = 100,
+                    log_space: bool = True, step_time_s: float | None = None, target: str | None = None) -> dict:
+    """What ``traincast converge TARGET --target-loss X --json`` prints, as a dict."""
+    import dataclasses
+
+    from traincast.errors import ConfigError
+    from traincast.online import estimate
+    from traincast.online.converge import time_to_target
+
+    model, stt = steps_to_target(series, target_loss, form, n_boot, log_space=log_space)
+    tau = step_time_s
+    if tau is None:
+        try:
+            tau = estimate.estimate_remaining(series, int(series.steps.max()) + 1).step_time_s
+        except (DataError, ConfigError):
+            tau = None
+    ttt = time_to_target(stt, tau) if tau else None
+    d = {
+        "target": target if target is not None else series.name,
+        "form": model.form_,
+        "log_space": log_space,
+        "beta": list(model.beta_) if model.beta_ else None,
+        "params": [float(p) for p in model.params_],
+        "floor_loss": model.floor_loss(),
+        **dataclasses.asdict(stt),
+        "reached": bool(stt.steps <= stt.current_step),
+        "time_to_target": dataclasses.asdict(ttt) if ttt else None,
+    }
+    return clean_json(d)

@@ -6,35 +6,39 @@ as the data names it and ``time_ms`` (milliseconds). ``data_imports``
 records each imported file once (re-importing a file replaces its rows).
 """
 
-VERSION = 1
+from sqlalchemy import BigInteger, Column, Double, ForeignKey, Index, Integer, Table, Text
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS data_imports (
-    file TEXT PRIMARY KEY,              -- path relative to the imported folder
-    source TEXT NOT NULL,               -- 'justus2018' | 'neusight'
-    gpu TEXT NOT NULL,
-    op TEXT NOT NULL,                   -- conv2d | dense | the NeuSight op folder
-    rows INTEGER NOT NULL,
-    skipped_rows INTEGER NOT NULL,      -- NaN / malformed rows not imported
-    imported_s REAL NOT NULL
-);
+from traincast.store.schema import metadata
 
-CREATE TABLE IF NOT EXISTS data_op_timings (
-    file TEXT NOT NULL REFERENCES data_imports(file),
-    source TEXT NOT NULL,
-    gpu TEXT NOT NULL,
-    op TEXT NOT NULL,
-    kind TEXT NOT NULL,                 -- matmul | conv | norm | softmax | elementwise
-    b INTEGER, m INTEGER, n INTEGER, k INTEGER,
-    cn INTEGER, cin INTEGER, cout INTEGER, h INTEGER, w INTEGER, kh INTEGER, kw INTEGER,
-    stride INTEGER, pad REAL, ho INTEGER, wo INTEGER,
-    rows INTEGER, cols INTEGER, numel INTEGER, n_in INTEGER,
-    train_step INTEGER NOT NULL,        -- 1: TensorFlow forward+backward+update (Justus), 0: forward kernel
-    framework_tf INTEGER NOT NULL,
-    optimizer_code INTEGER NOT NULL,
-    act INTEGER NOT NULL,
-    bias INTEGER NOT NULL,
-    time_ms REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS data_op_timings_gpu ON data_op_timings(gpu, kind);
-"""
+data_imports = Table(
+    "data_imports", metadata,
+    Column("file", Text, primary_key=True),       # path relative to the imported folder
+    Column("source", Text, nullable=False),       # 'justus2018' | 'neusight'
+    Column("gpu", Text, nullable=False),
+    Column("op", Text, nullable=False),           # conv2d | dense | the NeuSight op folder
+    Column("rows", Integer, nullable=False),
+    Column("skipped_rows", Integer, nullable=False),  # NaN / malformed rows not imported
+    Column("imported_s", Double, nullable=False),
+)
+
+_SHAPE = ("b", "m", "n", "k", "cn", "cin", "cout", "h", "w", "kh", "kw", "stride")
+
+data_op_timings = Table(
+    "data_op_timings", metadata,
+    Column("file", Text, ForeignKey("data_imports.file"), nullable=False),
+    Column("source", Text, nullable=False),
+    Column("gpu", Text, nullable=False),
+    Column("op", Text, nullable=False),
+    Column("kind", Text, nullable=False),         # matmul | conv | norm | softmax | elementwise
+    *[Column(c, BigInteger) for c in _SHAPE],
+    Column("pad", Double),
+    Column("ho", BigInteger), Column("wo", BigInteger),
+    Column("rows", BigInteger), Column("cols", BigInteger), Column("numel", BigInteger), Column("n_in", BigInteger),
+    Column("train_step", Integer, nullable=False),  # 1: TensorFlow forward+backward+update (Justus), 0: forward kernel
+    Column("framework_tf", Integer, nullable=False),
+    Column("optimizer_code", Integer, nullable=False),
+    Column("act", Integer, nullable=False),
+    Column("bias", Integer, nullable=False),
+    Column("time_ms", Double, nullable=False),
+    Index("data_op_timings_gpu", "gpu", "kind"),
+)

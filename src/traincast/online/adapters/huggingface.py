@@ -1,7 +1,10 @@
-"""Hugging Face ``transformers.Trainer`` callback that records into the store.
+"""Hugging Face ``transformers.Trainer`` callback that records into the store or a traincast server.
 
     from traincast.online.adapters.huggingface import TraincastCallback
     trainer = Trainer(..., callbacks=[TraincastCallback(job="bert-ft")])
+    trainer = Trainer(..., callbacks=[TraincastCallback(job="bert-ft", server="http://host:8000", token=...)])
+
+The keyword arguments are those of :func:`traincast.online.track` (``server=``, ``token=``, ``model=``, ...).
 """
 
 from __future__ import annotations

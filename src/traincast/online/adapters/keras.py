@@ -1,10 +1,20 @@
-"""Keras ``Callback`` that records into the store.
+"""Keras ``Callback`` that records into the store or a traincast server.
 
     from traincast.online.adapters.keras import TraincastCallback
     model.fit(x, y, epochs=10, callbacks=[TraincastCallback(job="mnist")])
+    model.fit(..., callbacks=[TraincastCallback(job="mnist", server="http://host:8000", token=...)])
+
+Keras 3 runs on PyTorch here (``KERAS_BACKEND=torch``, set when TensorFlow is not installed and Keras
+not yet imported); the keyword arguments are those of :func:`traincast.online.track`.
 """
 
 from __future__ import annotations
+
+import importlib.util
+import os
+
+if "keras" not in __import__("sys").modules and importlib.util.find_spec("tensorflow") is None:
+    os.environ.setdefault("KERAS_BACKEND", "torch")  # Keras 3 without TensorFlow: its PyTorch backend
 
 try:
     import keras

@@ -1,7 +1,10 @@
-"""PyTorch Lightning ``Callback`` that records into the store.
+"""PyTorch Lightning ``Callback`` that records into the store or a traincast server.
 
     from traincast.online.adapters.lightning import TraincastCallback
     trainer = L.Trainer(callbacks=[TraincastCallback(job="cnn-run1")])
+    trainer = L.Trainer(callbacks=[TraincastCallback(job="cnn-run1", server="http://host:8000", token=...)])
+
+The keyword arguments are those of :func:`traincast.online.track` (``server=``, ``token=``, ``model=``, ...).
 """
 
 from __future__ import annotations

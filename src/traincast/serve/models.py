@@ -1,0 +1,208 @@
+"""Request bodies of the API (pydantic): the CLI's options by their long names, with underscores."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from traincast.online.records import EVENT_KINDS
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+def _zoo_name(v: str | None) -> str | None:
+    """A model by zoo name only: never a path, a spec file, or a package factory from a request."""
+    if v is None:
+        return v
+    from traincast.workload import zoo
+
+    if any(ch in v for ch in "/\\:") or v.lower().endswith((".yaml", ".yml", ".json")) or v.startswith("."):
+        raise ValueError("must be a model of the zoo (GET /api/v1/models); the server never reads files named in "
+                         "a request: send a Hugging Face config.json as hf_config instead")
+    zoo.get(v)  # UnknownNameError with did-you-mean; the validator makes it a ValueError
+    return v
+
+
+class ModelChoice(BaseModel):
+    model_config = _STRICT
+    model: str | None = Field(None, description="zoo name (GET /api/v1/models)", examples=["resnet50"])
+    hf_config: dict | None = Field(None, description="the content of a Hugging Face config.json (with model_type)")
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v):
+        from traincast.errors import UnknownNameError
+
+        try:
+            return _zoo_name(v)
+        except UnknownNameError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("hf_config")
+    @classmethod
+    def _hf(cls, v):
+        if v is not None and not isinstance(v.get("model_type"), str):
+            raise ValueError("a Hugging Face config needs a string model_type, e.g. \"gpt2\"")
+        return v
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.model is None) == (self.hf_config is None):
+            raise ValueError("give model (a zoo name) or hf_config (a Hugging Face config), one of them")
+        return self
+
+
+Pos = Annotated[int, Field(gt=0)]
+
+
+class ForecastRequest(ModelChoice):
+    """The options of ``traincast predict``; the answer is what ``predict --json`` prints."""
+
+    gpu: str | None = Field(None, examples=["A100-SXM4-80GB"])
+    gpus: Pos = 1
+    nodes: Pos | None = None
+    batch_size: Annotated[int, Field(gt=0, lt=2**31)]
+    per_gpu_batch: bool = False
+    epochs: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    dataset_size: Pos | None = None
+    precision: str = "fp32"
+    optimizer: str = "sgd"
+    sync: str = "ring"
+    no_overlap: bool = False
+    freeze: str | None = None
+    instance: str | None = None
+    seq_len: Pos | None = None
+    network_gbit: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    predictor: Literal["analytical", "learned", "auto"] = "analytical"
+    adaptation: Literal["auto", "none"] = Field("auto", description="learned predictor: the saved adaptation of the "
+                                                                    "GPU (auto) or none; files are not read")
+
+
+def _csv(v, cast):
+    if isinstance(v, str):
+        return [cast(x.strip()) for x in v.split(",") if x.strip()]
+    return v
+
+
+class PlanRequest(ModelChoice):
+    """The options of ``traincast plan``; the answer is what ``plan --json`` prints."""
+
+    epochs: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    dataset_size: Pos | None = None
+    batch_size: Annotated[int, Field(gt=0, lt=2**31)]
+    per_gpu_batch: bool = False
+    deadline: str | None = Field(None, examples=["24h"], description="e.g. 24h, 90m, 2d")
+    budget: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    gpus: Annotated[list[Pos], Field(min_length=1, max_length=16)] = [1, 2, 4, 8, 16, 32, 64]
+    gpu_types: Annotated[list[str], Field(min_length=1, max_length=64)] | None = None
+    instances: Annotated[list[str], Field(min_length=1, max_length=128)] | None = None
+    precision: str = "fp32"
+    optimizer: str = "sgd"
+    seq_len: Pos | None = None
+    predictor: Literal["analytical", "learned", "auto"] = "analytical"
+    adaptation: Literal["auto", "none"] = "auto"
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, v):
+        try:
+            return _csv(v, int)
+        except ValueError:
+            raise ValueError("must be a list of GPU counts or a comma-separated string such as \"1,2,4,8\"") from None
+
+    @field_validator("gpu_types", "instances", mode="before")
+    @classmethod
+    def _names(cls, v):
+        return _csv(v, str)
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline(cls, v):
+        if v is not None:
+            from traincast.errors import TraincastError
+            from traincast.plan.pareto import parse_duration_s
+
+            try:
+                parse_duration_s(v)
+            except TraincastError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+
+class CompareRequest(ModelChoice):
+    """One model on several GPUs: a forecast for each (``predict`` options apart from the hardware)."""
+
+    gpu_types: Annotated[list[str], Field(min_length=1, max_length=32)]
+    gpus: Pos = 1
+    batch_size: Annotated[int, Field(gt=0, lt=2**31)]
+    per_gpu_batch: bool = False
+    epochs: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    dataset_size: Pos | None = None
+    precision: str = "fp32"
+    optimizer: str = "sgd"
+    seq_len: Pos | None = None
+
+    @field_validator("gpu_types", mode="before")
+    @classmethod
+    def _names(cls, v):
+        return _csv(v, str)
+
+
+def _finite_or_none(v):
+    if v is None:
+        return None
+    return v if math.isfinite(v) else None  # a diverged loss (NaN) is kept as unknown, as the recorder does
+
+
+class MetricRow(BaseModel):
+    """One step: ``{"step": 120, "time": 1732500000.5, "loss": 0.71}`` (``time`` or ``time_s``: Unix seconds)."""
+
+    model_config = _STRICT
+    step: Annotated[int, Field(ge=0, lt=2**31)]
+    time_s: float | None = Field(None, validation_alias=AliasChoices("time_s", "time"))
+    loss: float | None = None
+    metric: float | None = None
+    epoch: float | None = None
+
+    @field_validator("time_s", "loss", "metric", "epoch")
+    @classmethod
+    def _finite(cls, v):
+        return _finite_or_none(v)
+
+
+class EventIn(BaseModel):
+    model_config = _STRICT
+    kind: Literal[EVENT_KINDS]  # type: ignore[valid-type]
+    step: Annotated[int, Field(ge=0, lt=2**31)]
+    time_s: float | None = Field(None, validation_alias=AliasChoices("time_s", "time"))
+    value: float | None = None
+
+    @field_validator("time_s", "value")
+    @classmethod
+    def _finite(cls, v):
+        return _finite_or_none(v)
+
+
+class JobMeta(BaseModel):
+    """A job's metadata (as ``track(...)`` takes it)."""
+
+    model_config = _STRICT
+    model: Annotated[str, Field(max_length=200)] | None = None
+    hardware: Annotated[str, Field(max_length=200)] | None = None
+    batch_size: Pos | None = None
+    total_steps: Pos | None = None
+    total_epochs: Pos | None = None
+    steps_per_epoch: Pos | None = None
+    price_usd_per_hour: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    source: Annotated[str, Field(max_length=200)] | None = None
+
+
+class MetricBatch(BaseModel):
+    """What the recorder posts: metadata, rows and events of one job, written in one transaction."""
+
+    model_config = _STRICT
+    meta: JobMeta | None = None
+    rows: Annotated[list[MetricRow], Field(max_length=20_000)] = []
+    events: Annotated[list[EventIn], Field(max_length=20_000)] = []
