@@ -83,7 +83,7 @@ def test_an_uploaded_hugging_face_config_is_traced_from_a_file_of_the_server(cli
     ({"model": "resnet5", "gpu": "V100", "batch_size": 8}, "model", "did you mean 'resnet50'"),
     ({"model": "resnet50", "gpu": "V1000", "batch_size": 8}, "gpu", "unknown GPU 'V1000'"),
     ({"model": "resnet50", "gpu": "V100", "batch_size": 8, "epochs": "many"}, "epochs", "valid number"),
-    ({"model": "resnet50", "gpu": "V100", "batch_size": 8, "adaptation": "/tmp/a.json"}, "adaptation", "'auto' or 'none'"),
+    ({"model": "resnet50", "gpu": "V100", "batch_size": 8, "adaptation": "/tmp/a.json"}, "adaptation", "'none' or 'auto'"),
     ({"gpu": "V100", "batch_size": 8}, None, "give model"),
 ])
 def test_malformed_forecast_bodies_are_422_naming_the_field(client, body, field, words):

@@ -110,28 +110,14 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
     ):
         """Forecast iteration, epoch and total time, cost and memory of a training job."""
-        from traincast.errors import ConfigError
-        from traincast.predict import forecast, make_predictor
+        from traincast.predict.options import forecast_from_options
 
-        predictor = None
-        if predictor_name != "analytical" or adaptation != "none":
-            cat = _catalog(catalog)
-            dev = cat.instance(instance).device if instance else cat.device(gpu) if gpu else None
-            predictor = make_predictor(predictor_name, dev, adaptation)
-        if device is not None or profile is not None:
-            from traincast.predict.profile import find_profile
-
-            if device not in (None, "local"):
-                raise ConfigError(f"--device takes 'local' (this machine, calibrated), got {device!r}; "
-                                  "for catalog hardware use --gpu")
-            if gpu is not None or instance is not None or predictor is not None:
-                raise ConfigError("--device/--profile exclude --gpu, --instance and --predictor")
-            prof = find_profile(profile or "local")
-            gpu, predictor = prof.device_record(), prof.predictor()
-        f = forecast(model, gpu=gpu, gpus=gpus, predictor=predictor, nodes=nodes, batch_size=batch_size, per_gpu_batch=per_gpu_batch,
-                     epochs=epochs, dataset_size=dataset_size, precision=precision, optimizer=optimizer,
-                     instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap, freeze=freeze,
-                     network_gbit_per_s=network, catalog=_catalog(catalog))
+        f = forecast_from_options(model, gpu=gpu, gpus=gpus, nodes=nodes, batch_size=batch_size,
+                                  per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size,
+                                  precision=precision, optimizer=optimizer, sync=sync, no_overlap=no_overlap,
+                                  freeze=freeze, instance=instance, seq_len=seq_len, network_gbit=network,
+                                  device=device, profile=profile, predictor=predictor_name, adaptation=adaptation,
+                                  catalog=_catalog(catalog))
         if as_json:
             print_json(f.to_dict())
         else:

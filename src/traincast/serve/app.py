@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Path as PathParam, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path as PathParam, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import TypeAdapter, ValidationError
@@ -18,7 +17,6 @@ from traincast.errors import TraincastError, UnknownNameError
 from traincast.serve.compute import Busy, Compute
 from traincast.serve.models import (
     CompareRequest,
-    EventIn,
     ForecastRequest,
     JobMeta,
     MetricBatch,

@@ -19,7 +19,6 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from traincast.errors import ConfigError
 
 
 class Busy(Exception):
@@ -116,22 +115,15 @@ class Compute:
     def forecast(self, source: str, mkey: str, *, gpu, gpus, nodes, batch_size, per_gpu_batch, epochs, dataset_size,
                  precision, optimizer, sync, no_overlap, freeze, instance, seq_len, network_gbit, predictor,
                  adaptation):
-        """The library call of ``traincast predict`` (src/traincast/cli/commands.py), options as there."""
-        from traincast.hardware import get_catalog
-        from traincast.predict import forecast, make_predictor
+        """The library call of ``traincast predict`` (:func:`traincast.predict.options.forecast_from_options`)."""
+        from traincast.predict.options import forecast_from_options
 
-        cat = get_catalog()
-        pred = None
-        if predictor != "analytical":
-            dev = cat.instance(instance).device if instance else cat.device(gpu) if gpu else None
-            pred = make_predictor(predictor, dev, adaptation)
-        elif adaptation != "auto":
-            raise ConfigError("adaptation goes with predictor learned or auto")
         fam = self._family(source, mkey, optimizer, precision, seq_len, freeze)
-        return forecast(source, gpu=gpu, gpus=gpus, predictor=pred, nodes=nodes, batch_size=batch_size,
-                        per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size, precision=precision,
-                        optimizer=optimizer, instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap,
-                        freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=fam)
+        return forecast_from_options(source, gpu=gpu, gpus=gpus, nodes=nodes, batch_size=batch_size,
+                                     per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size,
+                                     precision=precision, optimizer=optimizer, sync=sync, no_overlap=no_overlap,
+                                     freeze=freeze, instance=instance, seq_len=seq_len, network_gbit=network_gbit,
+                                     predictor=predictor, adaptation=adaptation, family=fam)
 
     # ------------------------------------------------------------------ plan
     def plan_json(self, req) -> str:
@@ -165,7 +157,7 @@ class Compute:
             opts = dict(gpu=g, gpus=req.gpus, nodes=None, batch_size=req.batch_size, per_gpu_batch=req.per_gpu_batch,
                         epochs=req.epochs, dataset_size=req.dataset_size, precision=req.precision,
                         optimizer=req.optimizer, sync="ring", no_overlap=False, freeze=None, instance=None,
-                        seq_len=req.seq_len, network_gbit=None, predictor="analytical", adaptation="auto")
+                        seq_len=req.seq_len, network_gbit=None, predictor="analytical", adaptation="none")
             from traincast.serve.models import ForecastRequest
 
             one = ForecastRequest(model=req.model, hf_config=req.hf_config, **opts)

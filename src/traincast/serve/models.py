@@ -76,8 +76,8 @@ class ForecastRequest(ModelChoice):
     seq_len: Pos | None = None
     network_gbit: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     predictor: Literal["analytical", "learned", "auto"] = "analytical"
-    adaptation: Literal["auto", "none"] = Field("auto", description="learned predictor: the saved adaptation of the "
-                                                                    "GPU (auto) or none; files are not read")
+    adaptation: Literal["none", "auto"] = Field("none", description="learned predictor: none, or the saved "
+                                                                    "adaptation of the GPU (auto); files are not read")
 
 
 def _csv(v, cast):
@@ -102,7 +102,7 @@ class PlanRequest(ModelChoice):
     optimizer: str = "sgd"
     seq_len: Pos | None = None
     predictor: Literal["analytical", "learned", "auto"] = "analytical"
-    adaptation: Literal["auto", "none"] = "auto"
+    adaptation: Literal["none", "auto"] = "none"
 
     @field_validator("gpus", mode="before")
     @classmethod
