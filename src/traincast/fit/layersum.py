@@ -78,10 +78,10 @@ def layer_sum(model, batch_size: int, measured_s: float, *, step_fixed_s: float 
     """Time every leaf module of ``model``'s step alone on CPU and compare the sum with ``measured_s``."""
     import torch
 
-    from traincast.measure.timing import QUICK, pinned_threads, time_fn
+    from traincast.measure.timing import QUICK, flush_denormals, pinned_threads, time_fn
     from traincast.workload import build_step
 
-    with pinned_threads(threads):
+    with pinned_threads(threads), flush_denormals():
         step = build_step(model, batch_size=batch_size, device="cpu", seq_len=seq_len)
         leaves, seen = [], set()
 

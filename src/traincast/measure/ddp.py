@@ -164,6 +164,7 @@ def _worker(rank: int, world: int, port: int, cfg: dict, destroy: bool = True) -
     import torch.distributed as dist
 
     torch.set_num_threads(cfg["threads"])
+    torch.set_flush_denormal(True)  # as measure.timing.flush_denormals: synthetic steps can stall on denormals
     cuda = cfg["device"].startswith("cuda")
     if cuda:
         torch.cuda.set_device(rank)

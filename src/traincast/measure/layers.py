@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import sqlite3
 import time
@@ -30,7 +29,16 @@ import numpy as np
 
 from traincast.errors import ConfigError, UnknownNameError
 from traincast.measure.ops import OPS, OpSpec, get_op, param_names, resolve_ops
-from traincast.measure.timing import QUICK, Timing, TimingPolicy, check_device, cudnn_benchmark, pinned_threads, time_fn
+from traincast.measure.timing import (
+    QUICK,
+    Timing,
+    TimingPolicy,
+    check_device,
+    cudnn_benchmark,
+    flush_denormals,
+    pinned_threads,
+    time_fn,
+)
 
 PHASES = ("forward", "train")
 DTYPES = {"fp32": "float32", "float32": "float32", "fp16": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16"}
@@ -250,7 +258,8 @@ def measure_op(
     device = check_device(device)
     cost = op_cost(op, params, phase, dtype)
     spec = get_op(op)
-    with pinned_threads(threads) as n_threads, cudnn_benchmark(device), torch.random.fork_rng(devices=[]):
+    with pinned_threads(threads) as n_threads, cudnn_benchmark(device), flush_denormals(), \
+            torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         timing = time_fn(make_runner(op, params, phase, device, dtype), device=device, policy=policy or QUICK)
     return LayerSample(spec.name, spec.op_class, phase, device, dtype, dict(params), cost, timing, n_threads)
@@ -467,7 +476,7 @@ def run_campaign(
     n_new = n_failed = 0
     interrupted = False
     t0 = time.perf_counter()
-    with pinned_threads(cfg.threads) as n_threads, cudnn_benchmark(cfg.device):
+    with pinned_threads(cfg.threads) as n_threads, cudnn_benchmark(cfg.device), flush_denormals():
         fp = fingerprint(cfg.device, n_threads)
         fid = save_fingerprint(conn, fp)
         idx = 0

@@ -35,7 +35,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traincast.errors import ConfigError
-from traincast.measure.timing import Timing, TimingPolicy, check_device, cudnn_benchmark, pinned_threads, time_fn
+from traincast.measure.timing import (
+    Timing,
+    TimingPolicy,
+    check_device,
+    cudnn_benchmark,
+    flush_denormals,
+    pinned_threads,
+    time_fn,
+)
 
 PHASE_PREFIX = "traincast::phase::"
 MODULE_PREFIX = "traincast::module::"
@@ -327,7 +335,7 @@ def time_step(
         raise ConfigError("--warmup and --profile-steps must not be negative")
     policy = TimingPolicy(warmup=max(1, warmup), min_repeats=steps, max_repeats=steps, target_cov=0.0,
                           budget_s=1e9, min_sample_ms=0.0, batch=steps)
-    with pinned_threads(threads) as n_threads, cudnn_benchmark(device):
+    with pinned_threads(threads) as n_threads, cudnn_benchmark(device), flush_denormals():
         timing = time_fn(step.run, device=device, policy=policy)
         breakdown = profile_step(step, device=device, steps=profile_steps) if profile_steps else None
     return timing, breakdown, n_threads
