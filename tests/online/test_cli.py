@@ -131,7 +131,7 @@ def test_converge_json_and_plot(app, tmp_path, capsys):
 
 
 def test_converge_on_trainer_state(app, capsys):
-    assert run(["converge", str(DATA / "trainer_state.json"), "--target-loss", "0.45", "--boot", "0", "--json"], the_app=app) == 2
+    assert run(["converge", str(DATA / "trainer_state.json"), "--target-loss", "0.45", "--draws", "20", "--json"], the_app=app) == 2
     assert "at least" in capsys.readouterr().err  # 5 points only
 
 

@@ -42,7 +42,8 @@ from traincast.errors import ConfigError, DataError, UnknownNameError
 from traincast.online.schedule import Schedule
 
 MIN_POINTS = 8
-MAX_BINS = 80
+MAX_BINS = 60
+SKIP_FRAC = 0.2  # the first 20% of the steps seen (the fast early transient) are not fitted
 TAU_FRAC = 0.02  # time constant of the annealing EMA, as a share of the run
 PRIOR_MU = math.log(0.1)  # annealing gain / current loss: median 0.1 ...
 PRIOR_SIGMA = 1.0  # ... a factor e either way at 1 sigma
@@ -282,7 +283,7 @@ def fit_form(name: str, ctx: Ctx, y: np.ndarray, l_ref: float, sigma: float, *, 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                r = least_squares(resid, s, bounds=(lo, hi), loss="soft_l1", f_scale=2.0, max_nfev=300 if p0 is not None else 800)
+                r = least_squares(resid, s, bounds=(lo, hi), loss="soft_l1", f_scale=2.0, max_nfev=60 if p0 is not None else 400)
             except (ValueError, FloatingPointError, np.linalg.LinAlgError):
                 continue
         if np.all(np.isfinite(r.x)) and np.isfinite(r.cost) and (best is None or r.cost < best.cost):
@@ -344,7 +345,13 @@ def sample_curves(
     seed: int = 0, forms=None, run_steps: int | None = None,
 ) -> CurveDraws:
     """Fit every form, weight by rolling-origin backtests, and draw future curves up to ``horizon``."""
-    kb, yb = bin_curve(steps, losses)
+    k_all = np.asarray(steps, dtype=float)
+    y_all = np.asarray(losses, dtype=float)
+    k_last = float(np.nanmax(k_all)) if len(k_all) else 0.0
+    keep = k_all >= SKIP_FRAC * k_last
+    kb, yb = bin_curve(k_all[keep], y_all[keep])
+    if len(kb) < MIN_POINTS:
+        kb, yb = bin_curve(k_all, y_all)
     if len(kb) < MIN_POINTS:
         raise DataError(f"need at least {MIN_POINTS} (step, loss) points with a positive loss to fit the loss curve, found {len(kb)}")
     k_now = float(kb[-1])
@@ -372,15 +379,16 @@ def sample_curves(
     horizons, ro_sq = [], []
     for o in ORIGINS:
         cut = int(np.searchsorted(kb, o * k_now, side="right"))
-        if cut < MIN_POINTS or len(kb) - cut < 2:
+        start = int(np.searchsorted(kb, SKIP_FRAC * o * k_now, side="left"))
+        if cut - start < MIN_POINTS or len(kb) - cut < 2:
             continue
         ko = float(kb[cut - 1])
-        c_o = Ctx.make(grid, kb[:cut], ko)
+        c_o = Ctx.make(grid, kb[start:cut], ko)
         c_rest = Ctx.make(grid, kb[cut:], ko)
         lref_o = float(np.median(yb[max(cut - max(cut // 8, 2), 0):cut]))
         preds = {}
         for n in fits:
-            fo = fit_form(n, c_o, yb[:cut], lref_o, noise_log(yb[:cut]))
+            fo = fit_form(n, c_o, yb[start:cut], lref_o, noise_log(yb[start:cut]))
             if fo is None:
                 continue
             p = FORMS[n].f(fo.params, c_rest)
@@ -400,16 +408,16 @@ def sample_curves(
         weights = {n: inv.get(n, 0.0) / tot for n in fits}
     else:
         weights = {n: 1.0 / len(fits) for n in fits}
-    # extrapolation error beyond the noise, per unit of relative horizon
+    # extrapolation error beyond the noise, per unit of log(1 + relative horizon)
     if ro_sq:
-        s_ext = math.sqrt(max(float(np.mean(ro_sq)) - sigma**2, 0.0)) / max(float(np.mean(horizons)), 1e-6)
+        excess = [math.sqrt(max(e - sigma**2, 0.0)) / math.log1p(h) for e, h in zip(ro_sq, horizons)]
+        s_ext = float(np.median(excess))
     else:
         s_ext = sigma
-
     rng = np.random.default_rng(seed)
     gs = _grid_steps(k_now, horizon)
     c_fut = Ctx.make(grid, gs, k_now)
-    rel_h = (gs - k_now) / k_now
+    rel_h = np.log1p((gs - k_now) / k_now)
     curves, forms_used = [], []
     counts = {n: int(round(weights[n] * n_draws)) for n in fits}
     for n, cnt in counts.items():
@@ -447,8 +455,9 @@ def forecast_convergence(
 def forecast_many(
     steps, losses, targets, schedule: Schedule | None = None, total_steps: int | None = None, *,
     horizon: int | None = None, n_draws: int = 120, seed: int = 0, forms=None, level: float = 0.8,
-) -> list[ConvergenceForecast]:
-    """:func:`forecast_convergence` for several targets from one set of draws."""
+    return_draws: bool = False,
+):
+    """:func:`forecast_convergence` for several targets from one set of draws (and the draws, when asked)."""
     for t in targets:
         if not (isinstance(t, (int, float)) and math.isfinite(t)):
             raise ConfigError(f"target loss must be a finite number, got {t!r}")
@@ -477,7 +486,7 @@ def forecast_many(
                 draws = sample_curves(k, y, schedule, h, n_draws=n_draws, seed=seed, forms=forms, run_steps=total)
             f = forecast_from_draws(draws, float(target_loss), schedule, notes, level)
         out.append(f)
-    return out
+    return (out, draws) if return_draws else out
 
 
 def _reached(kb, yb, target_loss, h, schedule, notes, level) -> ConvergenceForecast | None:
