@@ -88,7 +88,7 @@ def detect_format(text: str, name: str = "") -> str:
         return "keras"
     if re.search(r"\d+/\d+ \[\d+:\d+(:\d+)?<", head) or "{'loss'" in head or "{'train_runtime'" in head:
         return "hf"
-    first = next((ln for ln in head.splitlines() if ln.strip()), "")
+    first = next((ln for ln in head.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
     if first.lstrip().startswith("{"):
         return "jsonl"
     if first.lower().replace(" ", "") == "walltime,step,value":
@@ -426,7 +426,7 @@ def _epoch_events(recs: list[StepRecord]) -> tuple[tuple[Event, ...], int | None
 def _parse_csv(text: str, fmt: str) -> ParsedLog:
     c = _Counter()
     lines = text.splitlines()
-    while lines and not lines[0].strip():
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("#")):  # blank and comment lines on top
         lines.pop(0)
     if not lines:
         return ParsedLog(fmt, (), (), 0, 0)
