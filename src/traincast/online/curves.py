@@ -21,9 +21,10 @@ that grows when the learning rate falls:
 Early in a run the annealing amplitude (``C``, ``B``) cannot be measured when
 the learning rate has not fallen yet (WSD before its cooldown): it then comes
 from a prior, ``C / L(now) ~ LogNormal(log 0.1, 1.0)``, and the band says how
-little is known. Forms are fitted in log space (relative errors, robust
-soft-L1) on the binned curve; each form's draws come from randomized MAP
-(residual bootstrap plus a prior draw); forms are weighted by inverse
+little is known. Forms are fitted (MAP, the prior as one more residual) in log
+space (relative errors, robust soft-L1) on the binned curve after the first
+20% of the steps seen; each form's draws come from the Laplace approximation
+of its posterior, less the draws the data rule out; forms are weighted by inverse
 mean-squared error of rolling-origin backtests on the part of the run already
 seen (Bates & Granger), and the draws are widened by the extrapolation error
 those backtests measured, growing with the horizon.
@@ -91,8 +92,8 @@ class Grid:
         drop = np.r_[0.0, np.maximum(-np.diff(lr), 0.0)]
         drop[: ip + 1] = 0.0
         nz = np.nonzero(drop > 1e-12)[0]
-        if len(nz):  # bin the drops (<= 120) for the MPL sum
-            edges = np.unique(np.linspace(nz[0], nz[-1] + 1, min(len(nz), 120) + 1).astype(int))
+        if len(nz):  # bin the drops (<= 48) for the MPL sum
+            edges = np.unique(np.linspace(nz[0], nz[-1] + 1, min(len(nz), 48) + 1).astype(int))
             at, sz, lv = [], [], []
             for a0, b0 in zip(edges[:-1], edges[1:]):
                 w = drop[a0:b0]
@@ -151,6 +152,7 @@ class Form:
     bounds: Callable  # (y) -> (lo, hi)
     anneal: int  # index of the annealing amplitude
     schedule_only: bool = False
+    jac: Callable | None = None  # (params, ctx) -> d loss / d params, (n, p); None: finite differences
 
 
 def _power(p, c):
@@ -173,6 +175,25 @@ def _mpl(p, c):
     return l0 + a * (c.x + sw) ** (-alpha) - amp * c.ld_basis(math.exp(lcm))
 
 
+def _power_jac(p, c):
+    a, d, alpha, c_ann, amp = p
+    xd = c.x + d
+    t = xd ** (-alpha)
+    return np.column_stack([t, -alpha * a * t / xd, -a * t * np.log(xd), np.ones_like(t), 1.0 - c.d])
+
+
+def _optimus_jac(p, c):
+    b0, b1, c_ann, amp = p
+    q = (b0 * c.x + b1) ** -2
+    return np.column_stack([-c.x * q, -q, np.ones_like(q), 1.0 - c.d])
+
+
+def _exp_jac(p, c):
+    a, b, c_ann, amp = p
+    e = np.exp(-b * c.x)
+    return np.column_stack([e, -a * c.x * e, np.ones_like(e), 1.0 - c.d])
+
+
 def _amp0(y):
     return 0.1 * float(np.median(y[-max(len(y) // 5, 1):]))
 
@@ -190,6 +211,7 @@ register_form(Form(
     lambda y: [[max(y[0] - f * y.min(), 1e-6), 0.05, al, f * y.min() * 0.9, _amp0(y)] for f in (0.0, 0.5, 0.9) for al in (0.5, 1.5)],
     lambda y: ([0.0, 1e-4, 0.05, 0.0, 0.0], [np.inf, 10.0, 5.0, max(float(y.min()), 1e-12), 10 * float(y.max())]),
     4,
+    jac=_power_jac,
 ))
 register_form(Form(
     "optimus", "1/(b0*x + b1) + b2 - C*S2 (Optimus, Peng et al. 2018, in the cumulative learning rate)",
@@ -198,6 +220,7 @@ register_form(Form(
                 1 / max(y[0] - f * y.min(), 1e-9), f * y.min() * 0.9, _amp0(y)] for f in (0.0, 0.5, 0.9)],
     lambda y: ([0.0, 1e-9, 0.0, 0.0], [np.inf, np.inf, max(float(y.min()), 1e-12), 10 * float(y.max())]),
     3,
+    jac=_optimus_jac,
 ))
 register_form(Form(
     "exp", "c + a*exp(-b*x) - C*S2 (exponential approach to a floor)",
@@ -205,6 +228,7 @@ register_form(Form(
     lambda y: [[max(y[0] - f * y.min(), 1e-6), b, f * y.min() * 0.9, _amp0(y)] for f in (0.0, 0.7) for b in (1.0, 4.0)],
     lambda y: ([0.0, 1e-3, 0.0, 0.0], [np.inf, 100.0, max(float(y.min()), 1e-12), 10 * float(y.max())]),
     3,
+    jac=_exp_jac,
 ))
 register_form(Form(
     "mpl", "L0 + A*(S1 + SW)^-alpha - LD(t) (Multi-Power Law, Luo et al. 2025; beta = gamma = 0.6)",
@@ -256,10 +280,49 @@ class Fit:
     form: str
     params: np.ndarray
     cost: float
+    jac: np.ndarray | None = None  # residual Jacobian at the optimum (data rows, then the prior row)
+    resid: np.ndarray | None = None
+
+    def draws(self, n: int, rng, lo, hi, anneal: int, sse=None) -> np.ndarray:
+        """``n`` parameter draws from the Laplace approximation of the posterior (prior included).
+
+        The annealing amplitude is drawn log-normally (it is positive and its prior is log-normal); the
+        others normally, clipped to their bounds. The covariance is scaled up when the residuals exceed
+        the noise. ``sse(params)`` (the fit's sum of squared residuals) rejects draws that the data
+        rule out (the linearisation is too wide along the power law's flat directions): a draw is kept
+        when its increase is within the 99% chi-square quantile for the number of parameters.
+        """
+        from scipy.stats import chi2
+
+        p = np.asarray(self.params, dtype=float)
+        if self.jac is None or n <= 0:
+            return np.repeat(p[None, :], max(n, 0), axis=0)
+        J = np.asarray(self.jac, dtype=float)
+        scale = max(1.0, float(np.mean(self.resid[:-1] ** 2))) if self.resid is not None and len(self.resid) > 1 else 1.0
+        cov = np.linalg.pinv(J.T @ J) * scale
+        cov = 0.5 * (cov + cov.T)
+        w, V = np.linalg.eigh(cov)
+        L = V * np.sqrt(np.clip(w, 0.0, None))
+        amp = max(p[anneal], 1e-12)
+        sd_log = min(math.sqrt(max(cov[anneal, anneal], 0.0)) / amp, 3.0)
+        m = 6 * n if sse is not None else n
+        z = rng.normal(size=(m, len(p)))
+        out = p[None, :] + z @ L.T
+        out[:, anneal] = amp * np.exp(sd_log * z[:, anneal])
+        out = np.clip(out, lo, hi)
+        if sse is None:
+            return out
+        base = sse(p)
+        limit = float(chi2.ppf(0.99, len(p))) * scale
+        ok = np.array([sse(q) - base <= limit for q in out])
+        kept = out[ok][:n]
+        if len(kept) < n:  # too few survive: the fit itself stands for the rest
+            kept = np.vstack([kept, np.repeat(p[None, :], n - len(kept), axis=0)])
+        return kept
 
 
 def fit_form(name: str, ctx: Ctx, y: np.ndarray, l_ref: float, sigma: float, *, prior_mu: float = PRIOR_MU,
-             p0=None, use_prior: bool = True) -> Fit | None:
+             p0=None, use_prior: bool = True, max_starts: int | None = None) -> Fit | None:
     from scipy.optimize import least_squares
 
     form = FORMS[name]
@@ -275,7 +338,18 @@ def fit_form(name: str, ctx: Ctx, y: np.ndarray, l_ref: float, sigma: float, *, 
             r = np.r_[r, (math.log(amp / l_ref) - prior_mu) / PRIOR_SIGMA]
         return r
 
-    starts = [p0] if p0 is not None else form.init(y)
+    def jac(p):
+        fx = np.maximum(form.f(p, ctx), 1e-12)
+        J = form.jac(p, ctx) / (fx[:, None] * sigma)
+        if use_prior:
+            row = np.zeros(len(p))
+            amp = p[form.anneal]
+            if amp > 1e-12 * l_ref:
+                row[form.anneal] = 1.0 / (amp * PRIOR_SIGMA)
+            J = np.vstack([J, row])
+        return J
+
+    starts = [p0] if p0 is not None else form.init(y)[:max_starts]
     best = None
     for s in starts:
         top = np.where(np.isfinite(hi), hi - 1e-9 * (np.abs(np.where(np.isfinite(hi), hi, 0.0)) + 1e-12), np.inf)
@@ -283,12 +357,15 @@ def fit_form(name: str, ctx: Ctx, y: np.ndarray, l_ref: float, sigma: float, *, 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                r = least_squares(resid, s, bounds=(lo, hi), loss="soft_l1", f_scale=2.0, max_nfev=60 if p0 is not None else 400)
+                tol = 1e-4 if p0 is not None else 1e-6
+                r = least_squares(resid, s, jac=jac if form.jac is not None else "2-point", bounds=(lo, hi),
+                                  loss="soft_l1", f_scale=2.0, x_scale="jac", ftol=tol, xtol=tol, gtol=tol,
+                                  max_nfev=60 if p0 is not None else 300)
             except (ValueError, FloatingPointError, np.linalg.LinAlgError):
                 continue
         if np.all(np.isfinite(r.x)) and np.isfinite(r.cost) and (best is None or r.cost < best.cost):
             best = r
-    return None if best is None else Fit(name, best.x, float(best.cost))
+    return None if best is None else Fit(name, best.x, float(best.cost), best.jac, best.fun)
 
 
 # ---------------------------------------------------------------- forecast
@@ -388,7 +465,7 @@ def sample_curves(
         lref_o = float(np.median(yb[max(cut - max(cut // 8, 2), 0):cut]))
         preds = {}
         for n in fits:
-            fo = fit_form(n, c_o, yb[start:cut], lref_o, noise_log(yb[start:cut]))
+            fo = fit_form(n, c_o, yb[start:cut], lref_o, noise_log(yb[start:cut]), max_starts=2)
             if fo is None:
                 continue
             p = FORMS[n].f(fo.params, c_rest)
@@ -424,14 +501,17 @@ def sample_curves(
         if cnt <= 0:
             continue
         f = fits[n]
-        fitted = FORMS[n].f(f.params, ctx)
-        resid = np.log(yb) - np.log(np.maximum(fitted, 1e-12))
-        cur0 = FORMS[n].f(f.params, c_fut)
-        for _ in range(cnt):
-            yb_b = fitted * np.exp(rng.choice(resid, size=len(resid), replace=True))
-            mu_b = PRIOR_MU + PRIOR_SIGMA * rng.normal()
-            fb = fit_form(n, ctx, yb_b, l_ref, sigma, prior_mu=mu_b, p0=f.params)
-            cur = FORMS[n].f(fb.params, c_fut) if fb is not None else cur0
+        form = FORMS[n]
+        lo, hi = form.bounds(yb)
+        ly = np.log(yb)
+
+        def sse(q, form=form):
+            r = (np.log(np.maximum(form.f(q, ctx), 1e-12)) - ly) / sigma
+            amp = max(q[form.anneal], 1e-12 * l_ref)
+            return float(np.sum(r**2) + ((math.log(amp / l_ref) - PRIOR_MU) / PRIOR_SIGMA) ** 2)
+
+        for pb in f.draws(cnt, rng, np.array(lo, float), np.array(hi, float), form.anneal, sse):
+            cur = FORMS[n].f(pb, c_fut)
             cur = cur * np.exp(rng.normal() * s_ext * rel_h)
             curves.append(cur)
             forms_used.append(n)
