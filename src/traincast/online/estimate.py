@@ -146,7 +146,7 @@ def _weighted_median(x: np.ndarray, w: np.ndarray) -> float:
     return float(x[o][np.searchsorted(cw, 0.5 * cw[-1])])
 
 
-def _split(iv: _Intervals):
+def _split(iv: _Intervals, regime: bool = False):
     """Return (warm-up count, steady mask, pauses, median step time, mad).
 
     Warm-up (compilation, autotuning, caches) is trimmed at the start and again
@@ -170,6 +170,15 @@ def _split(iv: _Intervals):
             i += 1
     body = ~warm
     base = body & usable & (iv.kind == "")
+    start = 0
+    if regime and base.sum() >= 12:
+        # a lasting change of pace (a new batch size, another job on the node): judge by the pace after it
+        idx = np.nonzero(base)[0]
+        cp = change_point(iv.ds[idx], iv.dt[idx])
+        if cp is not None:
+            start = int(idx[cp])
+            body = body & (np.arange(n) >= start)
+            base = base & body
     m = _weighted_median(r[base], iv.ds[base]) if base.any() else m_all
     mad = float(np.median(np.abs(r[base] - m))) * 1.4826 if base.any() else 0.0
     pause = np.zeros(n, dtype=bool)
@@ -189,6 +198,8 @@ def _split(iv: _Intervals):
         steady = body & usable
     if not steady.any():
         steady = usable
+    if regime:
+        return nw, steady, pauses, m, mad, warm, start
     return nw, steady, pauses, m, mad, warm
 
 
@@ -203,8 +214,11 @@ def change_point(ds: np.ndarray, dt: np.ndarray, min_rel: float = 0.1, min_t: fl
     nb = min(40, len(ds) // 3)
     edges = np.searchsorted(cs, np.linspace(0, cs[-1], nb + 1)[1:-1], side="left")
     bounds = np.unique(np.r_[0, edges, len(ds)])
-    lp = np.array([math.log(dt[a:b].sum() / ds[a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:]) if b > a and dt[a:b].sum() > 0])
-    starts = [a for a, b in zip(bounds[:-1], bounds[1:]) if b > a and dt[a:b].sum() > 0]
+    rate = dt / ds
+    pairs = [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a and dt[a:b].sum() > 0]
+    # block medians: a pause inside a block does not move it, a lasting change does
+    lp = np.array([math.log(max(_weighted_median(rate[a:b], ds[a:b]), 1e-300)) for a, b in pairs])
+    starts = [a for a, _ in pairs]
     found = None
     off = 0
     while len(lp) - off >= 8:
@@ -421,16 +435,21 @@ def estimate_remaining(
         fut, fut_sd = 0.0, 0.0
     elif estimator == "robust":
         # the steady pace since the last lasting change of pace, plus the pauses still to come
-        idx = np.nonzero(steady)[0]
-        cp = change_point(iv.ds[idx], iv.dt[idx])
-        if cp is not None:
-            before = iv.dt[idx[:cp]].sum() / iv.ds[idx[:cp]].sum()
-            idx = idx[cp:]
-            after = iv.dt[idx].sum() / iv.ds[idx].sum()
-            shift_rel = abs(after / before - 1.0)
+        _, steady_r, pauses_r, m_r, _, _, start = _split(iv, regime=True)
+        idx = np.nonzero(steady_r & (np.arange(len(iv.ds)) >= start))[0]
+        if not len(idx):
+            idx = np.nonzero(steady_r)[0]
+        if start > 0:
+            before_mask = steady & (np.arange(len(iv.ds)) < start)
+            if before_mask.any():
+                before = iv.dt[before_mask].sum() / iv.ds[before_mask].sum()
+                shift_rel = abs(m_r / before - 1.0)
         tau = float(iv.dt[idx].sum() / iv.ds[idx].sum())
         blocks = _block_rates(iv.ds[idx], iv.dt[idx])
-        fut, fut_sd = _future_pauses(pauses, iv, step, int(total), series, float(iv.ds[~warm].sum()))
+        # pauses tagged by events keep their history; untagged stalls count from the change on
+        pauses_after = [(i, k, e) for i, k, e in pauses if k != "other" and i < start] + pauses_r if start > 0 else pauses_r
+        seen = float(iv.ds[(~warm) & (np.arange(len(iv.ds)) >= start)].sum())
+        fut, fut_sd = _future_pauses(pauses_after, iv, step, int(total), series, seen)
     else:
         tau, ds_b, dt_b = _step_time(estimator, iv.ds[steady], iv.dt[steady], window_frac, halflife_frac)
         blocks = _block_rates(ds_b, dt_b)
