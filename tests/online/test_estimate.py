@@ -178,9 +178,10 @@ def test_never_negative_or_infinite():
             assert 0 <= v < float("inf"), (name, est)
 
 
-def test_robust_estimator_is_pause_aware():
+def test_robust_estimator_counts_pauses_in_its_pace():
     job = SyntheticJob(total_steps=3000, step_s=0.2, steps_per_epoch=500, epoch_pause_s=10, eval_every=1000, eval_pause_s=20, log_every=10)
     j = job.generate(1)
     est = estimate_remaining(j.upto(1500), estimator="robust")
-    assert est.future_pause_s == pytest.approx(3 * 10 + 20, rel=0.15)
-    assert est.remaining_s == pytest.approx(_truth(j, 1500), rel=0.03)
+    assert est.future_pause_s == 0  # the pauses seen are in the pace: (1500 s of steps + 60 s of pauses) / 1500 steps
+    assert est.step_time_s == pytest.approx(0.2 + 3 * 10 / 1500 + 20 / 1500, rel=0.05)
+    assert est.remaining_s == pytest.approx(_truth(j, 1500), rel=0.05)

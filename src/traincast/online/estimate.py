@@ -9,7 +9,10 @@ period (steps per epoch, eval interval) and observed duration. Remaining time
 = remaining steps × time per step + future pauses, with a band from the spread
 of the step time across blocks of the run.
 
-Estimators (``ESTIMATORS``): ``mean`` (steady mean since warm-up), ``median``,
+Estimators (``ESTIMATORS``): ``robust`` (the pace since the last lasting
+change of pace, pauses included, warm-ups at the start and after each resume
+left out; its band widens with the size of a change seen and with a trend),
+``mean`` (steady mean since warm-up), ``median``,
 ``window`` (moving average over the last part of the run, AI Gauge),
 ``ewma`` (exponentially weighted), ``naive`` (elapsed / steps done, as tqdm),
 ``naive_trim`` (the same after warm-up, pauses included in the rate).
@@ -434,22 +437,20 @@ def estimate_remaining(
         blocks = _block_rates(iv.ds[a:][usable], iv.dt[a:][usable])
         fut, fut_sd = 0.0, 0.0
     elif estimator == "robust":
-        # the steady pace since the last lasting change of pace, plus the pauses still to come
-        _, steady_r, pauses_r, m_r, _, _, start = _split(iv, regime=True)
-        idx = np.nonzero(steady_r & (np.arange(len(iv.ds)) >= start))[0]
-        if not len(idx):
-            idx = np.nonzero(steady_r)[0]
+        # the pace since the last lasting change of pace (a new batch size, another job on the node), pauses
+        # included as in naive_trim, warm-ups (at the start and after every resume) and resumes left out
+        _, _, _, m_r, _, _, start = _split(iv, regime=True)
+        after = np.arange(len(iv.ds)) >= start
+        use = (iv.kind != "resume") & ~warm & after
+        if not use.any():
+            use = (iv.kind != "resume") & after
         if start > 0:
-            before_mask = steady & (np.arange(len(iv.ds)) < start)
-            if before_mask.any():
-                before = iv.dt[before_mask].sum() / iv.ds[before_mask].sum()
-                shift_rel = abs(m_r / before - 1.0)
-        tau = float(iv.dt[idx].sum() / iv.ds[idx].sum())
-        blocks = _block_rates(iv.ds[idx], iv.dt[idx])
-        # pauses tagged by events keep their history; untagged stalls count from the change on
-        pauses_after = [(i, k, e) for i, k, e in pauses if k != "other" and i < start] + pauses_r if start > 0 else pauses_r
-        seen = float(iv.ds[(~warm) & (np.arange(len(iv.ds)) >= start)].sum())
-        fut, fut_sd = _future_pauses(pauses_after, iv, step, int(total), series, seen)
+            before = (iv.kind != "resume") & ~warm & ~after
+            if before.any():
+                shift_rel = abs(m_r / (iv.dt[before].sum() / iv.ds[before].sum()) - 1.0)
+        tau = float(iv.dt[use].sum() / iv.ds[use].sum())
+        blocks = _block_rates(iv.ds[use], iv.dt[use])
+        fut, fut_sd = 0.0, 0.0
     else:
         tau, ds_b, dt_b = _step_time(estimator, iv.ds[steady], iv.dt[steady], window_frac, halflife_frac)
         blocks = _block_rates(ds_b, dt_b)
