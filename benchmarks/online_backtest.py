@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from traincast.online import ESTIMATORS, backtest, summarize_backtest  # noqa: E402
+from traincast.online import ESTIMATORS, backtest, load_series, summarize_backtest, track  # noqa: E402
 from traincast.online.estimate import DEFAULT_ESTIMATOR  # noqa: E402
 from traincast.online.synthetic import SyntheticJob  # noqa: E402
 from traincast.store import Store  # noqa: E402
@@ -59,9 +59,54 @@ SCENARIOS = {
 }
 
 
-def real_jobs(n_seeds: int):
-    from converge_validation import train_digits
+def train_digits(store: Store, job: str, arch: str = "mlp", seed: int = 0, epochs: int = 30, batch: int = 32, lr: float = 0.02):
+    """Train on sklearn's digits with per-step recording, an eval and a checkpoint after each epoch."""
+    import torch
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
 
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32)
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.2, random_state=seed)
+    xtr, ytr = torch.tensor(xtr), torch.tensor(ytr)
+    xte, yte = torch.tensor(xte), torch.tensor(yte)
+    if arch == "mlp":
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+        shape = (-1, 64)
+    else:
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(32 * 16, 10),
+        )
+        shape = (-1, 1, 8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    spe = (len(xtr) + batch - 1) // batch
+    g = torch.Generator().manual_seed(seed)
+    ckpt = Path(tempfile.mkdtemp()) / "ckpt.pt"
+    with track(job, total_steps=spe * epochs, store=store, steps_per_epoch=spe, model=arch, hardware="cpu", batch_size=batch, resume=False) as t:
+        for _ in range(epochs):
+            perm = torch.randperm(len(xtr), generator=g)
+            model.train()
+            for i in range(spe):
+                idx = perm[i * batch : (i + 1) * batch]
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(xtr[idx].reshape(shape)), ytr[idx])
+                loss.backward()
+                opt.step()
+                t.step(loss=loss.item())
+            t.eval_start()
+            model.eval()
+            with torch.no_grad():
+                acc = (model(xte.reshape(shape)).argmax(1) == yte).float().mean().item()
+            t.eval_end(metric=acc)
+            torch.save(model.state_dict(), ckpt)
+            t.epoch_end()
+    return load_series(store, job)
+
+
+def real_jobs(n_seeds: int):
     out = []
     with tempfile.TemporaryDirectory() as d, Store(Path(d) / "bt.db") as store:
         for arch in ("mlp", "cnn"):
