@@ -36,7 +36,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from traincast.online import ESTIMATORS, backtest, load_series, summarize_backtest, track  # noqa: E402
+from traincast.online import (  # noqa: E402
+    ESTIMATORS,
+    backtest,
+    load_series,
+    summarize_backtest,
+    track,
+)
 from traincast.online.estimate import DEFAULT_ESTIMATOR  # noqa: E402
 from traincast.online.synthetic import SyntheticJob  # noqa: E402
 from traincast.store import Store  # noqa: E402

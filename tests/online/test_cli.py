@@ -1,8 +1,7 @@
 import json
-
-import numpy as np
 from pathlib import Path
 
+import numpy as np
 import pytest
 import typer
 

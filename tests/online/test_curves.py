@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 
 from traincast.errors import ConfigError, DataError
-from traincast.online.curves import FORMS, Grid, forecast_convergence, forecast_many, form_names
+from traincast.online.curves import (
+    FORMS,
+    Grid,
+    forecast_convergence,
+    forecast_many,
+    form_names,
+)
 from traincast.online.schedule import parse_schedule
 
 T = 4000

@@ -1,7 +1,6 @@
 from pathlib import Path
 
 import numpy as np
-
 import pytest
 
 from traincast.errors import ConfigError, DataError

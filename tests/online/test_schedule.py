@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 
 from traincast.errors import ConfigError, DataError, UnknownNameError
-from traincast.online.schedule import SCHEDULES, Schedule, check_against_log, parse_schedule
+from traincast.online.schedule import (
+    SCHEDULES,
+    Schedule,
+    check_against_log,
+    parse_schedule,
+)
 
 
 def lr(spec, steps, total=None):

@@ -179,20 +179,20 @@ def _mpl(p, c):
 
 
 def _power_jac(p, c):
-    a, d, alpha, c_ann, amp = p
+    a, d, alpha, _, _ = p
     xd = c.x + d
     t = xd ** (-alpha)
     return np.column_stack([t, -alpha * a * t / xd, -a * t * np.log(xd), np.ones_like(t), 1.0 - c.d])
 
 
 def _optimus_jac(p, c):
-    b0, b1, c_ann, amp = p
+    b0, b1, _, _ = p
     q = (b0 * c.x + b1) ** -2
     return np.column_stack([-c.x * q, -q, np.ones_like(q), 1.0 - c.d])
 
 
 def _exp_jac(p, c):
-    a, b, c_ann, amp = p
+    a, b, _, _ = p
     e = np.exp(-b * c.x)
     return np.column_stack([e, -a * c.x * e, np.ones_like(e), 1.0 - c.d])
 
@@ -286,183 +286,6 @@ class Fit:
     jac: np.ndarray | None = None  # residual Jacobian at the optimum (data rows, then the prior row)
     resid: np.ndarray | None = None
 
-
-@dataclass(frozen=True)
-class Form:
-    name: str
-    help: str
-    f: Callable  # (params, ctx) -> loss
-    init: Callable  # (y) -> list of start params
-    bounds: Callable  # (y) -> (lo, hi)
-    anneal: int  # index of the annealing amplitude
-    schedule_only: bool = False
-    jac: Callable | None = None  # (params, ctx) -> d loss / d params, (n, p); None: finite differences
-
-
-def _power(p, c):
-    a, d, alpha, c_ann, amp = p
-    return c_ann + amp + a * (c.x + d) ** (-alpha) - amp * c.d
-
-
-def _optimus(p, c):
-    b0, b1, c_ann, amp = p
-    return 1.0 / (b0 * c.x + b1) + c_ann + amp - amp * c.d
-
-
-def _exp(p, c):
-    a, b, c_ann, amp = p
-    return c_ann + amp + a * np.exp(-b * c.x) - amp * c.d
-
-
-def _mpl(p, c):
-    a, sw, alpha, l0, amp, lcm = p
-    return l0 + a * (c.x + sw) ** (-alpha) - amp * c.ld_basis(math.exp(lcm))
-
-
-def _power_jac(p, c):
-    a, d, alpha, c_ann, amp = p
-    xd = c.x + d
-    t = xd ** (-alpha)
-    return np.column_stack([t, -alpha * a * t / xd, -a * t * np.log(xd), np.ones_like(t), 1.0 - c.d])
-
-
-def _optimus_jac(p, c):
-    b0, b1, c_ann, amp = p
-    q = (b0 * c.x + b1) ** -2
-    return np.column_stack([-c.x * q, -q, np.ones_like(q), 1.0 - c.d])
-
-
-def _exp_jac(p, c):
-    a, b, c_ann, amp = p
-    e = np.exp(-b * c.x)
-    return np.column_stack([e, -a * c.x * e, np.ones_like(e), 1.0 - c.d])
-
-
-def _amp0(y):
-    return 0.1 * float(np.median(y[-max(len(y) // 5, 1):]))
-
-
-FORMS: dict[str, Form] = {}
-
-
-def register_form(form: Form) -> None:
-    FORMS[form.name] = form
-
-
-register_form(Form(
-    "power", "L0 + A*(x + d)^-alpha - C*S2 (Tissue et al. 2024 with an offset; a power law with offset without a schedule)",
-    _power,
-    lambda y: [[max(y[0] - f * y.min(), 1e-6), 0.05, al, f * y.min() * 0.9, _amp0(y)] for f in (0.0, 0.5, 0.9) for al in (0.5, 1.5)],
-    lambda y: ([0.0, 1e-4, 0.05, 0.0, 0.0], [np.inf, 10.0, 5.0, max(float(y.min()), 1e-12), 10 * float(y.max())]),
-    4,
-    jac=_power_jac,
-))
-register_form(Form(
-    "optimus", "1/(b0*x + b1) + b2 - C*S2 (Optimus, Peng et al. 2018, in the cumulative learning rate)",
-    _optimus,
-    lambda y: [[max(1 / max(y[-1] - f * y.min(), 1e-9) - 1 / max(y[0] - f * y.min(), 1e-9), 1e-6),
-                1 / max(y[0] - f * y.min(), 1e-9), f * y.min() * 0.9, _amp0(y)] for f in (0.0, 0.5, 0.9)],
-    lambda y: ([0.0, 1e-9, 0.0, 0.0], [np.inf, np.inf, max(float(y.min()), 1e-12), 10 * float(y.max())]),
-    3,
-    jac=_optimus_jac,
-))
-register_form(Form(
-    "exp", "c + a*exp(-b*x) - C*S2 (exponential approach to a floor)",
-    _exp,
-    lambda y: [[max(y[0] - f * y.min(), 1e-6), b, f * y.min() * 0.9, _amp0(y)] for f in (0.0, 0.7) for b in (1.0, 4.0)],
-    lambda y: ([0.0, 1e-3, 0.0, 0.0], [np.inf, 100.0, max(float(y.min()), 1e-12), 10 * float(y.max())]),
-    3,
-    jac=_exp_jac,
-))
-register_form(Form(
-    "mpl", "L0 + A*(S1 + SW)^-alpha - LD(t) (Multi-Power Law, Luo et al. 2025; beta = gamma = 0.6)",
-    _mpl,
-    lambda y: [[max(y[0] - f * y.min(), 1e-6), 0.05, al, f * y.min() * 0.9, _amp0(y), math.log(10.0)]
-               for f in (0.0, 0.8) for al in (0.5, 1.5)],
-    lambda y: ([0.0, 1e-4, 0.05, 0.0, 0.0, math.log(0.1)],
-               [np.inf, 10.0, 5.0, max(float(y.min()), 1e-12), 10 * float(y.max()), math.log(1e4)]),
-    4,
-    schedule_only=True,
-))
-
-
-def form_names(schedule: bool) -> list[str]:
-    return [n for n, f in FORMS.items() if schedule or not f.schedule_only]
-
-
-# ----------------------------------------------------------------- fitting
-def bin_curve(steps, losses, max_bins: int = MAX_BINS) -> tuple[np.ndarray, np.ndarray]:
-    """Medians of (step, loss) in equal-width step bins; drops non-finite and non-positive losses."""
-    k = np.asarray(steps, dtype=float)
-    y = np.asarray(losses, dtype=float)
-    ok = np.isfinite(k) & np.isfinite(y) & (y > 0) & (k > 0)
-    k, y = k[ok], y[ok]
-    o = np.argsort(k, kind="stable")
-    k, y = k[o], y[o]
-    if len(k) <= max_bins:
-        return k, y
-    edges = np.linspace(k.min(), k.max() + 1e-9, max_bins + 1)
-    idx = np.digitize(k, edges) - 1
-    xs, ys = [], []
-    for b in range(max_bins):
-        m = idx == b
-        if m.any():
-            xs.append(float(np.median(k[m])))
-            ys.append(float(np.median(y[m])))
-    return np.array(xs), np.array(ys)
-
-
-def noise_log(y: np.ndarray) -> float:
-    """Robust noise of log(y) between neighbouring points."""
-    if len(y) < 3:
-        return 0.05
-    return max(float(np.median(np.abs(np.diff(np.log(y))))) / math.sqrt(2) * 1.4826, 1e-4)
-
-
-@dataclass(frozen=True, eq=False)
-class Fit:
-    form: str
-    params: np.ndarray
-    cost: float
-    jac: np.ndarray | None = None  # residual Jacobian at the optimum (data rows, then the prior row)
-    resid: np.ndarray | None = None
-
-    def draws(self, n: int, rng, lo, hi, anneal: int, sse=None) -> np.ndarray:
-        """``n`` parameter draws from the Laplace approximation of the posterior (prior included).
-
-        The annealing amplitude is drawn log-normally (it is positive and its prior is log-normal); the
-        others normally, clipped to their bounds. The covariance is scaled up when the residuals exceed
-        the noise. ``sse(params)`` (the fit's sum of squared residuals) rejects draws that the data
-        rule out (the linearisation is too wide along the power law's flat directions): a draw is kept
-        when its increase is within the 99% chi-square quantile for the number of parameters.
-        """
-        from scipy.stats import chi2
-
-        p = np.asarray(self.params, dtype=float)
-        if self.jac is None or n <= 0:
-            return np.repeat(p[None, :], max(n, 0), axis=0)
-        J = np.asarray(self.jac, dtype=float)
-        scale = max(1.0, float(np.mean(self.resid[:-1] ** 2))) if self.resid is not None and len(self.resid) > 1 else 1.0
-        cov = np.linalg.pinv(J.T @ J) * scale
-        cov = 0.5 * (cov + cov.T)
-        w, V = np.linalg.eigh(cov)
-        L = V * np.sqrt(np.clip(w, 0.0, None))
-        amp = max(p[anneal], 1e-12)
-        sd_log = min(math.sqrt(max(cov[anneal, anneal], 0.0)) / amp, 3.0)
-        m = 6 * n if sse is not None else n
-        z = rng.normal(size=(m, len(p)))
-        out = p[None, :] + z @ L.T
-        out[:, anneal] = amp * np.exp(sd_log * z[:, anneal])
-        out = np.clip(out, lo, hi)
-        if sse is None:
-            return out
-        base = sse(p)
-        limit = float(chi2.ppf(0.99, len(p))) * scale
-        ok = np.array([sse(q) - base <= limit for q in out])
-        kept = out[ok][:n]
-        if len(kept) < n:  # too few survive: the fit itself stands for the rest
-            kept = np.vstack([kept, np.repeat(p[None, :], n - len(kept), axis=0)])
-        return kept
 
 
 def fit_form(name: str, ctx: Ctx, y: np.ndarray, l_ref: float, sigma: float, *, prior_mu: float = PRIOR_MU,
