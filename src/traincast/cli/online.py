@@ -385,6 +385,13 @@ def converge_line(fc, ttt=None) -> str:
         hi = dur(ttt.high_s) if math.isfinite(ttt.high_s) else "later"
         when = f"; in {dur(ttt.time_s)} [{dur(ttt.low_s)} - {hi}]"
     head = "not enough signal yet: " if fc.status == "not enough signal" else ""
+    if not math.isfinite(fc.steps):
+        first = f", the earliest from step {fc.low:,.0f}" if math.isfinite(fc.low) else ""
+        return (
+            f"{head}loss {fc.target_loss:g} not reached by step {fc.horizon_steps:,} in most sampled curves "
+            f"({fc.reach_probability:.0%} reach it{first}; now at step {fc.current_step:,}; floor {fc.floor_loss:.4g} "
+            f"[{fc.floor_low:.4g} - {fc.floor_high:.4g}])"
+        )
     return (
         f"{head}loss {fc.target_loss:g} at step {st(fc.steps)} [{st(fc.low)} - {st(fc.high)}] ({band}, "
         f"{fc.reach_probability:.0%} reach it by step {fc.horizon_steps:,}; now at step {fc.current_step:,}; "
@@ -409,7 +416,8 @@ def _print_estimate(console, est, parsed, name, an=None) -> None:
     t.add_row("elapsed", dur(est.elapsed_s))
     t.add_row("time per step", f"{est.step_time_s * 1e3:,.1f} ms  ({est.rate_steps_per_s:,.2f} steps/s, CoV {est.cov:.2f})")
     t.add_row("remaining", f"{dur(est.remaining_s)}  [{dur(est.low_s)} - {dur(est.high_s)}]")
-    t.add_row("of which future pauses", dur(est.future_pause_s))
+    t.add_row("of which future pauses", dur(est.future_pause_s) if est.estimator not in ("robust", "naive", "naive_trim")
+              else "in the pace (pauses seen so far)")
     if an is not None:
         kinds = {}
         for p in an.pauses:
