@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import typer
 
@@ -131,7 +132,7 @@ def test_converge_json_and_plot(app, tmp_path, capsys):
 
 
 def test_converge_on_trainer_state(app, capsys):
-    assert run(["converge", str(DATA / "trainer_state.json"), "--target-loss", "0.45", "--boot", "0", "--json"], the_app=app) == 2
+    assert run(["converge", str(DATA / "trainer_state.json"), "--target-loss", "0.45", "--draws", "20", "--json"], the_app=app) == 2
     assert "at least" in capsys.readouterr().err  # 5 points only
 
 
@@ -177,3 +178,54 @@ def test_watch_follows_a_file_being_written(app, tmp_path, capsys):
     assert reads[-1]["step"] == 200 and reads[-1]["remaining_steps"] == 0
     with_est = [r for r in reads if "remaining_s" in r and r["remaining_steps"] > 0]
     assert with_est and all(r["remaining_s"] == pytest.approx(r["remaining_steps"] * 0.1, rel=0.05) for r in with_est)
+
+
+# ------------------------------------------------------------------- issue 20
+def _lr_log(path, n=1200, total=4000, lr=lambda k: 1e-3):
+    j = SyntheticJob(total_steps=total, step_s=0.1, steps_per_epoch=None).generate(0).upto(n)
+    lines = ["step,time_s,loss,lr"] + [f"{s},{t:.4f},{l:.5f},{lr(s):.6g}" for s, t, l in zip(j.steps, j.time_s, j.loss)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_converge_bad_schedules_exit_2(app, tmp_path, capsys):
+    log = _csv_log(tmp_path / "train.csv", n=1500, total=4000)
+    cases = [
+        (["--lr-schedule", "cosin:4000"], "unknown learning-rate schedule 'cosin'; did you mean 'cosine'"),
+        (["--lr-schedule", "wsd:100:4000"], "expected wsd:WARMUP:TOTAL:DECAY_FRAC"),
+        (["--lr-schedule", "step:100:2"], "GAMMA must be in"),
+        (["--lr-schedule", str(tmp_path / "nope.csv")], "does not exist"),
+        (["--form", "mpl"], "needs a learning-rate schedule"),
+        (["--form", "cubic"], "unknown loss-curve form"),
+    ]
+    for extra, msg in cases:
+        assert run(["converge", str(log), "--target-loss", "0.4", "--draws", "10", *extra], the_app=app) == 2, extra
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and msg in err and "Traceback" not in err, (extra, err)
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_converge_warns_when_the_log_contradicts_the_schedule(app, tmp_path, capsys):
+    log = _lr_log(tmp_path / "lr.csv")  # a constant learning rate logged ...
+    code = run(["converge", str(log), "--target-loss", "0.36", "--draws", "20", "--lr-schedule", "cosine:4000", "--json"],
+               the_app=app)  # ... and a cosine schedule claimed
+    assert code == 0
+    out = capsys.readouterr()
+    assert "warning: the logged learning rate contradicts --lr-schedule 'cosine:4000'" in out.err
+    d = json.loads(out.out)
+    assert d["schedule_source"] == "given" and "logged before step" in d["schedule"]
+
+
+def test_converge_uses_the_logged_learning_rate(app, tmp_path, capsys):
+    log = _lr_log(tmp_path / "lr.csv", lr=lambda k: 1e-3 * 0.5 * (1 + np.cos(np.pi * k / 4000)))
+    assert run(["converge", str(log), "--target-loss", "0.36", "--draws", "20", "--total-steps", "4000", "--json"], the_app=app) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schedule_source"] == "logged" and "cosine" in d["schedule"]
+
+
+def test_converge_unreachable_is_one_line_with_the_floor(app, tmp_path, capsys):
+    log = _csv_log(tmp_path / "train.csv", n=1500, total=4000)
+    assert run(["converge", str(log), "--target-loss", "0.01", "--draws", "20", "--total-steps", "4000"], the_app=app) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("unreachable: target loss 0.01 is below the fitted floor")
+    assert "by step 4,000" in out[0]

@@ -4,6 +4,7 @@ import pytest
 from traincast.errors import ConfigError, DataError
 from traincast.online import (
     ESTIMATORS,
+    Event,
     JobSeries,
     StepRecord,
     analyze,
@@ -128,3 +129,59 @@ def test_move_to_other_hardware():
         remaining_on_other_hardware(est, 0)
     with pytest.raises(ConfigError, match="price"):
         remaining_on_other_hardware(est, 1.0, -1)
+
+
+# ------------------------------------------------------------ robustness (issue 20)
+def _steps(n0, n1, t0, dt, loss=1.0):
+    return [StepRecord(i, t0 + (i - n0) * dt, loss) for i in range(n0, n1)]
+
+
+def test_resume_with_replayed_steps_and_a_clock_that_starts_again():
+    # steps 0..599 at 1 s/step; the process dies; a new one resumes from the checkpoint at 500, its clock at 0
+    recs = _steps(0, 600, 0.0, 1.0) + _steps(500, 800, 0.0, 1.0)
+    j = JobSeries.from_records(recs, total_steps=1000)
+    assert [e.kind for e in j.events] == ["resume"] and j.events[0].step == 499
+    assert np.all(np.diff(j.steps) > 0) and np.all(np.diff(j.time_s) >= 0)  # one step each, times going on
+    for name in ("robust", "mean", "naive_trim"):
+        est = estimate_remaining(j, estimator=name)
+        assert est.remaining_s == pytest.approx(200.0, rel=0.02), name
+        assert 0 <= est.low_s <= est.remaining_s <= est.high_s < float("inf")
+
+
+def test_warm_up_after_a_resume_is_trimmed():
+    # a new process compiles again: its first 20 steps take 5 s each
+    recs = _steps(0, 400, 0.0, 1.0) + [StepRecord(400 + i, 10.0 + 5.0 * i) for i in range(1, 21)]
+    recs += _steps(421, 700, 10.0 + 100.0, 1.0)
+    j = JobSeries.from_records(recs, [Event("resume", 400, 400.0)], total_steps=1000)
+    est = estimate_remaining(j, estimator="robust")
+    assert est.step_time_s == pytest.approx(1.0, rel=0.02)
+    assert est.remaining_s == pytest.approx(300.0, rel=0.05)
+
+
+def test_a_lasting_change_of_pace_is_followed_and_widens_the_band():
+    steady = SyntheticJob(total_steps=3000, step_s=0.2, cov=0.05, steps_per_epoch=None).generate(4)
+    changed = SyntheticJob(total_steps=3000, step_s=0.2, cov=0.05, steps_per_epoch=None, shift_at=0.5, shift_factor=2.0).generate(4)
+    e_steady = estimate_remaining(steady.upto(2000), estimator="robust")
+    e_changed = estimate_remaining(changed.upto(2000), estimator="robust")
+    assert e_changed.step_time_s == pytest.approx(0.4, rel=0.05)  # the new pace (a doubled batch), not the average
+    assert e_changed.remaining_s == pytest.approx(_truth(changed, 2000), rel=0.05)
+    rel_band = lambda e: (e.high_s - e.low_s) / e.remaining_s  # noqa: E731
+    assert rel_band(e_changed) > 3 * rel_band(e_steady)
+
+
+def test_never_negative_or_infinite():
+    odd = [StepRecord(0, 0.0), StepRecord(1, 0.0), StepRecord(2, 5.0), StepRecord(3, 5.0), StepRecord(10, 6.0), StepRecord(11, 6.5)]
+    j = JobSeries.from_records(odd, total_steps=50)
+    for name in ESTIMATORS:
+        est = estimate_remaining(j, estimator=name)
+        for v in (est.remaining_s, est.low_s, est.high_s):
+            assert 0 <= v < float("inf"), (name, est)
+
+
+def test_robust_estimator_counts_pauses_in_its_pace():
+    job = SyntheticJob(total_steps=3000, step_s=0.2, steps_per_epoch=500, epoch_pause_s=10, eval_every=1000, eval_pause_s=20, log_every=10)
+    j = job.generate(1)
+    est = estimate_remaining(j.upto(1500), estimator="robust")
+    assert est.future_pause_s == 0  # the pauses seen are in the pace: (1500 s of steps + 60 s of pauses) / 1500 steps
+    assert est.step_time_s == pytest.approx(0.2 + 3 * 10 / 1500 + 20 / 1500, rel=0.05)
+    assert est.remaining_s == pytest.approx(_truth(j, 1500), rel=0.05)

@@ -1,5 +1,6 @@
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from traincast.errors import ConfigError, DataError
@@ -126,3 +127,39 @@ def test_binary_garbage_never_fatal():
         text = "step,time_s,loss\n" + junk if fmt == "csv" else junk
         p = parse_text(text, fmt)
         assert len(p.records) == 0 or fmt == "csv"
+
+
+# ------------------------------------------------------------------- issue 20
+def test_learning_rate_columns():
+    p = parse_text("# exported by a script\nstep,time_s,loss,lr\n1,0.1,2.0,0.001\n2,0.2,1.9,0.0009\n", "auto", "x.csv")
+    assert p.format == "csv" and [r.learning_rate for r in p.records] == [0.001, 0.0009]
+    s = p.to_series()
+    assert s.lr is not None and list(s.lr) == [0.001, 0.0009]
+    lightning = parse_text("step,epoch,train_loss,lr-AdamW\n1,0,2.0,0.01\n2,0,1.8,0.02\n", "csv")
+    assert [r.learning_rate for r in lightning.records] == [0.01, 0.02]
+    jl = parse_text('{"step": 5, "time": 1.0, "loss": 1.0, "learning_rate": 3e-4}\n', "jsonl")
+    assert jl.records[0].learning_rate == pytest.approx(3e-4)
+    hf = parse_text("{'loss': 2.1, 'learning_rate': 5e-05, 'epoch': 0.1}\n", "hf")  # no bar yet: no step to attach to
+    assert hf.records == ()
+
+
+def test_trainer_state_learning_rate():
+    p = parse_log(DATA / "trainer_state.json")
+    assert [r.learning_rate for r in p.records] == [4.5e-05, 4e-05, 3.5e-05, None, None]  # the last two log none
+
+
+def test_resume_in_a_csv_log_keeps_log_order():
+    rows = ["step,time_s,loss"] + [f"{s},{s * 1.0},{1.0}" for s in range(1, 61)]
+    rows += [f"{s},{(s - 50) * 1.0 + 0.5},{1.0}" for s in range(51, 101)]  # resumed from step 50, clock from 0
+    p = parse_text("\n".join(rows) + "\n", "csv")
+    assert len(p.records) == 110  # nothing merged away: the replay is kept in log order
+    s = p.to_series(200)
+    assert list(s.steps) == list(range(1, 101))
+    assert [e.kind for e in s.events] == ["resume"] and s.events[0].step == 50
+    assert np.all(np.diff(s.time_s) >= 0)
+
+
+def test_sparse_lightning_rows_still_merge():
+    text = "step,time,train_loss,val_loss\n10,1.0,0.5,\n10,,,0.6\n20,2.0,0.4,\n"
+    p = parse_text(text, "csv")
+    assert [(r.step, r.loss, r.metric) for r in p.records] == [(10, 0.5, 0.6), (20, 0.4, None)]

@@ -67,6 +67,8 @@ def register(app: typer.Typer) -> None:
     from rich.table import Table
 
     from traincast.online import api, estimate, jobs, move, parsers, plot
+    from traincast.online.curves import FORMS
+    from traincast.online.schedule import schedule_help
 
     console = Console()
 
@@ -283,63 +285,57 @@ def register(app: typer.Typer) -> None:
         target: str = typer.Argument(..., help="a log file, or the name of a job in the store"),
         target_loss: float = typer.Option(..., "--target-loss", help="training loss to reach"),
         fmt: str = typer.Option("auto", "--format"),
-        form: str = typer.Option("auto", "--form", help="loss model: optimus (1/(b0 k + b1) + b2), power, or auto (the one that extrapolates best within the run)"),
-        log_space: bool = typer.Option(True, "--log-space/--linear", help="fit relative (log) residuals, which weigh the tail of the curve, or absolute ones"),
-        n_boot: int = typer.Option(100, "--boot", help="bootstrap refits for the interval"),
+        lr_schedule: Optional[str] = typer.Option(
+            None, "--lr-schedule", help="the learning-rate schedule (else the logged learning rate): " + schedule_help()
+        ),
+        total_steps: Optional[int] = typer.Option(None, "--total-steps", help="steps of the whole run (the horizon)"),
+        form: str = typer.Option("auto", "--form", help="loss-curve form: auto (the average of all), " + ", ".join(FORMS)),
+        n_draws: int = typer.Option(120, "--draws", "--boot", help="sampled curves for the band"),
         step_time_s: Optional[float] = typer.Option(None, "--step-time-s", help="time per step (else measured from the log)"),
-        plot_path: Optional[str] = typer.Option(None, "--plot", help="PNG of the loss fit"),
+        plot_path: Optional[str] = typer.Option(None, "--plot", help="PNG of the loss forecast"),
         db: Optional[str] = typer.Option(None, "--db"),
         as_json: bool = typer.Option(False, "--json"),
     ):
-        """Steps (and time) until the training loss reaches a target (Optimus loss model)."""
+        """Steps (and time) until the training loss reaches a target, aware of the learning-rate schedule."""
         if not math.isfinite(target_loss):
             raise ConfigError(f"--target-loss must be a finite number, got {target_loss}")
-        if n_boot < 0:
-            raise ConfigError(f"--boot must be >= 0, got {n_boot}")
+        if n_draws < 10:
+            raise ConfigError(f"--draws must be >= 10, got {n_draws}")
         _positive("--step-time-s", step_time_s)
-        from traincast.online.converge import time_to_target
+        _positive("--total-steps", total_steps)
+        if plot_path:
+            from traincast.errors import png_path
+
+            png_path(plot_path)
+        from traincast.online.converge import converge as _converge
 
         store = None if Path(target).exists() else _job_store(db, target)
-        series, _ = api.open_series(target, fmt, store)
-        model, stt = api.steps_to_target(series, target_loss, form, n_boot, log_space=log_space)
-        tau = step_time_s
-        if tau is None:
-            try:
-                tau = estimate.estimate_remaining(series, int(series.steps.max()) + 1).step_time_s
-            except (DataError, ConfigError):
-                tau = None
-        ttt = time_to_target(stt, tau) if tau else None
+        series, _ = api.open_series(target, fmt, store, total_steps)
+        res = _converge(series, target_loss, lr_schedule, total_steps, form=form, n_draws=n_draws, step_time_s=step_time_s)
+        fc, ttt = res.forecast, res.time_to_target
+        for w in res.warnings:
+            typer.echo(f"warning: {w}", err=True)
         if plot_path:
             import numpy as np
 
             ok = np.isfinite(series.loss)
-            plot.plot_loss_fit(series.steps[ok], series.loss[ok], model, plot_path, target_loss, stt)
+            plot.plot_forecast(series.steps[ok], series.loss[ok], res.draws, plot_path, fc)
         d = {
             "target": target,
-            "form": model.form_,
-            "log_space": log_space,
-            "beta": list(model.beta_) if model.beta_ else None,
-            "params": [float(p) for p in model.params_],
-            "floor_loss": model.floor_loss(),
-            **dataclasses.asdict(stt),
-            "reached": bool(stt.steps <= stt.current_step),
+            **dataclasses.asdict(fc),
+            "schedule_source": res.schedule_source,
+            "warnings": list(res.warnings),
+            "reached": fc.status == "reached",
+            "floor_loss": fc.floor_loss,
+            "step_time_s": res.step_time_s,
             "time_to_target": dataclasses.asdict(ttt) if ttt else None,
         }
+        if plot_path:
+            d["plot"] = plot_path
         if as_json:
             typer.echo(_dump(d))
             return
-        if not math.isfinite(stt.steps):
-            console.print(
-                f"target loss {target_loss:g} is below the fitted floor {model.floor_loss():.4g}: not reached "
-                f"({stt.reachable_fraction:.0%} of bootstrap fits reach it)"
-            )
-        else:
-            console.print(
-                f"loss {target_loss:g} at step {stt.steps:,.0f} [{stt.low:,.0f} - {stt.high:,.0f}] "
-                f"(now at step {stt.current_step:,}; floor {model.floor_loss():.4g})"
-            )
-            if ttt:
-                console.print(f"time to target: {dur(ttt.time_s)} [{dur(ttt.low_s)} - {dur(ttt.high_s)}]")
+        typer.echo(converge_line(fc, ttt))
         if plot_path:
             console.print(f"plot: {plot_path}")
 
@@ -369,6 +365,40 @@ def register(app: typer.Typer) -> None:
         typer.echo(_dump(d) if as_json else f"stored {d['records']} records of {log} as job {job!r} ({d['skipped_lines']} lines skipped)")
 
 
+def converge_line(fc, ttt=None) -> str:
+    """One line that says what the convergence forecast is."""
+    band = f"{fc.level:.0%} band"
+    when = ""
+    if fc.status == "reached":
+        return f"loss {fc.target_loss:g} already reached at step {fc.steps:,.0f} (now at step {fc.current_step:,})"
+    if fc.status == "unreachable":
+        return (
+            f"unreachable: target loss {fc.target_loss:g} is below the fitted floor {fc.floor_loss:.4g} "
+            f"[{fc.floor_low:.4g} - {fc.floor_high:.4g}] this run reaches by step {fc.horizon_steps:,} "
+            f"({fc.reach_probability:.0%} of the sampled curves reach it)"
+        )
+
+    def st(x):
+        return f"{x:,.0f}" if math.isfinite(x) else f"not by step {fc.horizon_steps:,}"
+
+    if ttt is not None and math.isfinite(ttt.time_s):
+        hi = dur(ttt.high_s) if math.isfinite(ttt.high_s) else "later"
+        when = f"; in {dur(ttt.time_s)} [{dur(ttt.low_s)} - {hi}]"
+    head = "not enough signal yet: " if fc.status == "not enough signal" else ""
+    if not math.isfinite(fc.steps):
+        first = f", the earliest from step {fc.low:,.0f}" if math.isfinite(fc.low) else ""
+        return (
+            f"{head}loss {fc.target_loss:g} not reached by step {fc.horizon_steps:,} in most sampled curves "
+            f"({fc.reach_probability:.0%} reach it{first}; now at step {fc.current_step:,}; floor {fc.floor_loss:.4g} "
+            f"[{fc.floor_low:.4g} - {fc.floor_high:.4g}])"
+        )
+    return (
+        f"{head}loss {fc.target_loss:g} at step {st(fc.steps)} [{st(fc.low)} - {st(fc.high)}] ({band}, "
+        f"{fc.reach_probability:.0%} reach it by step {fc.horizon_steps:,}; now at step {fc.current_step:,}; "
+        f"floor {fc.floor_loss:.4g}){when}"
+    )
+
+
 def _print_estimate(console, est, parsed, name, an=None) -> None:
     from rich.table import Table
 
@@ -386,7 +416,8 @@ def _print_estimate(console, est, parsed, name, an=None) -> None:
     t.add_row("elapsed", dur(est.elapsed_s))
     t.add_row("time per step", f"{est.step_time_s * 1e3:,.1f} ms  ({est.rate_steps_per_s:,.2f} steps/s, CoV {est.cov:.2f})")
     t.add_row("remaining", f"{dur(est.remaining_s)}  [{dur(est.low_s)} - {dur(est.high_s)}]")
-    t.add_row("of which future pauses", dur(est.future_pause_s))
+    t.add_row("of which future pauses", dur(est.future_pause_s) if est.estimator not in ("robust", "naive", "naive_trim")
+              else "in the pace (pauses seen so far)")
     if an is not None:
         kinds = {}
         for p in an.pauses:

@@ -9,6 +9,10 @@
   θ4·p)^-1`` (M the global batch), asynchronous ``f = w·(θ0 + θ1·w/p + θ2·w +
   θ3·p)^-1``; θ ≥ 0 by non-negative least squares.
 - ``time_to_target``: steps to target / speed.
+- ``converge``: the schedule-aware forecast ``traincast converge`` makes
+  (``traincast.online.curves``: forms in the cumulative learning rate with an
+  annealing term, averaged by rolling-origin backtests, 80% band), with the
+  schedule from ``--lr-schedule`` or the logged learning rate.
 """
 
 from __future__ import annotations
@@ -296,3 +300,101 @@ def time_to_target(stt: StepsToTarget, step_time_s: float) -> TimeToTarget:
     return TimeToTarget(
         stt.target_loss, left(stt.steps), left(stt.steps) * step_time_s, left(stt.low) * step_time_s, left(stt.high) * step_time_s
     )
+
+
+# ------------------------------------------------------------ schedule-aware
+@dataclass(frozen=True)
+class ConvergeResult:
+    """What ``traincast converge`` answers: the forecast, the schedule used, warnings, time to target."""
+
+    forecast: object  # curves.ConvergenceForecast
+    schedule: str | None
+    schedule_source: str  # "given" | "logged" | "none"
+    warnings: tuple[str, ...]
+    step_time_s: float | None
+    time_to_target: TimeToTarget | None
+    draws: object = None  # curves.CurveDraws (for plots); None when the target was already reached
+
+
+def resolve_schedule(series, lr_schedule: str | None = None, total_steps: int | None = None):
+    """The learning-rate schedule of a job: ``lr_schedule`` (a spec) if given, else its logged learning rate.
+
+    Returns (schedule or None, source, warnings). A logged learning rate that contradicts the
+    given schedule is a warning, not an error: the logged values are used for the past.
+    """
+    from traincast.online.schedule import Schedule, check_against_log, parse_schedule
+
+    total = total_steps or series.total_steps
+    warns: list[str] = []
+    lr = getattr(series, "lr", None)
+    has_lr = lr is not None and np.isfinite(lr).sum() >= 2
+    if lr_schedule is not None:
+        sched = parse_schedule(lr_schedule, total)
+        if has_lr:
+            ok = np.isfinite(lr)
+            w = check_against_log(sched, series.steps[ok], lr[ok])
+            if w:
+                warns.append(w)
+                logged = Schedule.from_logged(series.steps[ok], lr[ok], total)
+                last = float(series.steps[ok].max())
+                given = sched
+
+                def fn(k, logged=logged, given=given, last=last):
+                    k = np.asarray(k, dtype=float)
+                    return np.where(k <= last, logged.lr(k), given.lr(k))
+
+                sched = Schedule(f"{given.spec} (logged before step {int(last)})", fn, given.total_steps or total)
+        return sched, "given", tuple(warns)
+    if has_lr:
+        ok = np.isfinite(lr)
+        sched = Schedule.from_logged(series.steps[ok], lr[ok], total)
+        if sched.note and not sched.future_known:
+            warns.append(sched.note)
+        return sched, "logged", tuple(warns)
+    return None, "none", ()
+
+
+def converge(
+    series, target_loss: float, lr_schedule: str | None = None, total_steps: int | None = None, *,
+    form: str = "auto", n_draws: int = 120, seed: int = 0, step_time_s: float | None = None,
+) -> ConvergeResult:
+    """When the loss of ``series`` (a JobSeries) reaches ``target_loss``: steps, 80% band, time.
+
+    The schedule comes from ``lr_schedule`` (a spec, see ``traincast.online.schedule``) or the
+    logged learning rate; ``form`` is ``auto`` (the average of all forms) or one form's name
+    (``traincast.online.curves.FORMS``). The time per step is measured from the series unless given.
+    """
+    from traincast.online import curves
+
+    if not (isinstance(target_loss, (int, float)) and math.isfinite(target_loss)):
+        raise ConfigError(f"target loss must be a finite number, got {target_loss!r}")
+    if form != "auto" and form not in curves.FORMS:
+        from traincast.errors import UnknownNameError
+
+        raise UnknownNameError("loss-curve form", form, ["auto", *curves.FORMS])
+    ok = np.isfinite(series.loss)
+    if ok.sum() == 0:
+        raise DataError(f"job/log {series.name!r} has no loss values; log the training loss to fit its curve")
+    total = total_steps or series.total_steps
+    sched, source, warns = resolve_schedule(series, lr_schedule, total)
+    if total is None and sched is not None and sched.total_steps:
+        total = sched.total_steps
+    if form == "mpl" and sched is None:
+        raise ConfigError("form 'mpl' needs a learning-rate schedule: pass --lr-schedule or log the learning rate")
+    forms = None if form == "auto" else [form]
+    k, y = series.steps[ok].astype(float), series.loss[ok]
+    (fc,), draws = curves.forecast_many(k, y, [target_loss], sched, total, n_draws=n_draws, seed=seed, forms=forms,
+                                        return_draws=True)
+    tau = step_time_s
+    if tau is None:
+        from traincast.online.estimate import estimate_remaining
+
+        try:
+            tau = estimate_remaining(series, int(series.steps.max()) + 1).step_time_s
+        except (DataError, ConfigError):
+            tau = None
+    ttt = None
+    if tau:
+        stt = StepsToTarget(fc.target_loss, fc.steps, fc.low, fc.high, fc.reach_probability, fc.current_step)
+        ttt = time_to_target(stt, tau)
+    return ConvergeResult(fc, sched.spec if sched is not None else None, source, tuple(warns) + fc.notes, tau, ttt, draws)

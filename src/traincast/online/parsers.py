@@ -13,12 +13,15 @@ Formats (``fmt``):
 - ``csv``: a header and rows with a step column (``step``, ``global_step``,
   ``iteration``...), a time column (``time_s``, ``time``, ``timestamp``,
   ``wall_time``, ``elapsed``... seconds or ISO 8601), and optional loss,
-  metric and epoch columns. Covers Lightning's ``CSVLogger`` metrics.csv and
+  metric, epoch and learning-rate (``lr``, ``learning_rate``, Lightning's
+  ``lr-<Optimizer>``) columns. Covers Lightning's ``CSVLogger`` metrics.csv and
   TensorBoard scalars exported to CSV (``Wall time,Step,Value``).
 - ``jsonl``: one JSON object a line with the same keys as ``csv``.
 
 Malformed or partial lines (a file still being written) are skipped and
-counted in ``ParsedLog.lines_skipped``; they are never fatal.
+counted in ``ParsedLog.lines_skipped``; they are never fatal. CSV and JSONL
+records keep their log order, so that a resume from a checkpoint (steps logged
+again) or a clock that starts again is seen (``records.resolve_restarts``).
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ def detect_format(text: str, name: str = "") -> str:
         return "keras"
     if re.search(r"\d+/\d+ \[\d+:\d+(:\d+)?<", head) or "{'loss'" in head or "{'train_runtime'" in head:
         return "hf"
-    first = next((ln for ln in head.splitlines() if ln.strip()), "")
+    first = next((ln for ln in head.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
     if first.lstrip().startswith("{"):
         return "jsonl"
     if first.lower().replace(" ", "") == "walltime,step,value":
@@ -243,7 +246,8 @@ def _parse_hf_console(text: str, fmt: str) -> ParsedLog:
             if "loss" in d and _num(d.get("loss")) is not None:
                 last_loss_epoch = _num(d.get("epoch"))
                 old = records.get(cur_step)
-                records[cur_step] = StepRecord(cur_step, old.time_s if old else cur_t, _num(d["loss"]), None, last_loss_epoch)
+                records[cur_step] = StepRecord(cur_step, old.time_s if old else cur_t, _num(d["loss"]), None, last_loss_epoch,
+                                               _num(d.get("learning_rate")))
             evals = {k: v for k, v in d.items() if k.startswith("eval_")}
             if evals:
                 val = _num(d.get("eval_accuracy", d.get("eval_loss")))
@@ -268,7 +272,8 @@ def _parse_hf_console(text: str, fmt: str) -> ParsedLog:
             continue
         cur_step, cur_t = s, t
         old = records.get(s)
-        records[s] = StepRecord(s, t, old.loss if old else None, None, old.epoch if old else None)
+        records[s] = StepRecord(s, t, old.loss if old else None, None, old.epoch if old else None,
+                                old.learning_rate if old else None)
     recs = tuple(records[k] for k in sorted(records))
     return ParsedLog(fmt, recs, tuple(events), c.read, c.skipped, train_total, None, tuple(c.examples))
 
@@ -297,7 +302,7 @@ def _parse_trainer_state(text: str) -> ParsedLog:
             if loss is None:
                 c.skip(str(d))
                 continue
-            recs[step] = StepRecord(step, None, loss, None, _num(d.get("epoch")))
+            recs[step] = StepRecord(step, None, loss, None, _num(d.get("epoch")), _num(d.get("learning_rate")))
         elif any(k.startswith("eval_") for k in d):
             events.append(Event("eval_end", step, None, _num(d.get("eval_accuracy", d.get("eval_loss")))))
     total = state.get("max_steps") if isinstance(state.get("max_steps"), int) and state.get("max_steps") > 0 else None
@@ -314,6 +319,7 @@ _TIME_KEYS = ("time_s", "time", "timestamp", "wall_time", "walltime", "wall time
 _LOSS_KEYS = ("loss", "train_loss", "train/loss", "training_loss", "train_loss_step", "loss_step", "value")
 _METRIC_KEYS_CSV = ("metric", "val_acc", "val_accuracy", "accuracy", "acc", "val/acc", "eval_accuracy", "val_loss", "eval_loss")
 _EPOCH_KEYS = ("epoch",)
+_LR_KEYS = ("learning_rate", "lr", "train/lr", "train/learning_rate", "lr-adamw", "lr-adam", "lr-sgd", "learning-rate")
 
 
 def _pick(keys_lower: dict[str, str], wanted) -> str | None:
@@ -349,7 +355,8 @@ def _row_record(row: dict, cols: dict) -> StepRecord | None:
     loss = _num(row.get(cols["loss"])) if cols["loss"] else None
     metric = _num(row.get(cols["metric"])) if cols["metric"] else None
     epoch = _num(row.get(cols["epoch"])) if cols["epoch"] else None
-    return StepRecord(int(step), t, loss, metric, epoch)
+    lr = _num(row.get(cols["lr"])) if cols.get("lr") else None
+    return StepRecord(int(step), t, loss, metric, epoch, lr)
 
 
 def _columns(keys, fmt: str) -> dict:
@@ -360,30 +367,52 @@ def _columns(keys, fmt: str) -> dict:
         "loss": _pick(kl, _LOSS_KEYS),
         "metric": _pick(kl, _METRIC_KEYS_CSV),
         "epoch": _pick(kl, _EPOCH_KEYS),
+        "lr": _pick(kl, _LR_KEYS),
     }
+    if cols["lr"] is None:  # Lightning's LearningRateMonitor: lr-<Optimizer>[...]
+        cols["lr"] = next((kl[k] for k in kl if k.startswith(("lr-", "lr_"))), None)
     if cols["loss"] is None:  # e.g. Lightning's 'train_loss_epoch' or any *loss* column
         cols["loss"] = next((kl[k] for k in kl if "loss" in k and not k.startswith(("val", "eval", "test"))), None)
     return cols
 
 
-def _merge(recs: dict[int, StepRecord], r: StepRecord) -> None:
-    old = recs.get(r.step)
-    if old is None:
-        recs[r.step] = r
-        return
-    # Lightning's CSVLogger writes one sparse row per logging call: merge them
-    recs[r.step] = StepRecord(
-        r.step,
-        r.time_s if r.time_s is not None else old.time_s,
-        r.loss if r.loss is not None else old.loss,
-        r.metric if r.metric is not None else old.metric,
-        r.epoch if r.epoch is not None else old.epoch,
-    )
+class _Ordered:
+    """Records in log order. A row for a step already seen in this stretch of the log is merged into it
+    (Lightning's CSVLogger writes one sparse row per logging call); a step below the last one, or a
+    clock that went back, is a restart and starts a new stretch (see ``records.resolve_restarts``)."""
+
+    def __init__(self):
+        self.recs: list[StepRecord] = []
+        self.pos: dict[int, int] = {}
+
+    def add(self, r: StepRecord) -> None:
+        i = self.pos.get(r.step)
+        last = self.recs[-1] if self.recs else None
+        restart = last is not None and (
+            r.step < last.step and (i is None or (r.time_s is not None and self.recs[i].time_s is not None
+                                                  and r.time_s != self.recs[i].time_s))
+        )
+        if i is not None and not restart:
+            old = self.recs[i]
+            self.recs[i] = StepRecord(
+                r.step,
+                r.time_s if r.time_s is not None else old.time_s,
+                r.loss if r.loss is not None else old.loss,
+                r.metric if r.metric is not None else old.metric,
+                r.epoch if r.epoch is not None else old.epoch,
+                r.learning_rate if r.learning_rate is not None else old.learning_rate,
+            )
+            return
+        if restart:
+            self.pos = {}
+        self.pos[r.step] = len(self.recs)
+        self.recs.append(r)
 
 
 def _epoch_events(recs: list[StepRecord]) -> tuple[tuple[Event, ...], int | None]:
     events = []
     prev = None
+    recs = sorted({r.step: r for r in recs}.values(), key=lambda r: r.step)
     for a, b in zip(recs, recs[1:]):
         if a.epoch is not None and b.epoch is not None and math.floor(b.epoch) > math.floor(a.epoch):
             events.append(Event("epoch_end", a.step, a.time_s))
@@ -397,7 +426,7 @@ def _epoch_events(recs: list[StepRecord]) -> tuple[tuple[Event, ...], int | None
 def _parse_csv(text: str, fmt: str) -> ParsedLog:
     c = _Counter()
     lines = text.splitlines()
-    while lines and not lines[0].strip():
+    while lines and (not lines[0].strip() or lines[0].lstrip().startswith("#")):  # blank and comment lines on top
         lines.pop(0)
     if not lines:
         return ParsedLog(fmt, (), (), 0, 0)
@@ -413,7 +442,7 @@ def _parse_csv(text: str, fmt: str) -> ParsedLog:
             f"CSV log has no step column (header: {', '.join(header)[:120]}); "
             f"name one of {', '.join(_STEP_KEYS)}, with a time column such as time_s"
         )
-    recs: dict[int, StepRecord] = {}
+    recs = _Ordered()
     for row in reader:
         c.read += 1
         if not any(x.strip() for x in row):
@@ -425,15 +454,15 @@ def _parse_csv(text: str, fmt: str) -> ParsedLog:
         if r is None:
             c.skip(",".join(row))
             continue
-        _merge(recs, r)
-    out = [recs[k] for k in sorted(recs)]
+        recs.add(r)
+    out = recs.recs
     events, spe = _epoch_events(out)
     return ParsedLog(fmt, tuple(out), events, c.read, c.skipped, None, spe, tuple(c.examples))
 
 
 def _parse_jsonl(text: str) -> ParsedLog:
     c = _Counter()
-    recs: dict[int, StepRecord] = {}
+    recs = _Ordered()
     cols = None
     for line in text.splitlines():
         if not line.strip():
@@ -455,7 +484,7 @@ def _parse_jsonl(text: str) -> ParsedLog:
         if r is None:
             c.skip(line)
             continue
-        _merge(recs, r)
-    out = [recs[k] for k in sorted(recs)]
+        recs.add(r)
+    out = recs.recs
     events, spe = _epoch_events(out)
     return ParsedLog("jsonl", tuple(out), events, c.read, c.skipped, None, spe, tuple(c.examples))

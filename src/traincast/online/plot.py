@@ -50,6 +50,34 @@ def plot_loss_fit(steps, losses, model, path, target_loss: float | None = None, 
     return p
 
 
+def plot_forecast(steps, losses, draws, path, fc) -> Path:
+    """Observed losses, the median and 80% band of the sampled future curves, the target and predicted step."""
+    p = _check_path(path)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = np.asarray(steps, dtype=float)
+    losses = np.asarray(losses, dtype=float)
+    ax.plot(steps, losses, ".", ms=2 if len(steps) > 500 else 5, alpha=0.5, label="loss")
+    if draws is not None and len(draws.curves):
+        med = np.median(draws.curves, axis=0)
+        lo, hi = np.quantile(draws.curves, [0.1, 0.9], axis=0)
+        ax.plot(draws.steps, med, "-", c="C1", label="forecast (median)")
+        ax.fill_between(draws.steps, lo, hi, color="C1", alpha=0.2, label="80% band")
+    ax.axhline(fc.target_loss, ls="--", c="gray", lw=1, label=f"target {fc.target_loss:g}")
+    if np.isfinite(fc.steps):
+        ax.axvline(fc.steps, c="C3", lw=1, label=f"predicted step {fc.steps:,.0f}")
+        if np.isfinite(fc.low):
+            ax.axvspan(fc.low, fc.high if np.isfinite(fc.high) else fc.horizon_steps, color="C3", alpha=0.1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(f"schedule: {fc.schedule or 'none'}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(p, dpi=100)
+    plt.close(fig)
+    return p
+
+
 def plot_eta_history(history, path) -> Path:
     """Estimated total duration (elapsed + remaining, with band) as the job went."""
     p = _check_path(path)

@@ -1,9 +1,12 @@
 """Synthetic training jobs with known answers, for tests and the backtest.
 
-A job has a warm-up (slower first steps), a steady time per step with noise
-(log-normal, optionally autocorrelated), an optional drift or a change of pace
-(another job arriving on the node), epoch-end and evaluation pauses, random
-stalls, and records logged every ``log_every`` steps.
+A job has a warm-up (slower first steps, and a compilation on the first step),
+a steady time per step with noise (log-normal, optionally autocorrelated), an
+optional drift or a change of pace (another job arriving on the node, a larger
+batch), epoch-end and evaluation pauses, random stalls, a crash and a resume
+from an earlier checkpoint (steps logged twice, the new process's clock
+starting at 0 and compiling again), and records logged every ``log_every``
+steps, in log order.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ class SyntheticJob:
     emit_events: bool = True
     loss_beta: tuple[float, float, float] | None = (1e-3, 0.5, 0.1)
     loss_noise: float = 0.02
+    compile_s: float = 0.0  # extra time of the first step of a process (torch.compile, autotuning)
+    crash_at: float | None = None  # fraction of the run where the process dies ...
+    resume_from: float | None = None  # ... and the fraction whose checkpoint the new process loads
 
     def generate(self, seed: int = 0, name: str = "") -> JobSeries:
         rng = np.random.default_rng(seed)
@@ -51,6 +57,7 @@ class SyntheticJob:
             base = np.where(k > self.shift_at * n, base * self.shift_factor, base)
         warm = 1 + (self.warmup_factor - 1) * np.exp(-5 * k / max(self.warmup_steps, 1))
         dur = base * warm * np.exp(sigma * eps - sigma**2 / 2)
+        dur[0] += self.compile_s
         events = []
         if self.stall_prob:
             dur = dur + (rng.random(n) < self.stall_prob) * self.stall_s * rng.uniform(0.5, 1.5, n)
@@ -74,8 +81,21 @@ class SyntheticJob:
             clean = 1.0 / (b0 * k + b1) + b2
             loss = clean * (1 + self.loss_noise * rng.normal(0, 1, n))
         keep = (k % self.log_every == 0) | (k == n)
-        recs = [StepRecord(0, 0.0)] + [
-            StepRecord(int(s), float(ti), float(li)) for s, ti, li in zip(k[keep], t[keep], loss[keep])
-        ]
+        if self.crash_at is not None:
+            # the first process logs up to the crash; the second replays from the checkpoint on a new clock
+            crash = int(self.crash_at * n)
+            back = int((self.resume_from if self.resume_from is not None else self.crash_at) * n)
+            first = keep & (k <= crash)
+            d2 = dur.copy()
+            d2[back] += self.compile_s
+            t2 = np.cumsum(np.where(k > back, d2, 0.0))  # the new clock: 0 at the checkpoint
+            second = keep & (k > back)
+            recs = [StepRecord(0, 0.0)]
+            recs += [StepRecord(int(s), float(ti), float(li)) for s, ti, li in zip(k[first], t[first], loss[first])]
+            recs += [StepRecord(int(s), float(ti), float(li)) for s, ti, li in zip(k[second], t2[second], loss[second])]
+        else:
+            recs = [StepRecord(0, 0.0)] + [
+                StepRecord(int(s), float(ti), float(li)) for s, ti, li in zip(k[keep], t[keep], loss[keep])
+            ]
         evs = [Event(kind, s, None) for kind, s in events]
         return JobSeries.from_records(recs, evs, n, self.steps_per_epoch if self.emit_events else None, name=name)
