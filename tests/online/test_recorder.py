@@ -46,6 +46,28 @@ def test_track_records_steps_events_and_metadata(tmp_path):
     assert row[1] == 301 and row[2] == 300
 
 
+def test_the_learning_rate_a_loop_records_reaches_converge(tmp_path):
+    """Tracker.step(lr=...) stores each step's learning rate; the job's series carries it and converge reads the
+    schedule from it (a cosine decay here), with no --lr-schedule."""
+    import math
+
+    from traincast.online.converge import resolve_schedule
+
+    store = Store(tmp_path / "t.db")
+    clock = Clock()
+    total = 400
+    with track("lr-job", total_steps=total, store=store, clock=clock) as t:
+        for k in range(1, 201):
+            clock.t += 0.5
+            lr = 0.1 * 0.5 * (1 + math.cos(math.pi * k / total))
+            t.step(loss=1.0 / k, lr=lr)
+    s = load_series(store, "lr-job")
+    assert s.lr is not None and s.lr[100] == pytest.approx(0.1 * 0.5 * (1 + math.cos(math.pi * 100 / total)))
+    sched, source, _ = resolve_schedule(s)
+    assert sched is not None and "log" in source
+    assert sched.lr(300) < sched.lr(200) < sched.lr(100)  # the decay ahead is foreseen
+
+
 def test_resume_appends_and_marks_a_resume(tmp_path):
     store = Store(tmp_path / "t.db")
     clock = Clock()

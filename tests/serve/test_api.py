@@ -178,8 +178,8 @@ def test_eta_and_converge_are_the_cli_answers_plus_rows(client, cli_app, auth, c
     want = cli_json(cli_app, capsys, "eta", "syn", "--json")
     assert got == {**want, "rows": len(rows)}
     assert client.get("/api/v1/jobs/syn/eta?total_steps=3000").json()["total_steps"] == 3000
-    got = client.get("/api/v1/jobs/syn/converge?target_loss=0.5&boot=20").json()
-    assert got == cli_json(cli_app, capsys, "converge", "syn", "--target-loss", "0.5", "--boot", "20", "--json")
+    got = client.get("/api/v1/jobs/syn/converge?target_loss=0.5&draws=20").json()
+    assert got == cli_json(cli_app, capsys, "converge", "syn", "--target-loss", "0.5", "--draws", "20", "--json")
     jobs = client.get("/api/v1/jobs").json()
     cli_jobs = cli_json(cli_app, capsys, "jobs", "--json")
     assert [{k: j[k] for k in c} for j, c in zip(jobs, cli_jobs)] == cli_jobs  # jobs --json's fields, and more

@@ -171,6 +171,9 @@ def test_a_database_from_before_migrations_is_adopted_and_upgraded(tmp_path):
             s.conn.execute("INSERT INTO online_events(job_id, kind, step, time_s) VALUES (1, 'epoch_end', 1, 11.5)")
         tables = {r[0] for r in s.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert "measure_model_timings" in tables  # tables the old file lacked are created
+        # migration 3 gave the old steps a learning-rate column (unknown for them)
+        assert "learning_rate" in {r[1] for r in s.conn.execute("PRAGMA table_info(online_steps)")}
+        assert s_.lr is None
 
 
 def test_a_database_newer_than_this_traincast_is_refused(tmp_path):

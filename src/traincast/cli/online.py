@@ -15,25 +15,16 @@ from traincast.cli.render import dur
 from traincast.errors import ConfigError, DataError, positive
 
 
-def _clean(x):
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
 def _dump(obj) -> str:
-    return json.dumps(_clean(obj), indent=None, sort_keys=False)
+    from traincast.online.api import clean_json
+
+    return json.dumps(clean_json(obj), indent=None, sort_keys=False)
 
 
 def _est_dict(e) -> dict:
-    d = dataclasses.asdict(e)
-    d["progress"] = e.progress
-    d["rate_steps_per_s"] = e.rate_steps_per_s
-    return d
+    from traincast.online.api import estimate_dict
+
+    return estimate_dict(e)
 
 
 def _store(db: Optional[str], must_exist: bool = False):
@@ -45,8 +36,10 @@ def _store(db: Optional[str], must_exist: bool = False):
 def _job_store(db: Optional[str], target: str):
     """The store that holds job ``target`` (not a log file): a missing database is an unknown job."""
     from traincast.errors import DataError
-    from traincast.store import default_db_path
+    from traincast.store import default_db_path, is_url
 
+    if db and is_url(db):  # a team database (postgresql://...): the store says whether the job is there
+        return _store(db)
     path = Path(db).expanduser() if db else default_db_path()
     if not path.exists() and ("/" in target or Path(target).suffix):
         raise DataError(f"log file {target!r} does not exist")
@@ -207,10 +200,7 @@ def register(app: typer.Typer) -> None:
         if plot_path:
             plot.plot_eta_history(estimate.eta_history(series, total_steps, estimator), plot_path)
         if as_json:
-            d = {"target": target, **_est_dict(est)}
-            d["warmup_steps"] = an.warmup_steps
-            d["pauses"] = {k: sum(1 for p in an.pauses if p.kind == k) for k in sorted({p.kind for p in an.pauses})}
-            d["pause_s"] = sum(p.excess_s for p in an.pauses)
+            d = api.eta_dict(est, an, target)
             if parsed is not None:
                 d["skipped_lines"] = parsed.lines_skipped
             if mv is not None:
@@ -320,16 +310,7 @@ def register(app: typer.Typer) -> None:
 
             ok = np.isfinite(series.loss)
             plot.plot_forecast(series.steps[ok], series.loss[ok], res.draws, plot_path, fc)
-        d = {
-            "target": target,
-            **dataclasses.asdict(fc),
-            "schedule_source": res.schedule_source,
-            "warnings": list(res.warnings),
-            "reached": fc.status == "reached",
-            "floor_loss": fc.floor_loss,
-            "step_time_s": res.step_time_s,
-            "time_to_target": dataclasses.asdict(ttt) if ttt else None,
-        }
+        d = api.converge_dict(res, target)
         if plot_path:
             d["plot"] = plot_path
         if as_json:

@@ -75,6 +75,15 @@ def estimate_dict(est) -> dict:
     return d
 
 
+def eta_dict(est, analysis, target: str) -> dict:
+    """The fields of ``traincast eta --json`` from an estimate and the series' analysis (not yet JSON-clean)."""
+    d = {"target": target, **estimate_dict(est)}
+    d["warmup_steps"] = analysis.warmup_steps
+    d["pauses"] = {k: sum(1 for p in analysis.pauses if p.kind == k) for k in sorted({p.kind for p in analysis.pauses})}
+    d["pause_s"] = sum(p.excess_s for p in analysis.pauses)
+    return d
+
+
 def eta_report(series: JobSeries, total_steps: int | None = None, estimator: str | None = None, *,
                tests: bool = False, target: str | None = None) -> dict:
     """What ``traincast eta TARGET --json`` prints for a job (no log file, no move), as a dict."""
@@ -82,39 +91,31 @@ def eta_report(series: JobSeries, total_steps: int | None = None, estimator: str
 
     est = estimate.estimate_remaining(series, total_steps, estimator or estimate.DEFAULT_ESTIMATOR, tests=tests)
     an = estimate.analyze(series, tests=False)
-    d = {"target": target if target is not None else series.name, **estimate_dict(est)}
-    d["warmup_steps"] = an.warmup_steps
-    d["pauses"] = {k: sum(1 for p in an.pauses if p.kind == k) for k in sorted({p.kind for p in an.pauses})}
-    d["pause_s"] = sum(p.excess_s for p in an.pauses)
-    return clean_json(d)
+    return clean_json(eta_dict(est, an, target if target is not None else series.name))
 
 
-def converge_report(series: JobSeries, target_loss: float, form: str = "auto", n_boot: int = 100,
-                    log_space: bool = True, step_time_s: float | None = None, target: str | None = None) -> dict:
-    """What ``traincast converge TARGET --target-loss X --json`` prints, as a dict."""
+def converge_dict(result, target: str) -> dict:
+    """The fields of ``traincast converge --json`` from a :func:`traincast.online.converge.converge` result."""
     import dataclasses
 
-    from traincast.errors import ConfigError
-    from traincast.online import estimate
-    from traincast.online.converge import time_to_target
-
-    model, stt = steps_to_target(series, target_loss, form, n_boot, log_space=log_space)
-    tau = step_time_s
-    if tau is None:
-        try:
-            tau = estimate.estimate_remaining(series, int(series.steps.max()) + 1).step_time_s
-        except (DataError, ConfigError):
-            tau = None
-    ttt = time_to_target(stt, tau) if tau else None
-    d = {
-        "target": target if target is not None else series.name,
-        "form": model.form_,
-        "log_space": log_space,
-        "beta": list(model.beta_) if model.beta_ else None,
-        "params": [float(p) for p in model.params_],
-        "floor_loss": model.floor_loss(),
-        **dataclasses.asdict(stt),
-        "reached": bool(stt.steps <= stt.current_step),
+    fc, ttt = result.forecast, result.time_to_target
+    return {
+        "target": target,
+        **dataclasses.asdict(fc),
+        "schedule_source": result.schedule_source,
+        "warnings": list(result.warnings),
+        "reached": fc.status == "reached",
+        "floor_loss": fc.floor_loss,
+        "step_time_s": result.step_time_s,
         "time_to_target": dataclasses.asdict(ttt) if ttt else None,
     }
-    return clean_json(d)
+
+
+def converge_report(series: JobSeries, target_loss: float, *, lr_schedule: str | None = None,
+                    total_steps: int | None = None, form: str = "auto", n_draws: int = 120,
+                    step_time_s: float | None = None, target: str | None = None) -> dict:
+    """What ``traincast converge TARGET --target-loss X --json`` prints, as a dict."""
+    from traincast.online.converge import converge
+
+    res = converge(series, target_loss, lr_schedule, total_steps, form=form, n_draws=n_draws, step_time_s=step_time_s)
+    return clean_json(converge_dict(res, target if target is not None else series.name))

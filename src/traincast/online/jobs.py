@@ -31,7 +31,7 @@ _JOB_FIELDS = (
     "price_usd_per_hour",
     "source",
 )
-STEP_FIELDS = ("time_s", "loss", "metric", "epoch")
+STEP_FIELDS = ("time_s", "loss", "metric", "epoch", "learning_rate")
 
 
 def _insert(conn: Connection, table):
@@ -149,7 +149,7 @@ def _merged(rows: Iterable[dict]) -> list[dict]:
 
 def write_steps(conn: Connection, jid: int, rows: Iterable[dict]) -> int:
     """Inside a write transaction: upsert step rows (dicts with ``step`` and any of time_s, loss, metric,
-    epoch), merging with what is stored; return how many distinct steps."""
+    epoch, learning_rate), merging with what is stored; return how many distinct steps."""
     rows = _merged(rows)
     if not rows:
         return 0
@@ -179,13 +179,14 @@ def touch(conn: Connection, jid: int) -> None:
 
 
 def _step_dict(r: StepRecord) -> dict:
-    return {"step": int(r.step), "time_s": r.time_s, "loss": r.loss, "metric": r.metric, "epoch": r.epoch}
+    return {"step": int(r.step), "time_s": r.time_s, "loss": r.loss, "metric": r.metric, "epoch": r.epoch,
+            "learning_rate": r.learning_rate}
 
 
 # the recorder's hot path on SQLite: one autocommit statement on the store's sqlite3 connection
 # (about 15 us, against 300 us through a pooled SQLAlchemy transaction); the same merge as write_steps
 _SQLITE_STEP = (
-    "INSERT INTO online_steps(job_id, step, time_s, loss, metric, epoch) VALUES (?,?,?,?,?,?) "
+    "INSERT INTO online_steps(job_id, step, time_s, loss, metric, epoch, learning_rate) VALUES (?,?,?,?,?,?,?) "
     "ON CONFLICT(job_id, step) DO UPDATE SET "
     + ", ".join(f"{k}=COALESCE(excluded.{k}, {k})" for k in STEP_FIELDS)
 )
@@ -195,7 +196,7 @@ def add_step(store: Store, jid: int, record: StepRecord) -> None:
     """Insert (or merge) one step and commit it."""
     if store.dialect == "sqlite":
         store.conn.execute(_SQLITE_STEP, (jid, int(record.step), record.time_s, record.loss, record.metric,
-                                          record.epoch))
+                                          record.epoch, record.learning_rate))
         return
     with store.write() as c:
         write_steps(c, jid, [_step_dict(record)])
@@ -250,7 +251,8 @@ def load_series(store: Store, name: str) -> JobSeries:
             info, jid = _job_from_row(row), row.id
             s, e = online_steps.c, online_events.c
             recs = [StepRecord(*r) for r in c.execute(
-                select(s.step, s.time_s, s.loss, s.metric, s.epoch).where(s.job_id == jid).order_by(s.step)).tuples()]
+                select(s.step, s.time_s, s.loss, s.metric, s.epoch, s.learning_rate).where(s.job_id == jid)
+                .order_by(s.step)).tuples()]
             evs = [Event(*r) for r in c.execute(
                 select(e.kind, e.step, e.time_s, e.value).where(e.job_id == jid).order_by(e.step, e.id)).tuples()]
     if jid is None:

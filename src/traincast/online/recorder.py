@@ -268,7 +268,7 @@ class _ServerSink:
     # --------------------------------------------------------- training thread
     def step(self, rec: StepRecord) -> None:
         self.rows.append({"step": rec.step, "time_s": rec.time_s, "loss": rec.loss, "metric": rec.metric,
-                          "epoch": rec.epoch})
+                          "epoch": rec.epoch, "learning_rate": rec.learning_rate})
 
     def event(self, ev: Event) -> None:
         self.events.append({"kind": ev.kind, "step": ev.step, "time_s": ev.time_s, "value": ev.value})
@@ -482,8 +482,9 @@ class Tracker:
             self.current_step = 0
 
     # ----------------------------------------------------------------- records
-    def step(self, loss=None, metric=None, *, step: int | None = None, n: int = 1) -> int:
-        """Record the end of a training step (or of ``n`` steps); return the step index."""
+    def step(self, loss=None, metric=None, *, step: int | None = None, n: int = 1, lr=None) -> int:
+        """Record the end of a training step (or of ``n`` steps), with its loss, metric and learning rate where
+        given (the learning rate lets ``traincast converge`` see the schedule); return the step index."""
         if self.closed:
             raise ConfigError(f"tracker of job {self.job!r} is closed; open a new one with track(...)")
         if step is None:
@@ -493,14 +494,14 @@ class Tracker:
         self.current_step = int(step)
         if step % self.record_every == 0:
             self._sink.step(StepRecord(self.current_step, self.clock(), _num("loss", loss), _num("metric", metric),
-                                       float(self.epoch)))
+                                       float(self.epoch), _num("lr", lr)))
         return self.current_step
 
-    def update(self, step: int, loss=None, metric=None) -> None:
-        """Attach a loss or metric to step ``step`` after the fact (frameworks log after the step)."""
-        loss, metric = _num("loss", loss), _num("metric", metric)
+    def update(self, step: int, loss=None, metric=None, lr=None) -> None:
+        """Attach a loss, metric or learning rate to step ``step`` after the fact (frameworks log after the step)."""
+        loss, metric, lr = _num("loss", loss), _num("metric", metric), _num("lr", lr)
         # merged with the stored step (its time kept); a step not recorded (record_every > 1) gets no time
-        self._sink.step(StepRecord(int(step), None, loss, metric, None))
+        self._sink.step(StepRecord(int(step), None, loss, metric, None, lr))
 
     def _event(self, kind: str, value=None) -> None:
         if kind not in EVENT_KINDS:

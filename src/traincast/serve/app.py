@@ -176,10 +176,12 @@ def api_router() -> APIRouter:
     @r.get("/jobs/{job}/converge", tags=["jobs"], summary="`traincast converge JOB --target-loss X --json`")
     def converge(request: Request, job: JobName,
                  target_loss: Annotated[float, Query(allow_inf_nan=False)],
-                 form: str = "auto", boot: Annotated[int, Query(ge=0, le=1000)] = 100, log_space: bool = True):
+                 form: str = "auto", draws: Annotated[int, Query(ge=10, le=1000)] = 120,
+                 lr_schedule: str | None = None, total_steps: Annotated[int, Query(ge=1)] | None = None):
         from traincast.online import api, jobs as J
 
-        return api.converge_report(J.load_series(_store(request), job), target_loss, form, boot, log_space, target=job)
+        return api.converge_report(J.load_series(_store(request), job), target_loss, lr_schedule=lr_schedule,
+                                   total_steps=total_steps, form=form, n_draws=draws, target=job)
 
     @r.get("/jobs/{job}/curve", tags=["jobs"], summary="the loss curve (at most max_points) and its fitted model")
     def curve(request: Request, job: JobName, max_points: Annotated[int, Query(ge=10, le=5000)] = 400):

@@ -165,8 +165,9 @@ class MetricRow(BaseModel):
     loss: float | None = None
     metric: float | None = None
     epoch: float | None = None
+    learning_rate: float | None = Field(None, validation_alias=AliasChoices("learning_rate", "lr"))
 
-    @field_validator("time_s", "loss", "metric", "epoch")
+    @field_validator("time_s", "loss", "metric", "epoch", "learning_rate")
     @classmethod
     def _finite(cls, v):
         return _finite_or_none(v)

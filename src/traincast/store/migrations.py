@@ -67,9 +67,17 @@ def _v2(conn: Connection) -> None:
     ))
 
 
+def _v3(conn: Connection) -> None:
+    # the learning rate of each step, so that converge knows the schedule from the recorder's rows
+    if not has_column(conn, "online_steps", "learning_rate"):
+        kind = "DOUBLE PRECISION" if conn.dialect.name == "postgresql" else "REAL"
+        conn.execute(text(f"ALTER TABLE online_steps ADD COLUMN learning_rate {kind}"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tables of the data, measure and online packages", _v1),
     Migration(2, "online_events: one row per (job, kind, step, time) so that resent events are stored once", _v2),
+    Migration(3, "online_steps: the learning rate of each step", _v3),
 )
 HEAD = MIGRATIONS[-1].version
 

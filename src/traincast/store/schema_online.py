@@ -32,6 +32,7 @@ online_steps = Table(
     Column("loss", Double),
     Column("metric", Double),
     Column("epoch", Double),
+    Column("learning_rate", Double),
 )
 
 online_events = Table(

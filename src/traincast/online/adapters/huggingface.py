@@ -46,8 +46,8 @@ class TraincastCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.tracker is None or not logs:
             return
-        if "loss" in logs:
-            self.tracker.update(int(state.global_step), loss=logs["loss"])
+        if "loss" in logs or "learning_rate" in logs:
+            self.tracker.update(int(state.global_step), loss=logs.get("loss"), lr=logs.get("learning_rate"))
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         if self.tracker is None:

@@ -48,7 +48,15 @@ class TraincastCallback(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if self.tracker is not None:
-            self.tracker.step(loss=(logs or {}).get("loss"))
+            self.tracker.step(loss=(logs or {}).get("loss"), lr=self._lr())
+
+    def _lr(self):
+        """The optimizer's current learning rate (a schedule's value at this step), None where unknown."""
+        try:
+            lr = self.model.optimizer.learning_rate
+            return float(lr.numpy() if hasattr(lr, "numpy") else lr)
+        except (AttributeError, TypeError, ValueError):
+            return None
 
     def on_test_begin(self, logs=None):
         if self.tracker is not None:

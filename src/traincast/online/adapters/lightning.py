@@ -17,6 +17,14 @@ except ImportError:  # the older package name
 from traincast.online.recorder import Tracker
 
 
+def _lr(trainer):
+    """The learning rate of the first optimizer's first parameter group (None where there is none)."""
+    try:
+        return float(trainer.optimizers[0].param_groups[0]["lr"])
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+        return None
+
+
 def _scalar(x):
     if isinstance(x, dict):
         x = x.get("loss")
@@ -51,7 +59,7 @@ class TraincastCallback(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.tracker is not None and trainer.global_step > self.tracker.current_step:
-            self.tracker.step(loss=_scalar(outputs), step=int(trainer.global_step))
+            self.tracker.step(loss=_scalar(outputs), step=int(trainer.global_step), lr=_lr(trainer))
 
     def on_train_epoch_end(self, trainer, pl_module):
         if self.tracker is not None:
