@@ -3,7 +3,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from traincast.errors import ConfigError, DataError
+from traincast.errors import ConfigError, DataError, UnknownNameError
 from traincast.online.parsers import detect_format, parse_log, parse_text
 
 DATA = Path(__file__).parent / "data"
@@ -101,7 +101,7 @@ def test_detect_and_errors(tmp_path):
     assert detect_format("Epoch 1/5\n") == "keras"
     with pytest.raises(DataError, match="--format"):
         detect_format("hello world\n")
-    with pytest.raises(ConfigError, match="unknown log format"):
+    with pytest.raises(UnknownNameError, match="unknown log format .xml.; known: csv, hf, jsonl, keras"):
         parse_text("x", "xml")
     with pytest.raises(DataError, match="does not exist"):
         parse_log(tmp_path / "nope.log")

@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
     def watch(
         log: str = typer.Argument(..., help="training log file to follow"),
         total_steps: Optional[int] = typer.Option(None, "--total-steps", help="steps of the whole run (else read from the log)"),
-        fmt: str = typer.Option("auto", "--format", help=f"log format: {', '.join(parsers.FORMATS)}"),
+        fmt: str = typer.Option("auto", "--format", help="log format: auto (sniffed); " + parsers.LOG_FORMATS.describe()),
         interval_s: float = typer.Option(2.0, "--interval", help="seconds between reads"),
         once: bool = typer.Option(False, "--once", help="read once, print, exit"),
         timeout_s: Optional[float] = typer.Option(None, "--timeout", min=0, help="stop following after this many seconds"),
@@ -153,7 +153,7 @@ def register(app: typer.Typer) -> None:
     def eta(
         target: str = typer.Argument(..., help="a log file, or the name of a job in the store"),
         total_steps: Optional[int] = typer.Option(None, "--total-steps"),
-        fmt: str = typer.Option("auto", "--format", help=f"log format: {', '.join(parsers.FORMATS)}"),
+        fmt: str = typer.Option("auto", "--format", help="log format: auto (sniffed); " + parsers.LOG_FORMATS.describe()),
         estimator: str = typer.Option(estimate.DEFAULT_ESTIMATOR, "--estimator", help=", ".join(estimate.ESTIMATORS)),
         speed_ratio: Optional[float] = typer.Option(
             None, "--speed-ratio", help="if moved now: target time per step / current time per step"
@@ -274,7 +274,7 @@ def register(app: typer.Typer) -> None:
     def converge(
         target: str = typer.Argument(..., help="a log file, or the name of a job in the store"),
         target_loss: float = typer.Option(..., "--target-loss", help="training loss to reach"),
-        fmt: str = typer.Option("auto", "--format"),
+        fmt: str = typer.Option("auto", "--format", help="log format: auto (sniffed); " + parsers.LOG_FORMATS.describe()),
         lr_schedule: Optional[str] = typer.Option(
             None, "--lr-schedule", help="the learning-rate schedule (else the logged learning rate): " + schedule_help()
         ),

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import ast
 import csv
+from collections.abc import Callable
+from dataclasses import dataclass
 import io
 import json
 import math
@@ -35,10 +37,10 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from traincast.errors import ConfigError, DataError
+from traincast.errors import DataError
 from traincast.online.records import Event, ParsedLog, StepRecord
+from traincast.registry import Registry
 
-FORMATS = ("auto", "keras", "hf", "tqdm", "lightning", "tensorboard", "csv", "jsonl")
 _MAX_EXAMPLES = 5
 
 
@@ -60,41 +62,20 @@ def parse_log(path: str | Path, fmt: str = "auto") -> ParsedLog:
 
 
 def parse_text(text: str, fmt: str = "auto", name: str = "") -> ParsedLog:
-    if fmt not in FORMATS:
-        raise ConfigError(f"unknown log format {fmt!r}; known: {', '.join(FORMATS)}")
+    """Parse log ``text`` in format ``fmt`` (a name of ``LOG_FORMATS``, or ``auto``: sniffed)."""
     if fmt == "auto":
         fmt = detect_format(text, name)
-    if fmt == "keras":
-        return _parse_keras(text)
-    if fmt in ("hf", "tqdm"):
-        stripped = text.lstrip()
-        if stripped.startswith("{") and '"log_history"' in text[:200_000]:
-            return _parse_trainer_state(text)
-        return _parse_hf_console(text, fmt)
-    if fmt in ("csv", "lightning", "tensorboard"):
-        return _parse_csv(text, fmt)
-    return _parse_jsonl(text)
+    return LOG_FORMATS.get(fmt).parse(text)
 
 
 def detect_format(text: str, name: str = "") -> str:
-    """Guess the format of a log from its name and first lines."""
+    """Guess the format of a log from its name and first lines: the formats' sniffers, by priority."""
     head = text[:20_000]
     lower = name.lower()
-    if '"log_history"' in text[:200_000] and head.lstrip().startswith("{"):
-        return "hf"
-    if lower.endswith(".jsonl") or lower.endswith(".ndjson"):
-        return "jsonl"
-    if re.search(r"^\s*Epoch \d+/\d+\s*$", head, re.M) or re.search(r"\d+/\d+ (\[[=>.]*\]|━)", head):
-        return "keras"
-    if re.search(r"\d+/\d+ \[\d+:\d+(:\d+)?<", head) or "{'loss'" in head or "{'train_runtime'" in head:
-        return "hf"
-    first = next((ln for ln in head.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
-    if first.lstrip().startswith("{"):
-        return "jsonl"
-    if first.lower().replace(" ", "") == "walltime,step,value":
-        return "tensorboard"
-    if "," in first:
-        return "csv"
+    tests = sorted((prio, fmt, fn) for fmt in LOG_FORMATS for prio, fn in LOG_FORMATS.get(fmt).sniffers)
+    for _, fmt, fn in tests:
+        if fn(head, text, lower):
+            return fmt
     raise DataError(
         f"cannot tell the format of log {name or '<text>'!r}; pass --format with one of {', '.join(FORMATS[1:])}"
     )
@@ -488,3 +469,51 @@ def _parse_jsonl(text: str) -> ParsedLog:
     out = recs.recs
     events, spe = _epoch_events(out)
     return ParsedLog("jsonl", tuple(out), events, c.read, c.skipped, None, spe, tuple(c.examples))
+
+
+# --- the formats and their sniffers ---------------------------------------------------
+@dataclass(frozen=True)
+class LogFormat:
+    """A log format: its parser and the tests that recognise it (priority, test(head, text, lowercase name));
+    ``detect_format`` runs every format's tests from the lowest priority up."""
+
+    parse: Callable[[str], ParsedLog]
+    sniffers: tuple[tuple[int, Callable[[str, str, str], bool]], ...] = ()
+
+
+def _first_line(head: str) -> str:
+    return next((ln for ln in head.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
+
+
+def _is_trainer_state(head: str, text: str, name: str) -> bool:
+    return '"log_history"' in text[:200_000] and head.lstrip().startswith("{")
+
+
+def _parse_hf(text: str, fmt: str = "hf") -> ParsedLog:
+    if text.lstrip().startswith("{") and '"log_history"' in text[:200_000]:
+        return _parse_trainer_state(text)
+    return _parse_hf_console(text, fmt)
+
+
+LOG_FORMATS: Registry[LogFormat] = Registry("log format")
+LOG_FORMATS.add("keras", LogFormat(_parse_keras, (
+    (30, lambda h, t, n: bool(re.search(r"^\s*Epoch \d+/\d+\s*$", h, re.M) or re.search(r"\d+/\d+ (\[[=>.]*\]|━)", h))),)),
+    help="Keras progress-bar output (times rebuilt from the per-step time)")
+LOG_FORMATS.add("hf", LogFormat(_parse_hf, (
+    (10, _is_trainer_state),
+    (40, lambda h, t, n: bool(re.search(r"\d+/\d+ \[\d+:\d+(:\d+)?<", h)) or "{'loss'" in h or "{'train_runtime'" in h),)),
+    help="Hugging Face Trainer console output, or its trainer_state.json")
+LOG_FORMATS.add("tqdm", LogFormat(lambda text: _parse_hf_console(text, "tqdm")), help="any tqdm progress-bar log")
+LOG_FORMATS.add("lightning", LogFormat(lambda text: _parse_csv(text, "lightning")), help="Lightning's CSVLogger metrics.csv")
+LOG_FORMATS.add("tensorboard", LogFormat(lambda text: _parse_csv(text, "tensorboard"), (
+    (60, lambda h, t, n: _first_line(h).lower().replace(" ", "") == "walltime,step,value"),)),
+    help="TensorBoard scalars exported to CSV (Wall time,Step,Value)")
+LOG_FORMATS.add("csv", LogFormat(lambda text: _parse_csv(text, "csv"), (
+    (70, lambda h, t, n: "," in _first_line(h)),)),
+    help="a header and rows with step, time and optional loss, metric, epoch, learning-rate columns")
+LOG_FORMATS.add("jsonl", LogFormat(_parse_jsonl, (
+    (20, lambda h, t, n: n.endswith((".jsonl", ".ndjson"))),
+    (50, lambda h, t, n: _first_line(h).lstrip().startswith("{")))),
+    help="one JSON object a line with the keys of csv")
+
+FORMATS = ("auto",) + LOG_FORMATS.names()
