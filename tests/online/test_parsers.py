@@ -3,7 +3,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from traincast.errors import ConfigError, DataError, UnknownNameError
+from traincast.errors import DataError, UnknownNameError
 from traincast.online.parsers import detect_format, parse_log, parse_text
 
 DATA = Path(__file__).parent / "data"
