@@ -159,3 +159,25 @@ def test_the_fuzz_reaches_both_outcomes(tmp_path, capsys):
         with time_limit(1):
             while True:
                 pass
+
+
+LOG_LINES = st.one_of(
+    st.builds(lambda s, t, l: f"{s},{t},{l}", st.integers(-5, 10**9), st.floats(allow_nan=True), st.floats(allow_nan=True)),
+    st.builds(lambda s, t: json.dumps({"step": s, "time_s": t, "loss": 0.5}), st.integers(-5, 10**12), JUNK),
+    st.sampled_from(["Epoch 3/10", "120/500 [====>....] - ETA: 3s - loss: 0.4", "{'loss': 2.3, 'epoch': 0.1}",
+                     " 50/500 [00:12<01:48, 4.15it/s]", "step,time_s,loss", "", "\x00\x01", "nan,nan,nan"]),
+    st.text(max_size=30),
+)
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_training_logs_never_crash(tmp_path_factory, capsys, data):
+    head = data.draw(st.sampled_from(["step,time_s,loss", "", "Epoch 1/2"]))
+    good = [f"{k},{0.5 * k:.2f},{1 / k:.4f}" for k in range(1, 30)] if head == "step,time_s,loss" else []
+    lines = [head, *good]
+    for _ in range(data.draw(st.integers(1, 6))):
+        lines.insert(data.draw(st.integers(0, len(lines))), data.draw(LOG_LINES))
+    path = tmp_path_factory.mktemp("log") / data.draw(st.sampled_from(["run.csv", "run.jsonl", "run.log"]))
+    path.write_text("\n".join(lines))
+    run_cli(capsys, ["eta", str(path), "--total-steps", str(data.draw(st.integers(-1, 10**6))), "--json"])
