@@ -26,7 +26,7 @@ def _register_all() -> None:
     from traincast.cli import commands
 
     commands.register(app)
-    for name in ("bench", "calibrate", "learn", "online", "plan"):
+    for name in ("bench", "calibrate", "learn", "online", "plan", "parallel"):
         try:
             module = __import__(f"traincast.cli.{name}", fromlist=["register"])
         except ModuleNotFoundError as exc:  # a group not built yet

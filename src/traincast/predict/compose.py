@@ -149,23 +149,49 @@ class WorkloadFamily:
         return self._traces[batch]
 
     def at(self, batch: int) -> Workload:
-        """Exact trace if cached, else interpolated from two traces, else traced."""
+        """Exact trace if cached, else interpolated from two traces with the same op sequence, else traced.
+
+        A trace at batch 1 can differ from larger ones by an op (a loss that skips a copy); then a further
+        anchor is traced so that two anchors agree, and batch 1 is extrapolated from them (exact in FLOPs and
+        bytes, which are affine in the batch)."""
         if batch in self._traces:
             return self._traces[batch]
         if batch in self._interpolated:
             return self._interpolated[batch]
-        anchors = sorted(self._traces)
-        if len(anchors) < 2:
-            base = anchors[0] if anchors else batch
-            other = base * 2 if base * 2 != batch else base * 4
-            if not anchors:
-                return self.trace(batch)
-            self.trace(other)
-            anchors = sorted(self._traces)
-        wl = interpolate(self._traces[anchors[0]], self._traces[anchors[-1]], batch)
+        if not self._traces:
+            return self.trace(batch)
+        for _ in range(3):
+            pair = self._aligned_pair()
+            if pair is not None:
+                break
+            top = max(self._traces)
+            nxt = top * 2 if top * 2 != batch else top * 4
+            self.trace(nxt)
+        if pair is None:
+            return self.trace(batch)
+        wl = interpolate(self._traces[pair[0]], self._traces[pair[1]], batch)
         if wl is None:
             return self.trace(batch)
         self._interpolated[batch] = wl
+        return wl
+
+    def _aligned_pair(self) -> tuple[int, int] | None:
+        """The two traced batches furthest apart whose op sequences agree (None when no two agree)."""
+        bs = sorted(self._traces)
+        best = None
+        for i in range(len(bs)):
+            for j in range(i + 1, len(bs)):
+                a, b = self._traces[bs[i]], self._traces[bs[j]]
+                if len(a.ops) == len(b.ops) and all(x.aten == y.aten and x.phase == y.phase for x, y in zip(a.ops, b.ops)):
+                    if best is None or bs[j] - bs[i] > best[1] - best[0]:
+                        best = (bs[i], bs[j])
+        return best
+
+    def anchor_of(self, wl: Workload) -> Workload:
+        """A traced workload (with shapes) whose ops are aligned with ``wl``'s: ``wl`` itself when traced, else the
+        first trace it was interpolated from."""
+        if wl.interpolated_from and wl.interpolated_from[0] in self._traces:
+            return self._traces[wl.interpolated_from[0]]
         return wl
 
 

@@ -237,14 +237,24 @@ class ParallelModel:
         self._base: Workload | None = None
         self._layout: ModelLayout | None = None
 
-    # --- workloads -------------------------------------------------------------------------------------------
+    # --- workloads ---------------------------------------------------------------------------------------------
     def workload(self, mb: int) -> Workload:
         return self.family.trace(mb) if self.exact else self.family.at(mb)
 
-    def base(self, mb: int = 1) -> tuple[Workload, ModelLayout]:
-        """An exact trace and its layout (the first micro-batch asked for is traced)."""
+    def inputs(self, mb: int) -> tuple[Workload, ModelLayout]:
+        """The workload at micro-batch ``mb`` and the layout of its ops (found on the trace its ops align with)."""
+        wl = self.workload(mb)
+        anchor = self.family.anchor_of(wl) if hasattr(self.family, "anchor_of") else wl
+        return wl, analyse(anchor)
+
+    def base(self, mb: int | None = None) -> tuple[Workload, ModelLayout]:
+        """A reference trace and its layout: the first traced (at ``mb``, or at 2 when interpolating: traces at
+        batch 1 can lack an op that larger ones have)."""
         if self._base is None:
-            self._base = self.family.trace(mb)
+            first = mb if mb is not None else (1 if self.exact else 2)
+            if not self.exact:
+                first = max(2, first)
+            self._base = self.family.trace(first)
             self._layout = analyse(self._base)
         return self._base, self._layout
 
@@ -257,11 +267,8 @@ class ParallelModel:
         key = (t, sp, mb)
         if key in self._costs:
             return self._costs[key]
-        base, lay = self.base(mb)
-        wl = self.workload(mb)
-        if len(wl.ops) != len(base.ops):  # a trace at another batch with other ops: analyse it as it is
-            lay = analyse(wl)
-        tokens = lay.tokens * mb // max(1, base.batch_size)
+        wl, lay = self.inputs(mb)
+        tokens = lay.tokens * mb // lay.batch
         units = lay.units
         n_units = len(units)
         # group identical units (layers) by the signature of their ops, time one of each
@@ -460,7 +467,8 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         raise ConfigError(f"--micro-batch {mb} does not divide the {per_replica_batch} samples per data-parallel "
                           "replica")
     m = per_replica_batch // mb
-    base, lay = model.base(mb)
+    base, _ = model.base(mb)
+    _, lay = model.inputs(mb)
     check_against_model(lay, cfg)
     t, p, v, sp = cfg.tp, cfg.pp, cfg.virtual_stages, cfg.sequence_parallel
     if cfg.schedule_spec.interleaved and m % p:
@@ -487,7 +495,7 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
 
     # tensor-parallel communication per unit per micro-batch
     item = 2 if base.precision.startswith("amp") or base.precision in ("fp16", "bf16") else 4
-    tokens = lay.tokens * mb // max(1, base.batch_size)
+    tokens = lay.tokens * mb // lay.batch
     hid = lay.hidden or 0
     msg = tokens * hid * item
     tg = groups["tensor"]
@@ -658,7 +666,7 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         act = sum(uc.activation_bytes[u] for u in us)
         if rc.whole_layers:
             keep = sum(uc.activation_bytes[u] for u in us if u not in layer_units)
-            inputs = len(layer_units) * lay.residual_bytes * mb / max(1, base.batch_size) / (t if sp else 1)
+            inputs = len(layer_units) * lay.residual_bytes * mb / lay.batch / (t if sp else 1)
             act = keep + inputs
             extra = max((uc.activation_bytes[u] for u in layer_units), default=0.0)
         else:

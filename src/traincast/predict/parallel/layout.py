@@ -25,7 +25,6 @@ Found from the trace alone, for any model:
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections import Counter, defaultdict
@@ -69,6 +68,7 @@ class ModelLayout:
     vocab: int | None
     residual_bytes: int  # bytes of one hidden-state tensor of a layer (tokens x h x itemsize) at the traced batch
     moe_layers: int  # layers with expert modules
+    batch: int = 1  # the batch of the trace analysed (tokens and residual_bytes are at it)
 
     @property
     def layers(self) -> int:
@@ -127,14 +127,20 @@ def _numel(shape) -> int:
     return int(math.prod(shape)) if shape else 1
 
 
+_CACHE: dict[int, tuple[Workload, ModelLayout]] = {}
+
+
 def analyse(wl: Workload) -> ModelLayout:
-    """The :class:`ModelLayout` of ``wl`` (cached per workload object)."""
-    return _analyse_cached(id(wl), wl)
-
-
-@functools.lru_cache(maxsize=16)
-def _analyse_cached(_key: int, wl: Workload) -> ModelLayout:
-    return _analyse(wl)
+    """The :class:`ModelLayout` of ``wl`` (cached per workload object, by identity: hashing a workload's ops
+    costs more than looking at them)."""
+    hit = _CACHE.get(id(wl))
+    if hit is not None and hit[0] is wl:
+        return hit[1]
+    lay = _analyse(wl)
+    if len(_CACHE) >= 16:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[id(wl)] = (wl, lay)
+    return lay
 
 
 def _analyse(wl: Workload) -> ModelLayout:
@@ -384,7 +390,8 @@ def _analyse(wl: Workload) -> ModelLayout:
     return ModelLayout(units=units, roles=op_roles, hidden=h, heads=heads, kv_heads=kv, tokens=int(tokens),
                        seq_len=seq, unit_params=tuple(unit_params), expert_params=tuple(expert_params),
                        tied_params=tied, act_share=share, row_linears=tuple(row_count), col_groups=tuple(col_groups),
-                       tp_width=tp_width, vocab=vocab, residual_bytes=int(res_bytes), moe_layers=moe_layers)
+                       tp_width=tp_width, vocab=vocab, residual_bytes=int(res_bytes), moe_layers=moe_layers,
+                       batch=max(1, wl.batch_size))
 
 
 def _gemm_split(op, role: str, k_f: int, n_f: int, tokens: int) -> tuple[str, int]:
