@@ -137,7 +137,8 @@ def _render_parallel(f, console=console) -> None:
         console.print(table("communication per step (busiest GPU)", ["kind", "exposed", "total"], kinds))
     m = f.memory
     console.print(table(f"memory per GPU (stage {m.get('stage', 0)})", ["", "bytes"], [
-        [k, size(m.get(k, 0))] for k in ("parameters", "gradients", "optimizer", "activations", "transient", "buffers",
+        [k, size(m.get(k, 0))] for k in ("parameters", "gradients", "optimizer", "weight_copies", "activations",
+                                          "transient", "buffers",
                                           "peak")]))
 
 

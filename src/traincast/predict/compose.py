@@ -425,6 +425,8 @@ def forecast(
                        instance=inst.name if inst else None)
 
     if parallel:
+        if not overlap:
+            strategy = replace(strategy, overlap_grad_sync=False)
         return _parallel_forecast(
             model, strategy, family=family, device=device, inst=inst, cluster=cluster_for(gpn, n_nodes), gpus=gpus,
             n_nodes=n_nodes, batch_size=batch_size, per_gpu_batch=per_gpu_batch, epochs=epochs,

@@ -173,6 +173,10 @@ def shard_ops(ops, layout: ModelLayout, t: int, sp: bool, indices=None, tokens: 
         if role in ("optimizer", "none") or (role == "replicated" and not sp):
             out.append(o)
             continue
+        if role in ("col", "row") and r.split and not o.input_shapes:  # interpolated: no shapes, the work split
+            out.append(replace(o, flops=int(o.flops / t), bytes_read=int(o.bytes_read / t),
+                               bytes_written=int(o.bytes_written / t)))
+            continue
         if role in ("col", "row") and r.split and o.input_shapes:
             new = _split_gemm_shapes(o, r.split, t)
             if new is not None:
@@ -184,8 +188,7 @@ def shard_ops(ops, layout: ModelLayout, t: int, sp: bool, indices=None, tokens: 
                 continue
         if role in ("col", "row"):
             feat = module_split.get(o.module)
-            shapes = list(o.input_shapes) + list(o.output_shapes)
-            has = feat is not None and any(feat in s for s in shapes)
+            has = r.carries_split
             f = op_factor(role, t, sp, has)
             if f == 1.0:
                 out.append(o)
@@ -217,6 +220,9 @@ class UnitCosts:
     transient_bytes: tuple[float, ...]  # the largest op output, x2 (as the trace counts it)
     step_overhead_s: float
     predictor: str
+    forward_flops: tuple[float, ...] = ()  # per unit, one tensor rank, per micro-batch
+    backward_flops: tuple[float, ...] = ()
+    core_forward_flops: tuple[float, ...] = ()
 
 
 class ParallelModel:
@@ -243,6 +249,7 @@ class ParallelModel:
 
     def inputs(self, mb: int) -> tuple[Workload, ModelLayout]:
         """The workload at micro-batch ``mb`` and the layout of its ops (found on the trace its ops align with)."""
+        self.base(mb)
         wl = self.workload(mb)
         anchor = self.family.anchor_of(wl) if hasattr(self.family, "anchor_of") else wl
         return wl, analyse(anchor)
@@ -294,16 +301,23 @@ class ParallelModel:
         bwd = dict.fromkeys(reps, 0.0)
         core = dict.fromkeys(reps, 0.0)
         trans = dict.fromkeys(reps, 0.0)
+        ffl = dict.fromkeys(reps, 0.0)
+        bfl = dict.fromkeys(reps, 0.0)
+        cfl = dict.fromkeys(reps, 0.0)
         for i, o, s in zip(idx, new_ops, ot.times_s):
             u = lay.roles[i].unit
             if o.phase == "forward":
                 fwd[u] += s
+                ffl[u] += o.flops
                 if lay.roles[i].attention_core:
                     core[u] += s
+                    cfl[u] += o.flops
             else:
                 bwd[u] += s
+                bfl[u] += o.flops
             trans[u] = max(trans[u], 2.0 * o.bytes_written)
-        act_total = float(wl.memory.activation_bytes)
+        # the trace's saved bytes less the weight copies autocast keeps (those are counted once per step)
+        act_total = max(0.0, float(wl.memory.activation_bytes) - sum(lay.weight_copy_bytes))
         act = [0.0] * n_units
         core_act = [0.0] * n_units
         for i, r in enumerate(lay.roles):
@@ -323,7 +337,10 @@ class ParallelModel:
             core_forward_s=tuple(core[rep_of[u]] for u in range(n_units)),
             activation_bytes=tuple(act), core_activation_bytes=tuple(core_act),
             transient_bytes=tuple(trans[rep_of[u]] for u in range(n_units)),
-            step_overhead_s=ot.step_overhead_s, predictor=ot.predictor)
+            step_overhead_s=ot.step_overhead_s, predictor=ot.predictor,
+            forward_flops=tuple(ffl[rep_of[u]] for u in range(n_units)),
+            backward_flops=tuple(bfl[rep_of[u]] for u in range(n_units)),
+            core_forward_flops=tuple(cfl[rep_of[u]] for u in range(n_units)))
         self._costs[key] = uc
         return uc
 
@@ -416,6 +433,8 @@ class ParallelStep:
     predictor: str
     pipeline_method: str  # simulated | closed form
     notes: tuple[str, ...] = ()
+    flops_per_gpu: float = 0.0  # FLOPs one GPU of the busiest stage executes per step (recomputation included)
+    flops_per_replica: float = 0.0  # FLOPs all GPUs of one data-parallel replica execute per step
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -620,7 +639,7 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
                 zero_ag_s = max(zero_ag_s, coll("all-gather", dev_params[d] * pbytes, data))
         dp_total = max(dp_total, t_sync)
         # buckets become ready during the last backward pass and go out in order: what is left after it ends
-        exposed = _exposed_after(t_sync, last_b, gb_dense, bucket)
+        exposed = _exposed_after(t_sync, last_b, gb_dense, bucket) if cfg.overlap_grad_sync else t_sync
         finish = max(finish, pr.end_s[d] + exposed)
     dp_exposed = max(0.0, finish - pr.makespan_s)
 
@@ -679,9 +698,13 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         buffers = 0.0
         if sh.parameters and shard_group.ranks > 1:  # the gathered unit and the prefetched next one
             buffers = 2 * max((per_gpu_params[u] for u in us), default=0.0) * pbytes
-        peak = params_b + grads_b + opt_b + activations + transient + buffers
-        mem_rows.append(dict(parameters=params_b, gradients=grads_b, optimizer=opt_b, activations=activations,
-                             transient=transient, buffers=buffers, peak=peak, in_flight=dev_inflight[d]))
+        copies = sum(lay.weight_copy_bytes[u] for u in us) / t if lay.weight_copy_bytes else 0.0
+        if sh.parameters and shard_group.ranks > 1:  # only the gathered units' copies exist at once
+            copies = 2 * max((lay.weight_copy_bytes[u] for u in us), default=0) / t if lay.weight_copy_bytes else 0.0
+        peak = params_b + grads_b + opt_b + copies + activations + transient + buffers
+        mem_rows.append(dict(parameters=params_b, gradients=grads_b, optimizer=opt_b, weight_copies=copies,
+                             activations=activations, transient=transient, buffers=buffers, peak=peak,
+                             in_flight=dev_inflight[d]))
         dev_mem.append(peak)
     worst = max(range(len(dev_mem)), key=lambda d: dev_mem[d])
     memory = {k: int(v) for k, v in mem_rows[worst].items()}
@@ -718,7 +741,14 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
                        "sharding": gather_exposed, "expert": ep_total}
     by_kind_total = {"tensor": tp_total, "pipeline": pp_total, "data": dp_total + zero_ag_s,
                      "sharding": gather_total, "expert": ep_total}
+    def unit_flops(u: int) -> float:
+        is_layer = 0 < u < n_units - 1
+        extra = uc.forward_flops[u] if (rc.whole_layers and is_layer) else (uc.core_forward_flops[u] if rc.attention_core else 0.0)
+        return uc.forward_flops[u] + uc.backward_flops[u] + extra
+
+    dev_flops = [m * sum(unit_flops(u) for u in us) for us in dev_units]
     return ParallelStep(
+        flops_per_gpu=max(dev_flops), flops_per_replica=sum(dev_flops) * t,
         config=replace(cfg, micro_batch=mb), micro_batch=mb, micro_batches=m, per_replica_batch=per_replica_batch,
         iteration_s=iteration, pipeline_s=pr.makespan_s, bubble_share=pr.bubble_share if chunks > 1 else 0.0,
         forward_s=fwd_compute, backward_s=bwd_compute, recompute_s=m * sum(rec_chunk[c] for c in cs),

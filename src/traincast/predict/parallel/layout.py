@@ -45,6 +45,7 @@ class OpRole:
     split_size: int = 0  # the size of that dimension before splitting
     attention_core: bool = False
     expert: bool = False
+    carries_split: bool = False  # a linear layer's other op (cast, bias gradient) on a tensor with the split features
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,9 @@ class ModelLayout:
     residual_bytes: int  # bytes of one hidden-state tensor of a layer (tokens x h x itemsize) at the traced batch
     moe_layers: int  # layers with expert modules
     batch: int = 1  # the batch of the trace analysed (tokens and residual_bytes are at it)
+    # per unit: bytes of the low-precision copies of its weights that autocast makes in the forward pass and
+    # autograd keeps for the backward pass (counted once per step, not per micro-batch)
+    weight_copy_bytes: tuple[int, ...] = ()
 
     @property
     def layers(self) -> int:
@@ -349,8 +353,8 @@ def _analyse(wl: Workload) -> ModelLayout:
             ws.extend(tuple(s) for s in o.input_shapes if len(s) == 1 and s[0] == h and "norm" in o.module.lower())
         elif o.aten == "bmm" and expert[i] and len(o.input_shapes) >= 2:
             ws.append(tuple(o.input_shapes[1]))
-        for w in ws:
-            key = (o.module, w)
+        for pos, w in enumerate(ws):
+            key = (o.module, pos, w)
             if key in counted:
                 continue
             counted.add(key)
@@ -366,9 +370,14 @@ def _analyse(wl: Workload) -> ModelLayout:
 
     # --- activation shares ----------------------------------------------------------------------------
     out_bytes = [0.0] * len(ops)
+    copies = [0] * len(units)
     for i in fwd_idx:
         o = ops[i]
         if o.op_class == "copy" and o.module in module_role:  # weight and input casts of linear layers
+            k, n = module_feat[o.module]
+            shp = tuple(o.output_shapes[0]) if o.output_shapes else ()
+            if shp in ((k, n), (n, k), (n,)):  # a weight (or bias) cast: saved once per step, not an activation
+                copies[op_unit[i]] += int(o.bytes_written)
             continue
         out_bytes[i] = float(o.bytes_written)
     tot = sum(out_bytes) or 1.0
@@ -384,14 +393,23 @@ def _analyse(wl: Workload) -> ModelLayout:
                 break
         res_bytes = res_bytes or tokens * h * 2
     core = [c and ops[i].module not in module_role for i, c in enumerate(core)]
-    op_roles = tuple(OpRole(op_unit[i], roles[i], split[i], split_size[i], core[i], expert[i]) for i in range(len(ops)))
+    module_split = {}
+    for m, role in module_role.items():
+        if role in ("col", "row"):
+            k, n = module_feat[m]
+            module_split[m] = n if role == "col" else k
+    carries = [roles[i] in ("col", "row") and not split[i] and ops[i].module in module_split
+               and any(module_split[ops[i].module] in sh for sh in (*ops[i].input_shapes, *ops[i].output_shapes))
+               for i in range(len(ops))]
+    op_roles = tuple(OpRole(op_unit[i], roles[i], split[i], split_size[i], core[i], expert[i], carries[i])
+                     for i in range(len(ops)))
     moe_layers = len({op_unit[i] for i in range(len(ops)) if expert[i] and 0 < op_unit[i] < len(units) - 1})
     tp_width = tuple(math.gcd(*width[u]) if width[u] else 0 for u in range(len(units)))
     return ModelLayout(units=units, roles=op_roles, hidden=h, heads=heads, kv_heads=kv, tokens=int(tokens),
                        seq_len=seq, unit_params=tuple(unit_params), expert_params=tuple(expert_params),
                        tied_params=tied, act_share=share, row_linears=tuple(row_count), col_groups=tuple(col_groups),
                        tp_width=tp_width, vocab=vocab, residual_bytes=int(res_bytes), moe_layers=moe_layers,
-                       batch=max(1, wl.batch_size))
+                       batch=max(1, wl.batch_size), weight_copy_bytes=tuple(copies))
 
 
 def _gemm_split(op, role: str, k_f: int, n_f: int, tokens: int) -> tuple[str, int]:

@@ -90,6 +90,7 @@ class ParallelConfig:
     recompute: str = "none"
     sequence_parallel: bool = False
     offload_optimizer: bool = False
+    overlap_grad_sync: bool = True  # data-parallel gradient buckets overlap the last backward pass (DDP)
 
     @property
     def gpus(self) -> int:
@@ -133,6 +134,8 @@ class ParallelConfig:
             parts.append("sp")
         if self.offload_optimizer:
             parts.append("offload")
+        if not self.overlap_grad_sync:
+            parts.append("no-overlap")
         return " ".join(parts)
 
     def to_dict(self) -> dict:
