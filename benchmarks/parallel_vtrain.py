@@ -62,6 +62,40 @@ def load_rows() -> list[dict]:
     return rows
 
 
+def forecast_rows(rows: list[dict], device: str = "A100-SXM4-80GB", attention: str = "eager", recompute: str = "full",
+                  pp1_whole_batch: bool = False) -> list[dict]:
+    """Each row with the forecast iteration (ms) and its signed error (%) added, under this file's protocol."""
+    from traincast.hardware import get_catalog
+    from traincast.hardware.records import Cluster
+    from traincast.predict.compose import WorkloadFamily
+    from traincast.predict.parallel import ParallelConfig, ParallelModel
+    from traincast.predict.registry import default_predictor
+
+    dev = get_catalog().device(device)
+    pred = default_predictor()
+    tmp = Path(tempfile.mkdtemp(prefix="vtrain_cfg_"))
+    families, models, recs = {}, {}, []
+    for r in rows:
+        key = (r["h"], r["a"], r["L"], r["s"])
+        if key not in families:
+            p = tmp / f"gpt_h{r['h']}_a{r['a']}_l{r['L']}_s{r['s']}.json"
+            p.write_text(json.dumps(gpt_config(*key, attention=attention)))
+            families[key] = WorkloadFamily(str(p), optimizer="adam", precision="amp-fp16", seq_len=r["s"])
+        mkey = (key, r["gpus"])
+        if mkey not in models:
+            models[mkey] = ParallelModel(families[key], dev, Cluster(dev, gpus_per_node=r["gpus"], nodes=1), pred,
+                                         "amp-fp16")
+        per_replica = r["gbs"] // r["dp"]
+        mb = per_replica if (pp1_whole_batch and r["pp"] == 1) else r["mb"]
+        cfg = ParallelConfig(tp=r["tp"], pp=r["pp"], dp=r["dp"], micro_batch=mb, recompute=recompute,
+                             overlap_grad_sync=False)
+        st = models[mkey].evaluate(cfg, per_replica)
+        pred_ms = st.iteration_s * 1e3
+        recs.append(dict(r, predicted_ms=pred_ms, err=100 * (pred_ms / r["measured_ms"] - 1),
+                         fits=st.fits_in_memory, bubble=st.bubble_share))
+    return recs
+
+
 def summarize(recs: list[dict], key) -> list[tuple]:
     groups = defaultdict(list)
     for r in recs:
@@ -85,40 +119,11 @@ def main() -> None:
     ap.add_argument("--plot", default=None)
     args = ap.parse_args()
 
-    from traincast.hardware import get_catalog
-    from traincast.hardware.records import Cluster
-    from traincast.predict.compose import WorkloadFamily
-    from traincast.predict.parallel import ParallelConfig, ParallelModel
-    from traincast.predict.registry import default_predictor
-
     rows = load_rows()
     if args.rows:
         rows = rows[: args.rows]
-    dev = get_catalog().device(args.device)
-    pred = default_predictor()
-    tmp = Path(tempfile.mkdtemp(prefix="vtrain_cfg_"))
-    families = {}
-    models = {}
     t0 = time.perf_counter()
-    recs = []
-    for r in rows:
-        key = (r["h"], r["a"], r["L"], r["s"])
-        if key not in families:
-            p = tmp / f"gpt_h{r['h']}_a{r['a']}_l{r['L']}_s{r['s']}.json"
-            p.write_text(json.dumps(gpt_config(*key, attention=args.attention)))
-            families[key] = WorkloadFamily(str(p), optimizer="adam", precision="amp-fp16", seq_len=r["s"])
-        mkey = (key, r["gpus"])
-        if mkey not in models:
-            cl = Cluster(dev, gpus_per_node=r["gpus"], nodes=1)
-            models[mkey] = ParallelModel(families[key], dev, cl, pred, "amp-fp16")
-        per_replica = r["gbs"] // r["dp"]
-        mb = per_replica if (args.pp1_whole_batch and r["pp"] == 1) else r["mb"]
-        cfg = ParallelConfig(tp=r["tp"], pp=r["pp"], dp=r["dp"], micro_batch=mb, recompute=args.recompute,
-                             overlap_grad_sync=False)
-        st = models[mkey].evaluate(cfg, per_replica)
-        pred_ms = st.iteration_s * 1e3
-        recs.append(dict(r, predicted_ms=pred_ms, err=100 * (pred_ms / r["measured_ms"] - 1),
-                         fits=st.fits_in_memory, bubble=st.bubble_share))
+    recs = forecast_rows(rows, args.device, args.attention, args.recompute, args.pp1_whole_batch)
     elapsed = time.perf_counter() - t0
     errs = [x["err"] for x in recs]
     absr = sorted(abs(e) for e in errs)

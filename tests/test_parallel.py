@@ -359,3 +359,19 @@ def test_strategy_registries_name_every_choice():
                         sequence_parallel=True)
     assert cfg.dp == 4 and cfg.sharding == "fsdp-hybrid" and cfg.virtual_stages == 2 and not warn
     assert math.prod((cfg.tp, cfg.pp, cfg.dp)) == cfg.gpus == 16
+
+
+def test_plan_uses_the_best_layout_per_configuration(small_gpt):
+    from traincast.plan.pareto import plan
+
+    kw = dict(epochs=1, dataset_size=6400, batch_size=64, gpus=(8,), gpu_types=("A100-80GB",), precision="amp-bf16",
+              optimizer="adamw", seq_len=SEQ)
+    searched = plan(small_gpt, layouts="search", **kw)
+    plain = plan(small_gpt, layouts="data-parallel", **kw)
+    assert searched.configs and all(c.layout == "" for c in plain.configs)
+    for s, p in zip(searched.configs, plain.configs):
+        assert s.instance == p.instance and s.fits_in_memory
+        # a layout replaces replicas only when it is faster
+        assert s.iteration_s <= p.iteration_s * (1 + 1e-9)
+        assert (s.layout == "") == (s.iteration_s == p.iteration_s)
+    assert "layout" in searched.to_dict()["configurations"][0]

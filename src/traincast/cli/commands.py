@@ -130,7 +130,7 @@ def _render_parallel(f, console=console) -> None:
              count(s["parameters"]), s["in_flight"], size(s["memory_bytes"])] for s in f.stages]
     console.print(table("pipeline stages (per micro-batch, one GPU of the stage)",
                         ["stage", "layers", "n", "forward", "backward", "recompute", "tensor comm", "params/GPU",
-                         "in flight", "memory"], rows, 2))
+                         "in flight", "memory"], rows, 2, compact=True))
     kinds = [[k, dur(f.comm_exposed_by_kind.get(k, 0.0)), dur(f.comm_total_by_kind.get(k, 0.0))]
              for k in f.comm_total_by_kind if f.comm_total_by_kind.get(k, 0.0) > 0]
     if kinds:
@@ -334,6 +334,8 @@ def register(app: typer.Typer) -> None:
                                             "adaptation, if saved)"),
         plot_path: Optional[Path] = typer.Option(Path("plan.png"), "--plot", help="PNG of all configurations ('' for none)"),
         show_all: bool = typer.Option(False, "--all", help="list every configuration, not just the front"),
+        layouts: str = typer.Option("auto", "--layouts", help="auto (the fastest parallel layout where replicas do "
+                                    "not fit or the model has >= 1B parameters) | data-parallel | search (always)"),
         catalog: Catalogs = typer.Option(None, "--catalog"),
         as_json: bool = typer.Option(False, "--json"),
     ):
@@ -351,18 +353,20 @@ def register(app: typer.Typer) -> None:
                    per_gpu_batch=per_gpu_batch, gpus=counts, gpu_types=types, instances=insts,
                    deadline_s=parse_duration_s(deadline) if deadline else None, budget_usd=budget,
                    precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog),
-                   predictor=predictor_name.strip().lower(), adaptation=adaptation.strip().lower())
+                   predictor=predictor_name.strip().lower(), adaptation=adaptation.strip().lower(),
+                   layouts=layouts.strip().lower())
         if plot_path:
             plot(res, str(plot_path))
         if as_json:
             print_json(res.to_dict())
             return
         shown = res.configs if show_all else res.front
-        rows = [[c.instance, c.device, c.gpus, c.per_gpu_batch, dur(c.iteration_s), dur(c.total_s), usd(c.cost_usd),
-                 "yes" if c.pareto else "", c.reason or "ok"] for c in sorted(shown, key=lambda c: c.total_s)]
+        rows = [[c.instance, c.device, c.gpus, c.layout or "data parallel", c.per_gpu_batch, dur(c.iteration_s),
+                 dur(c.total_s), usd(c.cost_usd), "yes" if c.pareto else "", c.reason or "ok"]
+                for c in sorted(shown, key=lambda c: c.total_s)]
         console.print(table(f"{res.model}: {len(res.configs)} configurations, " + ("all" if show_all else "Pareto front"),
-                            ["instance", "gpu", "GPUs", "batch/GPU", "iteration", "total", "cost", "front", "status"],
-                            rows, 2))
+                            ["instance", "gpu", "GPUs", "layout", "batch/replica", "iteration", "total", "cost",
+                             "front", "status"], rows, 2, compact=True))
         by = {}
         for c in res.configs:
             by.setdefault(c.predictor, set()).add(c.device)

@@ -70,6 +70,11 @@ def step_time(
         phase[op.phase] += t
     comm = gradient_sync(workload.memory.gradient_bytes, cluster, sync, phase["backward"], overlap)
     straggle = (phase["forward"] + phase["backward"]) * straggler_share(cluster.gpus) if cluster.device.kind == "gpu" else 0.0
+    copy_in = copy_out = 0.0
+    if cluster.gpus > 1 and workload.memory.gradient_bytes > 0:
+        copy_in, copy_out = ddp_copy_s(workload, cluster.device, predictor, precision)
+        phase["backward"] += copy_in
+        comm = replace(comm, total_s=comm.total_s + copy_out, exposed_s=comm.exposed_s + copy_out)
     return StepTime(
         forward_s=phase["forward"],
         backward_s=phase["backward"],
@@ -81,6 +86,24 @@ def step_time(
         comm=comm,
         straggler_s=straggle,
     )
+
+
+def ddp_copy_s(workload: Workload, device: Device, predictor: Predictor, precision: str) -> tuple[float, float]:
+    """Seconds of DDP's gradient copies (into the buckets during the backward pass, back after the all-reduce;
+    ``parallel.yaml``), timed by ``predictor`` as copy ops of the gradients' bytes."""
+    from traincast.predict.parallel.engine import parallel_table
+    from traincast.workload.records import OpRecord
+
+    n = int(parallel_table()["data_parallel"]["ddp_gradient_copies"])
+    if n <= 0:
+        return 0.0, 0.0
+    g = int(workload.memory.gradient_bytes)
+    op = OpRecord(aten="copy_", phase="backward", module="(ddp buckets)", op_class="copy", flops=0, bytes_read=g,
+                  bytes_written=g, dtype="fp32", input_shapes=(), output_shapes=(),
+                  n_tensors=max(1, workload.param_tensors))
+    ot = predictor.predict(replace(workload, ops=(op,), recurrent_calls=()), device, precision)
+    t = float(ot.times_s[0])
+    return t, t * (n - 1)
 
 
 # --- workloads at other batch sizes ------------------------------------------

@@ -243,6 +243,14 @@ class ParallelModel:
         self._base: Workload | None = None
         self._layout: ModelLayout | None = None
 
+    def with_cluster(self, cluster: Cluster) -> "ParallelModel":
+        """The same model on another cluster of the same device (the traces and per-layer costs are shared)."""
+        import copy
+
+        other = copy.copy(self)
+        other.cluster = cluster
+        return other
+
     # --- workloads ---------------------------------------------------------------------------------------------
     def workload(self, mb: int) -> Workload:
         return self.family.trace(mb) if self.exact else self.family.at(mb)
@@ -481,7 +489,7 @@ def check_against_model(lay: ModelLayout, cfg: ParallelConfig) -> None:
 def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
              simulate_pipeline: bool = True) -> ParallelStep:
     """The step of ``cfg`` with ``per_replica_batch`` samples per data-parallel replica."""
-    mb = cfg.micro_batch or per_replica_batch
+    mb = cfg.micro_batch or (1 if cfg.pp > 1 else per_replica_batch)  # pipelines need micro-batches
     if per_replica_batch % mb:
         raise ConfigError(f"--micro-batch {mb} does not divide the {per_replica_batch} samples per data-parallel "
                           "replica")
