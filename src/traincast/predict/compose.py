@@ -484,7 +484,9 @@ def forecast(
     fits = peak <= cap
     max_b = wl.memory.max_batch(cap)
     if not fits:
-        notes.append(f"out of memory: needs {peak / GIB:.1f} GiB per GPU, {device.name} has {cap / GIB:.1f} GiB usable; largest per-GPU batch that fits: {max_b}")
+        notes.append(f"out of memory: needs {peak / GIB:.1f} GiB per GPU, {device.name} has {cap / GIB:.1f} GiB usable; largest per-GPU batch that fits: {max_b}; "
+                     "a parallel layout may fit (--tp/--pp/--zero/--micro-batch/--recompute, or `traincast parallelize` "
+                     "to search them)")
 
     rows: list[ScalingRow] = []
     if scaling:
