@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         for m in mbs:
             positive("--micro-batches entries", m)
         positive("--top", top)
-        progress = None
+        prog = task = None
         if console.is_terminal and not as_json:
             from rich.progress import Progress
 
@@ -57,7 +57,8 @@ def register(app: typer.Typer) -> None:
             task = prog.add_task("layouts", total=None)
             prog.start()
 
-            def progress(k, n):
+        def progress(k, n):
+            if prog is not None:
                 prog.update(task, completed=k, total=n)
         try:
             res = run(model, gpu=gpu, gpus=gpus, nodes=nodes, batch_size=batch_size, seq_len=seq_len,
@@ -65,7 +66,7 @@ def register(app: typer.Typer) -> None:
                       catalog=get_catalog(catalog or ()), top=top, progress=progress, shardings=shs, recomputes=rcs,
                       micro_batches=mbs, max_tp=max_tp)
         finally:
-            if progress is not None:
+            if prog is not None:
                 prog.stop()
         if as_json:
             print_json(res.to_dict())

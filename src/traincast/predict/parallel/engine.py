@@ -352,9 +352,11 @@ class ParallelModel:
         self._costs[key] = uc
         return uc
 
-    def optimizer_s(self, share: float, tensors_share: float) -> float:
-        """The optimizer step over ``share`` of the parameters (``tensors_share`` of the tensors)."""
-        key = (round(share, 9), round(tensors_share, 6))
+    def optimizer_s(self, share: float, tensors_share: float, device: Device | None = None) -> float:
+        """The optimizer step over ``share`` of the parameters (``tensors_share`` of the tensors), on ``device``
+        (this model's GPU by default; the host CPU for optimizer offload)."""
+        device = device or self.device
+        key = (round(share, 9), round(tensors_share, 6), device.name)
         if key in self._opt:
             return self._opt[key]
         base, _ = self.base()
@@ -364,7 +366,8 @@ class ParallelModel:
         scaled = [replace(o, flops=int(o.flops * share), bytes_read=int(o.bytes_read * share),
                           bytes_written=int(o.bytes_written * share),
                           n_tensors=max(1, int(round(o.n_tensors * tensors_share)))) for o in ops]
-        ot = self.predictor.predict(replace(base, ops=tuple(scaled), recurrent_calls=()), self.device, self.precision)
+        prec = self.precision if device.kind == "gpu" else "fp32"
+        ot = self.predictor.predict(replace(base, ops=tuple(scaled), recurrent_calls=()), device, prec)
         self._opt[key] = float(sum(ot.times_s))
         return self._opt[key]
 
@@ -659,12 +662,19 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     for d in range(len(dev_units)):
         share = dev_params[d] / total_params / opt_shard
         if cfg.offload_optimizer:
+            # the step on the host CPU (the trace's optimizer ops over this GPU's share, timed on the catalog's
+            # host CPU; the node's GPUs share it), gradients down and parameters up over PCIe
+            from traincast.hardware.catalog import get_catalog
+
             tbl = parallel_table()["offload"]
-            host = float(tbl["host_memory_gb_per_s_per_node"]) * 1e9 / model.cluster.gpus_per_node
-            pcie = model.device.link.gb_per_s if model.device.link.type.startswith("pcie") else 31.5
+            host = get_catalog().device(str(tbl["host_cpu"]))
             n = dev_params[d] / opt_shard
-            o = n * float(tbl["cpu_adam_bytes_per_parameter"]) / host + n * (gbytes + pbytes) / (pcie * 1e9 * float(tbl["pcie_efficiency"]))
-            offload_s = max(offload_s, o)
+            cpu = model.optimizer_s(share * total_params / max(1, base.trainable_parameters) * model.cluster.gpus_per_node,
+                                    dev_params[d] * t / total_params, host)
+            pcie_bw = float(tbl["pcie_gb_per_s"]) * 1e9
+            link = Group(2, 2, 1, 2, pcie_bw, "pcie4", pcie_bw)
+            offload_s = max(offload_s, cpu + collective_s("send-recv", n * gbytes, link, cp)
+                            + collective_s("send-recv", n * pbytes, link, cp))
         else:
             opt_s = max(opt_s, model.optimizer_s(share * total_params / max(1, base.trainable_parameters),
                                                  dev_params[d] * t / total_params))

@@ -10,7 +10,7 @@ ten fastest are evaluated again with the pipeline simulated.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from traincast.errors import ConfigError, TraincastError, positive
 from traincast.predict.parallel.engine import ParallelModel, ParallelStep, check_against_model
@@ -188,5 +188,3 @@ def best_layout(pm: ParallelModel, gpus: int, global_batch: int, **kw) -> Parall
     per_replica = global_batch // res.best.config.dp
     return pm.evaluate(res.best.config, per_replica, simulate_pipeline=True)
 
-
-_ = replace
