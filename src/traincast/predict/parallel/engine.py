@@ -755,6 +755,7 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     gather_exposed = m * sum(max(0.0, f_chunk[c] + b_chunk[c] - sum(uc.forward_s[u] + uc.backward_s[u] + tp_f[u]
                                                                     + tp_b[u] + 2 * ep_s * moe[u] for u in chunk_units[c])
                                      - rec_chunk[c]) for c in cs)
+    gather_exposed = gather_exposed if gather_exposed > 1e-9 else 0.0  # float noise of the difference above
     by_kind_exposed = {"tensor": tp_total, "pipeline": pp_total, "data": dp_exposed + zero_ag_s,
                        "sharding": gather_exposed, "expert": ep_total}
     by_kind_total = {"tensor": tp_total, "pipeline": pp_total, "data": dp_total + zero_ag_s,
