@@ -9,7 +9,7 @@ Protocol (written 2026-11-25 before these forecasts were run; nothing is fitted 
 - Model: a GPT traced from a Hugging Face GPT-2 config with the row's hidden size, heads and layers, sequence
   2,048, vocabulary 51,200, GELU, **fused attention** (one attention kernel; Megatron ran a fused
   scale-mask-softmax between two batched GEMMs, closer at the margin to one fused kernel than to Hugging Face's
-  eager chain of fp32 element-wise kernels, as the vTrain slope analysis in docs/parallel.md shows),
+  eager chain of fp32 element-wise kernels, as the vTrain per-sample slopes in docs/parallel.md show),
   precision ``amp-fp16``, Adam. Sensitivity (beside, never to choose): ``--attention eager``.
 - Hardware: Selene, A100-SXM4-80GB, 8 per node, 8 x 200 Gb/s InfiniBand per node (1,600 Gb/s), the fitted
   collective model.
@@ -115,8 +115,10 @@ def narayanan(attention: str, tmp: Path) -> list[float]:
         pub = float(r["achieved_tflops_per_gpu"])
         e = 100 * (tflops / pub - 1)
         errs.append(e)
+        fl = best.flops_per_gpu / (paper_flops(B, L, h) / gpus)
         print(f"  {r['params_billion']:>7}B {gpus:5d} {tp:3d} {pp:3d} {dp:4d} {B:5d}  {pub:9.0f} {tflops:8.1f} {e:+6.1f}%  "
-              f"{best.config.label()} ({best.pipeline_method}, {time.perf_counter() - t0:.0f} s)")
+              f"{best.config.label()} ({best.pipeline_method}; executed FLOPs per GPU / eq. 3: {fl:.3f}; "
+              f"{time.perf_counter() - t0:.0f} s)")
     print(f"  MAPE {statistics.mean(abs(x) for x in errs):.1f}%, median signed error {statistics.median(errs):+.1f}%, "
           f"worst {max(errs, key=abs):+.1f}% (n={len(errs)})")
     return errs

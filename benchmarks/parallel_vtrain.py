@@ -23,7 +23,7 @@ Protocol (written 2026-11-25, before any forecast of these rows was looked at; n
 - Goal (issue 17): <= 10% MAPE (vTrain itself: 8.4%).
 
     python benchmarks/parallel_vtrain.py [--device A100-SXM4-40GB] [--recompute none] [--pp1-whole-batch]
-                                         [--rows N] [--csv out.csv] [--plot out.png]
+                                         [--attention fused] [--slopes] [--rows N] [--csv out.csv] [--plot out.png]
 """
 
 from __future__ import annotations
@@ -96,6 +96,25 @@ def forecast_rows(rows: list[dict], device: str = "A100-SXM4-80GB", attention: s
     return recs
 
 
+def slopes(recs: list[dict]) -> None:
+    """Per model with tensor and pipeline degree 1: time per micro-batch = intercept + slope x micro-batch, least
+    squares over its rows, measured and forecast (what is fixed per micro-batch and what grows with it)."""
+    import numpy as np
+
+    groups = defaultdict(list)
+    for r in recs:
+        if r["tp"] == 1 and r["pp"] == 1:
+            m = r["gbs"] // r["dp"] // r["mb"]
+            groups[(r["h"], r["L"])].append((r["mb"], r["measured_ms"] / m, r["predicted_ms"] / m))
+    print("time per micro-batch = intercept + slope x micro-batch (tensor and pipeline degree 1):")
+    for (h, L), pts in sorted(groups.items()):
+        x = np.array([p[0] for p in pts], dtype=float)
+        a = np.vstack([np.ones_like(x), x]).T
+        (mi, ms), (fi, fs) = (np.linalg.lstsq(a, np.array([p[k] for p in pts]), rcond=None)[0] for k in (1, 2))
+        print(f"  h {h}, {L} layers: measured {mi:6.1f} ms + {ms:5.1f} ms/sample; forecast {fi:6.1f} ms + "
+              f"{fs:5.1f} ms/sample (n={len(pts)})")
+
+
 def summarize(recs: list[dict], key) -> list[tuple]:
     groups = defaultdict(list)
     for r in recs:
@@ -115,6 +134,8 @@ def main() -> None:
     ap.add_argument("--attention", default="eager", choices=("eager", "fused"),
                     help="eager (the protocol: Megatron's unfused attention) or fused (one attention kernel)")
     ap.add_argument("--rows", type=int, default=0, help="only the first N rows (quick look)")
+    ap.add_argument("--slopes", action="store_true",
+                    help="diagnosis: time per micro-batch vs micro-batch size (intercept and slope), measured and forecast")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--plot", default=None)
     args = ap.parse_args()
@@ -138,6 +159,8 @@ def main() -> None:
                        ("micro-batch", lambda r: r["mb"])):
         parts = [f"{k}: {m:.1f}% ({md:+.1f}%, n={n})" for k, n, m, md in summarize(recs, key)]
         print(f"  by {label:11s} " + "; ".join(parts))
+    if args.slopes:
+        slopes(recs)
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(recs[0]))
