@@ -39,7 +39,7 @@ def test_plan_marks_front_deadline_budget_and_memory():
 
 def test_out_of_memory_configurations_are_flagged():
     res = plan("gpt2-large", epochs=1, dataset_size=1000, batch_size=64, seq_len=1024, gpus=(1,),
-               instances=("g4dn.xlarge", "a2-ultragpu-8g"), optimizer="adam")
+               instances=("g4dn.xlarge", "a2-ultragpu-8g"), optimizer="adam", layouts="data-parallel")
     t4 = [c for c in res.configs if c.instance == "g4dn.xlarge"]
     assert t4 and not t4[0].fits_in_memory and "out of memory" in t4[0].reason and not t4[0].pareto
 

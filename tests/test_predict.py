@@ -184,7 +184,8 @@ def test_job_composition_epochs_steps_and_cost():
     assert f.epoch_s == pytest.approx(f.steps_per_epoch * f.iteration_s)
     assert f.total_s == pytest.approx(3 * f.epoch_s)
     assert f.cost_usd == pytest.approx(f.total_s / 3600 * 24.48, rel=1e-6)
-    assert f.iteration_s == pytest.approx(f.forward_s + f.backward_s + f.optimizer_s + f.communication_s + f.overhead_s)
+    assert f.iteration_s == pytest.approx(f.forward_s + f.backward_s + f.optimizer_s + f.communication_s + f.overhead_s
+                                          + f.straggler_s)
     assert [r.gpus for r in f.scaling] == [1, 2, 4, 8]
     assert f.scaling[0].speedup == 1.0
     assert all(0 < r.efficiency <= 1.0001 for r in f.scaling)

@@ -37,6 +37,14 @@ def _names(kind: str) -> str:
     raise KeyError(kind)
 
 
+def _parallel_names(kind: str) -> str:
+    from traincast.predict.parallel.strategy import RECOMPUTATIONS, SCHEDULES
+
+    if kind == "schedule":
+        return SCHEDULES.describe()
+    return RECOMPUTATIONS.describe()
+
+
 def _catalog(files):
     from traincast.hardware import get_catalog
 
@@ -67,7 +75,19 @@ def render_forecast(f, console=console) -> None:
         ["bottleneck", f.bottleneck],
         ["predictor", f.predictor],
     ]
+    if f.strategy:
+        rows.insert(0, ["layout", f.strategy["label"] + f" ({f.strategy['micro_batches']} micro-batches)"])
+        rows.insert(8, ["  pipeline bubble", f"{100 * f.bubble_share:.1f}% of the pipeline"])
+        rows.insert(9, ["  waiting for the slowest GPU", dur(f.straggler_s)])
+        rows[1][0] = "batch (global / per replica)"
+        rows = [r for r in rows if r[0] != "largest per-GPU batch that fits"]
+        rows.append(["largest micro-batch that fits", str(f.max_per_gpu_batch)])
     console.print(table(title, ["", ""], rows))
+    if f.strategy:
+        _render_parallel(f, console)
+        for n in f.notes:
+            console.print(f"[yellow]note:[/yellow] {n}")
+        return
     mods = [[m["module"], dur(m["time_s"]), f"{100 * m['share']:.1f}%", flops(m["flops"])] for m in f.top_modules]
     console.print(table("costliest modules (fwd+bwd)", ["module", "time", "share", "FLOPs"], mods))
     if len(f.scaling) > 1:
@@ -78,6 +98,30 @@ def render_forecast(f, console=console) -> None:
                                                       "samples/s", "epoch", "speed-up", "efficiency"], rows))
     for n in f.notes:
         console.print(f"[yellow]note:[/yellow] {n}")
+
+
+def _short(unit: str) -> str:
+    parts = unit.split(".")
+    return ".".join(parts[-2:]) if len(parts) > 2 else unit
+
+
+def _render_parallel(f, console=console) -> None:
+    """Per-stage times, communication by kind, memory per GPU of a parallel forecast."""
+    rows = [[s["stage"], f"{_short(s['first'])} .. {_short(s['last'])}", s["layers"], dur(s["forward_ms"] / 1e3),
+             dur(s["backward_ms"] / 1e3), dur(s["recompute_ms"] / 1e3), dur(s["tensor_comm_ms"] / 1e3),
+             count(s["parameters"]), s["in_flight"], size(s["memory_bytes"])] for s in f.stages]
+    console.print(table("pipeline stages (per micro-batch, one GPU of the stage)",
+                        ["stage", "layers", "n", "forward", "backward", "recompute", "tensor comm", "params/GPU",
+                         "in flight", "memory"], rows, 2, compact=True))
+    kinds = [[k, dur(f.comm_exposed_by_kind.get(k, 0.0)), dur(f.comm_total_by_kind.get(k, 0.0))]
+             for k in f.comm_total_by_kind if f.comm_total_by_kind.get(k, 0.0) > 0]
+    if kinds:
+        console.print(table("communication per step (busiest GPU)", ["kind", "exposed", "total"], kinds))
+    m = f.memory
+    console.print(table(f"memory per GPU (stage {m.get('stage', 0)})", ["", "bytes"], [
+        [k, size(m.get(k, 0))] for k in ("parameters", "gradients", "optimizer", "weight_copies", "activations",
+                                          "transient", "buffers",
+                                          "peak")]))
 
 
 def register(app: typer.Typer) -> None:
@@ -94,7 +138,7 @@ def register(app: typer.Typer) -> None:
                                                    "(without it, and no default for the model: one iteration only)"),
         precision: str = typer.Option("fp32", "--precision", help=_names("precision")),
         optimizer: str = typer.Option("sgd", "--optimizer", help=_names("optimizer")),
-        sync: str = typer.Option("ring", "--sync", help=_names("sync")),
+        sync: str = typer.Option("nccl", "--sync", help=_names("sync")),
         no_overlap: bool = typer.Option(False, "--no-overlap", help="no overlap of gradient sync with backward"),
         freeze: Optional[str] = typer.Option(None, "--freeze", help="none | all-but-last | all-but-last:K"),
         instance: Optional[str] = typer.Option(None, "--instance", help="cloud instance (see `traincast instances`)"),
@@ -108,6 +152,21 @@ def register(app: typer.Typer) -> None:
                                             "for the GPU, if any; the forecast names it) | an adaptation file"),
         catalog: Catalogs = typer.Option(None, "--catalog", help="extra catalog YAML file(s)"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+        tp: int = typer.Option(1, "--tp", help="tensor-parallel degree (Megatron column/row split of each layer)"),
+        pp: int = typer.Option(1, "--pp", help="pipeline stages (contiguous groups of layers)"),
+        dp: Optional[int] = typer.Option(None, "--dp", help="data-parallel degree (default: GPUs / (tp x pp))"),
+        ep: int = typer.Option(1, "--ep", help="expert-parallel degree (mixture of experts)"),
+        zero: Optional[int] = typer.Option(None, "--zero", help="ZeRO stage 1 | 2 | 3 (shard optimizer / + gradients "
+                                                               "/ + parameters over data-parallel ranks)"),
+        fsdp: Optional[str] = typer.Option(None, "--fsdp", help="PyTorch FSDP: full | grad-op | hybrid"),
+        micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="samples per micro-batch per replica "
+                                                  "(default: the whole per-replica batch; 1 with --pp)"),
+        schedule: str = typer.Option("1f1b", "--schedule", help=_parallel_names("schedule")),
+        recompute: str = typer.Option("none", "--recompute", help=_parallel_names("recompute")),
+        sequence_parallel: bool = typer.Option(False, "--sequence-parallel",
+                                               help="split norms and dropout over the tensor ranks by tokens"),
+        offload_optimizer: bool = typer.Option(False, "--offload-optimizer",
+                                               help="optimizer states and step on the CPU (ZeRO-Offload)"),
     ):
         """Forecast iteration, epoch and total time, cost and memory of a training job."""
         from traincast.predict.options import forecast_from_options
@@ -117,7 +176,9 @@ def register(app: typer.Typer) -> None:
                                   precision=precision, optimizer=optimizer, sync=sync, no_overlap=no_overlap,
                                   freeze=freeze, instance=instance, seq_len=seq_len, network_gbit=network,
                                   device=device, profile=profile, predictor=predictor_name, adaptation=adaptation,
-                                  catalog=_catalog(catalog))
+                                  catalog=_catalog(catalog), tp=tp, pp=pp, dp=dp, ep=ep, zero=zero, fsdp=fsdp,
+                                  micro_batch=micro_batch, schedule=schedule, recompute=recompute,
+                                  sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer)
         if as_json:
             print_json(f.to_dict())
         else:
@@ -236,6 +297,8 @@ def register(app: typer.Typer) -> None:
                                             "adaptation, if saved)"),
         plot_path: Optional[Path] = typer.Option(Path("plan.png"), "--plot", help="PNG of all configurations ('' for none)"),
         show_all: bool = typer.Option(False, "--all", help="list every configuration, not just the front"),
+        layouts: str = typer.Option("auto", "--layouts", help="auto (the fastest parallel layout where replicas do "
+                                    "not fit or the model has >= 1B parameters) | data-parallel | search (always)"),
         catalog: Catalogs = typer.Option(None, "--catalog"),
         as_json: bool = typer.Option(False, "--json"),
     ):
@@ -253,18 +316,20 @@ def register(app: typer.Typer) -> None:
                    per_gpu_batch=per_gpu_batch, gpus=counts, gpu_types=types, instances=insts,
                    deadline_s=parse_duration_s(deadline) if deadline else None, budget_usd=budget,
                    precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog),
-                   predictor=predictor_name.strip().lower(), adaptation=adaptation.strip().lower())
+                   predictor=predictor_name.strip().lower(), adaptation=adaptation.strip().lower(),
+                   layouts=layouts.strip().lower())
         if plot_path:
             plot(res, str(plot_path))
         if as_json:
             print_json(res.to_dict())
             return
         shown = res.configs if show_all else res.front
-        rows = [[c.instance, c.device, c.gpus, c.per_gpu_batch, dur(c.iteration_s), dur(c.total_s), usd(c.cost_usd),
-                 "yes" if c.pareto else "", c.reason or "ok"] for c in sorted(shown, key=lambda c: c.total_s)]
+        rows = [[c.instance, c.device, c.gpus, c.layout or "data parallel", c.per_gpu_batch, dur(c.iteration_s),
+                 dur(c.total_s), usd(c.cost_usd), "yes" if c.pareto else "", c.reason or "ok"]
+                for c in sorted(shown, key=lambda c: c.total_s)]
         console.print(table(f"{res.model}: {len(res.configs)} configurations, " + ("all" if show_all else "Pareto front"),
-                            ["instance", "gpu", "GPUs", "batch/GPU", "iteration", "total", "cost", "front", "status"],
-                            rows, 2))
+                            ["instance", "gpu", "GPUs", "layout", "batch/replica", "iteration", "total", "cost",
+                             "front", "status"], rows, 2, compact=True))
         by = {}
         for c in res.configs:
             by.setdefault(c.predictor, set()).add(c.device)

@@ -26,7 +26,7 @@ def _register_all() -> None:
     from traincast.cli import commands
 
     commands.register(app)
-    for name in ("bench", "calibrate", "learn", "online", "plan", "serve"):
+    for name in ("bench", "calibrate", "learn", "online", "plan", "serve", "parallel"):
         __import__(f"traincast.cli.{name}", fromlist=["register"]).register(app)
 
 

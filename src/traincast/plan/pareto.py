@@ -34,6 +34,8 @@ class Config:
     pareto: bool = False
     reason: str = ""  # why infeasible
     predictor: str = ""  # the predictor that timed it
+    layout: str = ""  # the parallel layout (tp/pp/dp, sharding, micro-batch, ...), "" for data parallelism
+    bubble_share: float = 0.0
 
     @property
     def feasible(self) -> bool:
@@ -108,12 +110,18 @@ def plan(
     optimizer: str = "sgd",
     seq_len: int | None = None,
     freeze: str | None = None,
-    sync: str = "ring",
+    sync: str = "nccl",
     catalog: Catalog | None = None,
     predictor=None,
     adaptation: str | None = "none",
+    layouts: str = "auto",
 ) -> PlanResult:
     """Forecast every priced (instance type x instance count) whose GPU total is in ``gpus``.
+
+    ``layouts``: ``data-parallel`` (replicas only), ``search`` (the fastest layout that fits of every
+    configuration: tensor, pipeline and data degrees, ZeRO, micro-batch, recomputation; see
+    :mod:`traincast.predict.parallel.search`), or ``auto`` (the default: search where replicas do not fit in
+    memory or the model has a billion parameters or more, replicas elsewhere).
 
     ``predictor``: None (analytical), a predictor object used for every GPU, or a name of
     :data:`traincast.predict.PREDICTORS` resolved per GPU type (``auto``: learned on the GPUs it covers,
@@ -160,7 +168,10 @@ def plan(
         if dev.name not in per_device:
             per_device[dev.name] = make_predictor(predictor, dev, adaptation)
         return per_device[dev.name]
+    if layouts not in ("auto", "data-parallel", "search"):
+        raise ConfigError(f"layouts must be auto, data-parallel or search, got {layouts!r}")
     family = WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze)
+    models: dict = {}
     rows: list[Config] = []
     for inst in insts:
         for g in sorted(set(gpus)):
@@ -168,17 +179,25 @@ def plan(
                 continue
             if not per_gpu_batch and batch_size < g:
                 continue
-            f = forecast(model, instance=inst.name, gpus=g, batch_size=batch_size, per_gpu_batch=per_gpu_batch,
-                         epochs=epochs, dataset_size=dataset_size, precision=precision, optimizer=optimizer,
-                         seq_len=seq_len, freeze=freeze, sync=sync, catalog=cat, scaling=False, family=family,
-                         exact_trace=False, predictor=predictor_for(inst.device))
+            kw = dict(instance=inst.name, gpus=g, epochs=epochs, dataset_size=dataset_size, precision=precision,
+                      optimizer=optimizer, seq_len=seq_len, freeze=freeze, sync=sync, catalog=cat, scaling=False,
+                      family=family, exact_trace=False, predictor=predictor_for(inst.device))
+            f = forecast(model, batch_size=batch_size, per_gpu_batch=per_gpu_batch, **kw)
+            if layouts == "search" or (layouts == "auto" and (not f.fits_in_memory or f.parameters >= 1e9)):
+                gb = batch_size * g if per_gpu_batch else batch_size
+                cfg = _best_layout(models, family, cat, inst, g, gb, precision, predictor_for(inst.device))
+                if cfg is not None:
+                    f2 = forecast(model, batch_size=gb, strategy=cfg, **kw)
+                    if f2.fits_in_memory and (not f.fits_in_memory or f2.iteration_s < f.iteration_s):
+                        f = f2
             meets = deadline_s is None or f.total_s <= deadline_s
             within = budget_usd is None or (f.cost_usd is not None and f.cost_usd <= budget_usd)
             why = [w for w, bad in (("out of memory", not f.fits_in_memory), ("misses the deadline", not meets),
                                     ("over budget", not within)) if bad]
             rows.append(Config(inst.name, inst.device.name, g // inst.gpus, g, f.per_gpu_batch, f.global_batch,
                                f.iteration_s, f.total_s, f.cost_usd, f.usd_per_hour, f.peak_memory_bytes,
-                               f.fits_in_memory, meets, within, reason=", ".join(why), predictor=f.predictor))
+                               f.fits_in_memory, meets, within, reason=", ".join(why), predictor=f.predictor,
+                               layout=f.strategy["label"] if f.strategy else "", bubble_share=f.bubble_share))
     if not rows:
         raise ConfigError(f"no configuration: the global batch {batch_size} is smaller than every GPU count asked for")
     cand = [i for i, c in enumerate(rows) if c.fits_in_memory and c.cost_usd is not None]
@@ -187,6 +206,27 @@ def plan(
     rows = [Config(**{**asdict(c), "pareto": i in front}) for i, c in enumerate(rows)]
     name = model if isinstance(model, str) else type(model).__name__
     return PlanResult(name, tuple(rows), deadline_s, budget_usd)
+
+
+def _best_layout(models: dict, family, cat: Catalog, inst, gpus: int, global_batch: int, precision: str, predictor):
+    """The fastest layout that fits of ``gpus`` GPUs of ``inst`` (a trimmed search: 1F1B and interleaved:2,
+    replicas / ZeRO-1 / ZeRO-3, no or full recomputation, sequence parallelism with tensor parallelism), or None."""
+    from traincast.predict.compose import cluster_of
+    from traincast.predict.parallel import ParallelModel
+    from traincast.predict.parallel.search import search
+    from traincast.predict.registry import default_predictor
+
+    device, cluster, _ = cluster_of(cat, instance=inst.name, gpus=gpus)
+    key = (device.name, id(predictor))
+    if key not in models:
+        models[key] = ParallelModel(family, device, cluster, predictor or default_predictor(), precision)
+    pm = models[key].with_cluster(cluster)
+    try:
+        res = search(pm, gpus, global_batch, top=1, shardings=("none", "zero1", "zero3"), recomputes=("none", "full"),
+                     virtual=(2,), micro_batches=(1, 2, 4, 8), sequence_parallel=(True,))
+    except ConfigError:
+        return None
+    return res.best.config if res.best is not None else None
 
 
 def plot(result: PlanResult, path: str) -> str:

@@ -1,6 +1,8 @@
 """Gradient synchronisation of data-parallel training.
 
-Collective costs with an alpha-beta model (``alpha`` latency per message
+The default, ``nccl``, times each bucket's all-reduce with the topology-aware collective model fitted to NCCL
+measurements (:mod:`traincast.predict.collectives`: NVSwitch / NVLink mesh / PCIe inside a node, the network
+across nodes, efficiency by message size). The other methods are PALEO's, with an alpha-beta model (``alpha`` latency per message
 step, ``bandwidth`` bytes per second one direction per GPU) for ``P``
 processes and a message of ``size_bytes``:
 
@@ -36,7 +38,17 @@ from traincast.registry import Registry
 SYNC_METHODS: Registry = Registry("sync method")
 
 
-@SYNC_METHODS.register("ring", help="ring all-reduce (NCCL, Horovod)")
+@SYNC_METHODS.register("nccl", help="NCCL all-reduce, topology-aware, fitted to NCCL measurements (the default)")
+def _nccl(size: float, p: int, b: float, alpha: float) -> float:
+    """Without a cluster: one flat NVSwitch-like level of bandwidth ``b`` (``gradient_sync`` uses the cluster)."""
+    from traincast.predict.collectives import Group, collective_s
+
+    g = Group(ranks=p, ranks_per_node=p, nodes=1, gpus_per_node=p, link_bytes_per_s=b, link_type="nvlink3",
+              node_network_bytes_per_s=b)
+    return collective_s("all-reduce", size, g)
+
+
+@SYNC_METHODS.register("ring", help="ring all-reduce, alpha-beta with the datasheet link (PALEO)")
 def _ring(size: float, p: int, b: float, alpha: float) -> float:
     return 2 * (p - 1) / p * size / b + 2 * (p - 1) * alpha
 
@@ -94,7 +106,7 @@ class CommTime:
 def gradient_sync(
     grad_bytes: int,
     cluster: Cluster,
-    method: str = "ring",
+    method: str = "nccl",
     backward_s: float = 0.0,
     overlap: bool = True,
     bucket_bytes: int | None = None,
@@ -108,7 +120,13 @@ def gradient_sync(
     bw, alpha = link_of(cluster)
     n = max(1, math.ceil(grad_bytes / bucket_bytes)) if overlap else 1
     sizes = [bucket_bytes] * (n - 1) + [grad_bytes - bucket_bytes * (n - 1)]
-    per = [allreduce_s(method, s, p, bw, alpha) for s in sizes]
+    if method == "nccl":
+        from traincast.predict.collectives import Group, collective_s
+
+        group = Group.of_cluster(cluster, p)
+        per = [collective_s("all-reduce", s, group) for s in sizes]
+    else:
+        per = [allreduce_s(method, s, p, bw, alpha) for s in sizes]
     total = sum(per)
     if not overlap:
         return CommTime(total, total, 1, int(grad_bytes), method)

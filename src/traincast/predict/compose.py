@@ -30,6 +30,7 @@ class StepTime:
     overhead_s: float
     op_times: OpTimes
     comm: CommTime
+    straggler_s: float = 0.0  # waiting for the slowest of the GPUs (parallel.yaml)
 
     @property
     def compute_s(self) -> float:
@@ -37,7 +38,7 @@ class StepTime:
 
     @property
     def iteration_s(self) -> float:
-        return self.compute_s + self.communication_s + self.overhead_s
+        return self.compute_s + self.communication_s + self.overhead_s + self.straggler_s
 
     def bottleneck(self) -> str:
         by = {"compute": 0.0, "memory": 0.0, "latency": 0.0}
@@ -53,9 +54,14 @@ def step_time(
     cluster: Cluster,
     predictor: Predictor | None = None,
     precision: str = "fp32",
-    sync: str = "ring",
+    sync: str = "nccl",
     overlap: bool = True,
 ) -> StepTime:
+    """One data-parallel step: the ops timed by ``predictor``, the gradient synchronisation after the backward pass
+    (bucketed, overlapped, the rest exposed), the optimizer after it, the fixed per-step overhead, and the wait for
+    the slowest of the cluster's GPUs."""
+    from traincast.predict.parallel.engine import straggler_share
+
     # whatever predictor is given, recurrent layers are timed as cuDNN runs them on GPUs
     predictor = with_cudnn_recurrent(predictor or default_predictor())
     ot = predictor.predict(workload, cluster.device, precision)
@@ -63,6 +69,12 @@ def step_time(
     for op, t in zip(workload.ops, ot.times_s):
         phase[op.phase] += t
     comm = gradient_sync(workload.memory.gradient_bytes, cluster, sync, phase["backward"], overlap)
+    straggle = (phase["forward"] + phase["backward"]) * straggler_share(cluster.gpus) if cluster.device.kind == "gpu" else 0.0
+    copy_in = copy_out = 0.0
+    if cluster.gpus > 1 and workload.memory.gradient_bytes > 0:
+        copy_in, copy_out = ddp_copy_s(workload, cluster.device, predictor, precision)
+        phase["backward"] += copy_in
+        comm = replace(comm, total_s=comm.total_s + copy_out, exposed_s=comm.exposed_s + copy_out)
     return StepTime(
         forward_s=phase["forward"],
         backward_s=phase["backward"],
@@ -72,7 +84,26 @@ def step_time(
         overhead_s=ot.step_overhead_s,
         op_times=ot,
         comm=comm,
+        straggler_s=straggle,
     )
+
+
+def ddp_copy_s(workload: Workload, device: Device, predictor: Predictor, precision: str) -> tuple[float, float]:
+    """Seconds of DDP's gradient copies (into the buckets during the backward pass, back after the all-reduce;
+    ``parallel.yaml``), timed by ``predictor`` as copy ops of the gradients' bytes."""
+    from traincast.predict.parallel.engine import parallel_table
+    from traincast.workload.records import OpRecord
+
+    n = int(parallel_table()["data_parallel"]["ddp_gradient_copies"])
+    if n <= 0:
+        return 0.0, 0.0
+    g = int(workload.memory.gradient_bytes)
+    op = OpRecord(aten="copy_", phase="backward", module="(ddp buckets)", op_class="copy", flops=0, bytes_read=g,
+                  bytes_written=g, dtype="fp32", input_shapes=(), output_shapes=(),
+                  n_tensors=max(1, workload.param_tensors))
+    ot = predictor.predict(replace(workload, ops=(op,), recurrent_calls=()), device, precision)
+    t = float(ot.times_s[0])
+    return t, t * (n - 1)
 
 
 # --- workloads at other batch sizes ------------------------------------------
@@ -141,23 +172,49 @@ class WorkloadFamily:
         return self._traces[batch]
 
     def at(self, batch: int) -> Workload:
-        """Exact trace if cached, else interpolated from two traces, else traced."""
+        """Exact trace if cached, else interpolated from two traces with the same op sequence, else traced.
+
+        A trace at batch 1 can differ from larger ones by an op (a loss that skips a copy); then a further
+        anchor is traced so that two anchors agree, and batch 1 is extrapolated from them (exact in FLOPs and
+        bytes, which are affine in the batch)."""
         if batch in self._traces:
             return self._traces[batch]
         if batch in self._interpolated:
             return self._interpolated[batch]
-        anchors = sorted(self._traces)
-        if len(anchors) < 2:
-            base = anchors[0] if anchors else batch
-            other = base * 2 if base * 2 != batch else base * 4
-            if not anchors:
-                return self.trace(batch)
-            self.trace(other)
-            anchors = sorted(self._traces)
-        wl = interpolate(self._traces[anchors[0]], self._traces[anchors[-1]], batch)
+        if not self._traces:
+            return self.trace(batch)
+        for _ in range(3):
+            pair = self._aligned_pair()
+            if pair is not None:
+                break
+            top = max(self._traces)
+            nxt = top * 2 if top * 2 != batch else top * 4
+            self.trace(nxt)
+        if pair is None:
+            return self.trace(batch)
+        wl = interpolate(self._traces[pair[0]], self._traces[pair[1]], batch)
         if wl is None:
             return self.trace(batch)
         self._interpolated[batch] = wl
+        return wl
+
+    def _aligned_pair(self) -> tuple[int, int] | None:
+        """The two traced batches furthest apart whose op sequences agree (None when no two agree)."""
+        bs = sorted(self._traces)
+        best = None
+        for i in range(len(bs)):
+            for j in range(i + 1, len(bs)):
+                a, b = self._traces[bs[i]], self._traces[bs[j]]
+                if len(a.ops) == len(b.ops) and all(x.aten == y.aten and x.phase == y.phase for x, y in zip(a.ops, b.ops)):
+                    if best is None or bs[j] - bs[i] > best[1] - best[0]:
+                        best = (bs[i], bs[j])
+        return best
+
+    def anchor_of(self, wl: Workload) -> Workload:
+        """A traced workload (with shapes) whose ops are aligned with ``wl``'s: ``wl`` itself when traced, else the
+        first trace it was interpolated from."""
+        if wl.interpolated_from and wl.interpolated_from[0] in self._traces:
+            return self._traces[wl.interpolated_from[0]]
         return wl
 
 
@@ -217,6 +274,14 @@ class Forecast:
     top_modules: tuple = ()
     scaling: tuple[ScalingRow, ...] = ()
     notes: tuple[str, ...] = ()
+    straggler_s: float = 0.0  # waiting for the slowest GPU
+    # parallel layouts (None / empty for plain data parallelism): the layout, per-stage times, the pipeline
+    # bubble, exposed and total communication by kind (tensor, pipeline, data, sharding, expert)
+    strategy: dict | None = None
+    stages: tuple = ()
+    bubble_share: float = 0.0
+    comm_exposed_by_kind: dict = field(default_factory=dict)
+    comm_total_by_kind: dict = field(default_factory=dict)
     workload: Workload | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
@@ -230,6 +295,7 @@ class Forecast:
                            capacity_bytes=self.memory_capacity_bytes)
         d["top_modules"] = [dict(m) for m in self.top_modules]
         d["scaling"] = [asdict(r) for r in self.scaling]
+        d["stages"] = [dict(x) for x in self.stages]
         return d
 
 
@@ -253,6 +319,46 @@ def _layout(gpus: int, nodes: int | None, per_node: int | None) -> tuple[int, in
             raise ConfigError(f"--gpus {gpus} is not a multiple of the {per_node} GPUs per node")
         return per_node, gpus // per_node
     return gpus, 1
+
+
+def hardware_of(cat: Catalog, *, gpu=None, instance: str | None = None, gpus: int = 1, nodes: int | None = None,
+                network_gbit_per_s: float | None = None):
+    """(device, instance, GPUs per node, nodes, network Gb/s per node) of a job: ``instance`` names the VM (and
+    the GPU), else ``gpu`` the device, priced and networked as the cheapest catalog instance carrying it."""
+    positive("--gpus", gpus)
+    if nodes is not None:
+        positive("--nodes", nodes)
+    if network_gbit_per_s is not None:
+        positive("--network-gbit", network_gbit_per_s)
+    inst = cat.instance(instance) if instance else None
+    if inst is not None:
+        if gpu is not None and (gpu if isinstance(gpu, Device) else cat.device(gpu)).name != inst.device.name:
+            raise ConfigError(f"instance {inst.name} carries {inst.device.name}, not {gpu}")
+        device = inst.device
+    elif isinstance(gpu, Device):  # e.g. a calibrated local device
+        device = gpu
+    elif gpu is not None:
+        device = cat.device(gpu)
+    else:
+        raise ConfigError("name the hardware: --gpu NAME or --instance NAME")
+    per_node_max = inst.gpus if inst else None
+    gpn, n_nodes = _layout(gpus, nodes, per_node_max)
+    if inst is None:
+        inst = cat.cheapest_instance(device, gpn)
+        if inst is not None and inst.gpus != gpn and n_nodes == 1 and gpn > inst.gpus:
+            gpn, n_nodes = _layout(gpus, None, inst.gpus)
+    net = network_gbit_per_s or (inst.network_gbit_per_s if inst and inst.network_gbit_per_s
+                                 else float(system_table()["network"]["default_inter_node_gbit_per_s"]))
+    return device, inst, gpn, n_nodes, net
+
+
+def cluster_of(cat: Catalog, *, gpu=None, instance: str | None = None, gpus: int = 1, nodes: int | None = None,
+               network_gbit_per_s: float | None = None) -> tuple[Device, Cluster, object]:
+    """(device, Cluster, instance) of a job (:func:`hardware_of`)."""
+    device, inst, gpn, n_nodes, net = hardware_of(cat, gpu=gpu, instance=instance, gpus=gpus, nodes=nodes,
+                                                  network_gbit_per_s=network_gbit_per_s)
+    return device, Cluster(device=device, gpus_per_node=gpn, nodes=n_nodes, inter_node_gbit_per_s=net,
+                           instance=inst.name if inst else None), inst
 
 
 def _top_modules(wl: Workload, op_times: OpTimes, n: int = 10) -> tuple[dict, ...]:
@@ -282,7 +388,7 @@ def forecast(
     optimizer: str = "sgd",
     instance: str | None = None,
     seq_len: int | None = None,
-    sync: str = "ring",
+    sync: str = "nccl",
     overlap: bool = True,
     freeze: str | None = None,
     inputs=None,
@@ -292,8 +398,13 @@ def forecast(
     scaling: bool = True,
     family: WorkloadFamily | None = None,
     exact_trace: bool = True,
+    strategy=None,
 ) -> Forecast:
-    """Forecast a data-parallel training job: step, epoch, total time, cost, memory.
+    """Forecast a training job: step, epoch, total time, cost, memory.
+
+    ``strategy``: a :class:`~traincast.predict.parallel.ParallelConfig` (tensor, pipeline, data degrees,
+    ZeRO/FSDP, micro-batch, schedule, recomputation, ...; see :func:`traincast.predict.parallel.resolve`) or
+    None for data parallelism over ``gpus`` replicas.
 
     ``batch_size`` is the global batch (strong scaling) unless ``per_gpu_batch``
     (weak scaling). ``gpu`` or ``instance`` names the hardware; with only a GPU,
@@ -309,26 +420,13 @@ def forecast(
         positive("--nodes", nodes)
     sync = SYNC_METHODS.canonical(sync)
     notes: list[str] = []
-    inst = cat.instance(instance) if instance else None
-    if inst is not None:
-        if gpu is not None and (gpu if isinstance(gpu, Device) else cat.device(gpu)).name != inst.device.name:
-            raise ConfigError(f"instance {inst.name} carries {inst.device.name}, not {gpu}")
-        device = inst.device
-    elif isinstance(gpu, Device):  # e.g. a calibrated local device
-        device = gpu
-    elif gpu is not None:
-        device = cat.device(gpu)
-    else:
-        raise ConfigError("name the hardware: --gpu NAME or --instance NAME")
-    per_node_max = inst.gpus if inst else None
-    gpn, n_nodes = _layout(gpus, nodes, per_node_max)
-    if inst is None:
-        inst = cat.cheapest_instance(device, gpn)
-        if inst is not None and inst.gpus != gpn and n_nodes == 1 and gpn > inst.gpus:
-            gpn, n_nodes = _layout(gpus, None, inst.gpus)
-    if per_gpu_batch:
-        b = batch_size
-    else:
+    if strategy is not None and strategy.gpus != gpus:
+        raise ConfigError(f"the layout {strategy.label()} uses {strategy.gpus} GPUs, not the {gpus} asked for")
+    parallel = strategy is not None and not strategy.is_plain_data_parallel
+    device, inst, gpn, n_nodes, net = hardware_of(cat, gpu=gpu, instance=instance, gpus=gpus, nodes=nodes,
+                                                  network_gbit_per_s=network_gbit_per_s)
+    b = batch_size
+    if not per_gpu_batch and not parallel:
         if batch_size < gpus:
             raise ConfigError(f"global batch {batch_size} is smaller than the {gpus} GPUs; each GPU needs at least one sample")
         b = math.ceil(batch_size / gpus)
@@ -339,21 +437,24 @@ def forecast(
                                       seq_len=seq_len, freeze=freeze, inputs=inputs)
     predictor = predictor or default_predictor()
     exact = exact_trace or predictor.needs_shapes
-    wl = family.trace(b) if exact else family.at(b)
+    wl = None if parallel else family.trace(b) if exact else family.at(b)
     if dataset_size is None:
         dataset_size = default_dataset_size(model)
     if dataset_size is not None:
         positive("--dataset-size", dataset_size)
-    if network_gbit_per_s is not None:
-        positive("--network-gbit", network_gbit_per_s)
-
-    net = network_gbit_per_s or (inst.network_gbit_per_s if inst and inst.network_gbit_per_s
-                                 else float(system_table()["network"]["default_inter_node_gbit_per_s"]))
 
     def cluster_for(g: int, nn: int) -> Cluster:
         return Cluster(device=device, gpus_per_node=g, nodes=nn, inter_node_gbit_per_s=net,
                        instance=inst.name if inst else None)
 
+    if parallel:
+        if not overlap:
+            strategy = replace(strategy, overlap_grad_sync=False)
+        return _parallel_forecast(
+            model, strategy, family=family, device=device, inst=inst, cluster=cluster_for(gpn, n_nodes), gpus=gpus,
+            n_nodes=n_nodes, batch_size=batch_size, per_gpu_batch=per_gpu_batch, epochs=epochs,
+            dataset_size=dataset_size, precision=precision, optimizer=optimizer, predictor=predictor,
+            exact=exact, notes=notes)
     st = step_time(wl, cluster_for(gpn, n_nodes), predictor, precision, sync, overlap)
     notes.extend(predictor.notes(wl, device, precision))
     moe = wl.balanced_expert_gemms
@@ -383,7 +484,9 @@ def forecast(
     fits = peak <= cap
     max_b = wl.memory.max_batch(cap)
     if not fits:
-        notes.append(f"out of memory: needs {peak / GIB:.1f} GiB per GPU, {device.name} has {cap / GIB:.1f} GiB usable; largest per-GPU batch that fits: {max_b}")
+        notes.append(f"out of memory: needs {peak / GIB:.1f} GiB per GPU, {device.name} has {cap / GIB:.1f} GiB usable; largest per-GPU batch that fits: {max_b}; "
+                     "a parallel layout may fit (--tp/--pp/--zero/--micro-batch/--recompute, or `traincast parallelize` "
+                     "to search them)")
 
     rows: list[ScalingRow] = []
     if scaling:
@@ -423,7 +526,88 @@ def forecast(
         bytes={p: bw[p]["bytes"] for p in PHASES} | {"total": wl.bytes()},
         parameters=wl.parameters, trainable_parameters=wl.trainable_parameters,
         bottleneck=st.bottleneck(), top_modules=_top_modules(wl, st.op_times), scaling=tuple(rows),
-        notes=tuple(notes), workload=wl,
+        notes=tuple(notes), straggler_s=st.straggler_s,
+        strategy=strategy.to_dict() if strategy is not None else None, workload=wl,
+    )
+
+
+def _usd_per_hour(inst, gpus: int, n_nodes: int, notes: list[str]) -> float | None:
+    if inst is None or inst.usd_per_hour is None:
+        return None
+    if gpus < inst.gpus:
+        notes.append(f"cost counts {gpus} of the {inst.gpus} GPUs of {inst.name} (pro rata)")
+        if n_nodes == 1:
+            return inst.usd_per_hour / inst.gpus * gpus
+    return inst.usd_per_hour * max(1, math.ceil(gpus / inst.gpus))
+
+
+def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nodes, batch_size, per_gpu_batch,
+                       epochs, dataset_size, precision, optimizer, predictor, exact, notes) -> Forecast:
+    """The forecast of a parallel layout (:mod:`traincast.predict.parallel`)."""
+    from traincast.predict.collectives import fabric_note
+    from traincast.predict.parallel.engine import ParallelModel
+
+    if per_gpu_batch:
+        per_replica = batch_size
+    else:
+        if batch_size < cfg.dp:
+            raise ConfigError(f"global batch {batch_size} is smaller than the {cfg.dp} data-parallel replicas")
+        per_replica = math.ceil(batch_size / cfg.dp)
+        if batch_size % cfg.dp:
+            notes.append(f"global batch {batch_size} does not divide over {cfg.dp} data-parallel replicas; "
+                         f"{per_replica} per replica assumed")
+    global_batch = per_replica * cfg.dp
+    pm = ParallelModel(family, device, cluster, predictor, precision, exact_traces=exact)
+    step = pm.evaluate(cfg, per_replica)
+    base, _ = pm.base()
+    notes.extend(predictor.notes(base, device, precision))
+    notes.extend(step.notes)
+    fn = fabric_note(device.link.type)
+    if fn and (cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1):
+        notes.append(fn)
+    if base.balanced_expert_gemms:
+        notes.append(f"mixture of experts: {base.balanced_expert_gemms} expert GEMMs per forward timed with the routed "
+                     "tokens split evenly over the experts (a router that loads them unevenly is slower)")
+    if dataset_size is None:
+        steps = epoch_s = total_s = None
+        notes.append("one iteration only: the epoch, total time and cost need --dataset-size (training samples "
+                     "per epoch)")
+    else:
+        steps = math.ceil(dataset_size / global_batch)
+        epoch_s = steps * step.iteration_s
+        total_s = epoch_s * epochs
+    usd_h = _usd_per_hour(inst, gpus, n_nodes, notes)
+    cost = total_s / 3600 * usd_h if usd_h is not None and total_s is not None else None
+    if usd_h is None:
+        notes.append(f"no priced instance with {device.name} in the catalog: cost unknown")
+    wl = pm.workload(step.micro_batch)
+    bw = wl.by_phase()
+    compute = step.forward_s + step.backward_s + step.optimizer_s
+    idle = step.pipeline_s * step.bubble_share
+    by = {"compute": compute, "communication": step.communication_exposed_s, "pipeline bubble": idle}
+    stages = tuple(dict(stage=x.stage, first=x.units[0], last=x.units[1], layers=x.layers,
+                        forward_ms=x.forward_s * 1e3, backward_ms=x.backward_s * 1e3, recompute_ms=x.recompute_s * 1e3,
+                        tensor_comm_ms=x.tensor_comm_s * 1e3, parameters=x.parameters, memory_bytes=x.memory_bytes,
+                        in_flight=x.in_flight) for x in step.stages)
+    strategy = step.config.to_dict() | {"micro_batches": step.micro_batches, "pipeline": step.pipeline_method}
+    return Forecast(
+        model=base.model, device=device.name, gpus=gpus, nodes=n_nodes, instance=inst.name if inst else None,
+        precision=precision, optimizer=base.optimizer, predictor=step.predictor, sync="nccl", overlap=True,
+        per_gpu_batch=per_replica, global_batch=global_batch,
+        dataset_size=None if dataset_size is None else int(dataset_size), epochs=epochs,
+        iteration_s=step.iteration_s, forward_s=step.forward_s, backward_s=step.backward_s,
+        optimizer_s=step.optimizer_s, communication_s=step.communication_exposed_s,
+        communication_total_s=step.communication_total_s, overhead_s=step.overhead_s,
+        steps_per_epoch=steps, epoch_s=epoch_s, total_s=total_s, usd_per_hour=usd_h, cost_usd=cost,
+        peak_memory_bytes=step.peak_memory_bytes, memory_capacity_bytes=step.memory_capacity_bytes,
+        fits_in_memory=step.fits_in_memory, max_per_gpu_batch=step.max_micro_batch,
+        memory=dict(step.memory), flops={p: bw[p]["flops"] for p in PHASES} | {"total": wl.flops()},
+        bytes={p: bw[p]["bytes"] for p in PHASES} | {"total": wl.bytes()},
+        parameters=base.parameters, trainable_parameters=base.trainable_parameters,
+        bottleneck=max(by, key=by.get), top_modules=(), scaling=(), notes=tuple(notes),
+        straggler_s=step.straggler_s, strategy=strategy, stages=stages, bubble_share=step.bubble_share,
+        comm_exposed_by_kind=dict(step.comm_exposed_by_kind), comm_total_by_kind=dict(step.comm_total_by_kind),
+        workload=wl,
     )
 
 

@@ -8,10 +8,35 @@ call it, so the two give one answer.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from traincast.errors import ConfigError
 from traincast.hardware.catalog import Catalog, get_catalog
 from traincast.predict.compose import Forecast, WorkloadFamily, forecast
 from traincast.predict.registry import make_predictor
+
+
+def strategy_from_options(gpus: int, nodes: int | None = None, instance: str | None = None,
+                          catalog: Catalog | None = None, *, tp: int = 1, pp: int = 1, dp: int | None = None, ep: int = 1,
+                          zero: int | None = None, fsdp: str | None = None, micro_batch: int | None = None,
+                          schedule: str = "1f1b", recompute: str = "none", sequence_parallel: bool = False,
+                          offload_optimizer: bool = False):
+    """The parallel layout the options ask for (None for plain data parallelism), and warnings."""
+    from traincast.predict.parallel import resolve
+
+    trivial = (tp == 1 and pp == 1 and dp in (None, gpus) and ep == 1 and zero in (None, 0) and fsdp is None
+               and micro_batch is None and str(schedule).lower() == "1f1b" and str(recompute).lower() == "none"
+               and not sequence_parallel and not offload_optimizer)
+    if trivial:
+        return None, []
+    gpn = None
+    if nodes:
+        gpn = gpus // nodes if gpus % nodes == 0 else None
+    elif instance:
+        gpn = (catalog or get_catalog()).instance(instance).gpus
+    return resolve(gpus, gpus_per_node=gpn, tp=tp, pp=pp, dp=dp, ep=ep, zero=zero, fsdp=fsdp, micro_batch=micro_batch,
+                   schedule=schedule, recompute=recompute, sequence_parallel=sequence_parallel,
+                   offload_optimizer=offload_optimizer)
 
 
 def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes: int | None = None, batch_size: int,
@@ -20,11 +45,13 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                           freeze: str | None = None, instance: str | None = None, seq_len: int | None = None,
                           network_gbit: float | None = None, device: str | None = None, profile: str | None = None,
                           predictor: str = "analytical", adaptation: str = "none", catalog: Catalog | None = None,
-                          family: WorkloadFamily | None = None) -> Forecast:
+                          family: WorkloadFamily | None = None, **layout) -> Forecast:
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
 
     ``device='local'`` or ``profile=NAME|FILE``: the calibrated device profile instead of a catalog GPU (they
-    exclude ``gpu``, ``instance`` and another predictor). ``family``: reuse the traces of an earlier call."""
+    exclude ``gpu``, ``instance`` and another predictor). ``family``: reuse the traces of an earlier call.
+    ``layout``: the parallel options (``tp``, ``pp``, ``dp``, ``ep``, ``zero``, ``fsdp``, ``micro_batch``,
+    ``schedule``, ``recompute``, ``sequence_parallel``, ``offload_optimizer``: :func:`strategy_from_options`)."""
     cat = catalog or get_catalog()
     pred = None
     if predictor != "analytical" or adaptation != "none":
@@ -40,7 +67,9 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
             raise ConfigError("--device/--profile exclude --gpu, --instance and --predictor")
         prof = find_profile(profile or "local")
         gpu, pred = prof.device_record(), prof.predictor()
-    return forecast(model, gpu=gpu, gpus=gpus, predictor=pred, nodes=nodes, batch_size=batch_size,
-                    per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size, precision=precision,
-                    optimizer=optimizer, instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap,
-                    freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=family)
+    strategy, warnings = strategy_from_options(gpus, nodes, instance, cat, **layout)
+    f = forecast(model, gpu=gpu, gpus=gpus, predictor=pred, nodes=nodes, batch_size=batch_size,
+                 per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size, precision=precision,
+                 optimizer=optimizer, instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap,
+                 freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=family, strategy=strategy)
+    return replace(f, notes=tuple(warnings) + f.notes) if warnings else f

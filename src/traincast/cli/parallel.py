@@ -1,0 +1,86 @@
+"""``traincast parallelize``: every valid layout of a job, the fastest that fit in memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from traincast.cli.render import console, dur, print_json, size, split_list, table
+
+MODEL_HELP = ("the model: a zoo name, a Hugging Face config.json or a folder holding one, or a .yaml/.json layer "
+              "spec (see `traincast models`)")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def parallelize(
+        model: str = typer.Argument(..., help=MODEL_HELP),
+        gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name (see `traincast gpus`)"),
+        gpus: int = typer.Option(..., "--gpus", help="GPUs in total"),
+        nodes: Optional[int] = typer.Option(None, "--nodes", help="nodes the GPUs are spread over"),
+        batch_size: int = typer.Option(..., "--batch-size", "-b", help="global batch (samples per step)"),
+        seq_len: Optional[int] = typer.Option(None, "--seq-len", help="sequence length of transformer models"),
+        precision: str = typer.Option("amp-bf16", "--precision"),
+        optimizer: str = typer.Option("adamw", "--optimizer"),
+        instance: Optional[str] = typer.Option(None, "--instance", help="cloud instance (see `traincast instances`)"),
+        network: Optional[float] = typer.Option(None, "--network-gbit", help="inter-node network per node, Gb/s"),
+        shardings: str = typer.Option("none,zero1,zero3", "--shardings",
+                                      help="shardings to consider (none, zero1, zero2, zero3, fsdp-full, ...)"),
+        recomputes: str = typer.Option("none,selective,full", "--recompute", help="recomputations to consider"),
+        micro_batches: str = typer.Option("1,2,4,8,16", "--micro-batches", help="micro-batch sizes to consider"),
+        max_tp: Optional[int] = typer.Option(None, "--max-tp", help="largest tensor degree (default: GPUs per node)"),
+        top: int = typer.Option(10, "--top", help="layouts to list"),
+        catalog: Optional[list[Path]] = typer.Option(None, "--catalog", help="extra catalog YAML file(s)"),
+        as_json: bool = typer.Option(False, "--json", help="machine-readable output, with `best`"),
+    ):
+        """Every valid layout (tensor x pipeline x data degrees, ZeRO stage, micro-batch, recomputation, schedule):
+        drop those that do not fit, list the fastest with memory and pipeline bubble."""
+        from traincast.hardware import get_catalog
+        from traincast.predict.parallel.search import parallelize as run
+        from traincast.predict.parallel.strategy import RECOMPUTATIONS, SHARDINGS
+
+        shs = tuple(SHARDINGS.canonical(x.lower()) for x in split_list(shardings, "--shardings"))
+        rcs = tuple(RECOMPUTATIONS.canonical(x.lower()) for x in split_list(recomputes, "--recompute"))
+        mbs = split_list(micro_batches, "--micro-batches", int)
+        from traincast.errors import positive
+
+        for m in mbs:
+            positive("--micro-batches entries", m)
+        positive("--top", top)
+        prog = task = None
+        if console.is_terminal and not as_json:
+            from rich.progress import Progress
+
+            prog = Progress(transient=True, console=console)
+            task = prog.add_task("layouts", total=None)
+            prog.start()
+
+        def progress(k, n):
+            if prog is not None:
+                prog.update(task, completed=k, total=n)
+        try:
+            res = run(model, gpu=gpu, gpus=gpus, nodes=nodes, batch_size=batch_size, seq_len=seq_len,
+                      precision=precision, optimizer=optimizer, instance=instance, network_gbit_per_s=network,
+                      catalog=get_catalog(catalog or ()), top=top, progress=progress, shardings=shs, recomputes=rcs,
+                      micro_batches=mbs, max_tp=max_tp)
+        finally:
+            if prog is not None:
+                prog.stop()
+        if as_json:
+            print_json(res.to_dict())
+            return
+        rows = [[k + 1, c.config.label(), dur(c.iteration_s), f"{c.samples_per_s:,.1f}", f"{100 * c.bubble_share:.1f}%",
+                 dur(c.communication_exposed_s), size(c.peak_memory_bytes)] for k, c in enumerate(res.candidates)]
+        console.print(table(f"{res.model} on {res.gpus}x {res.device}, global batch {res.global_batch}: the "
+                            f"{len(res.candidates)} fastest of {res.considered} layouts ({res.out_of_memory} do not fit)",
+                            ["#", "layout", "iteration", "samples/s", "bubble", "exposed comm", "memory/GPU"], rows, 2,
+                            compact=True))
+        if res.best is not None:
+            c = res.best
+            console.print(f"best: {c.config.label()}: {dur(c.iteration_s)} per step, {size(c.peak_memory_bytes)} of "
+                          f"{size(c.memory_capacity_bytes)} per GPU")
+        for n in res.notes:
+            console.print(f"[yellow]note:[/yellow] {n}")
+        console.print(f"searched in {res.elapsed_s:.1f} s")

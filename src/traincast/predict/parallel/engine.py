@@ -1,0 +1,809 @@
+"""One training step under a parallel layout: transform the traced ops, time them, insert the communication,
+run the pipeline schedule, add the data-parallel synchronisation and the optimizer, and count the memory.
+
+The mechanism (no per-model formulas):
+
+1. **Split the ops** (:func:`shard_ops`). Under tensor parallelism ``t`` each op of the trace is transformed by its
+   role (:mod:`.layout`): a column- or row-parallel GEMM gets 1/t of its FLOPs and its own shapes (the output
+   or the contracted features divided), so any predictor times the real shard; ops on split heads or features
+   get 1/t of their work; ops on the whole hidden state are unchanged, or get 1/t of the tokens with sequence
+   parallelism. The ops are timed with the predictor given (the analytical one by default), one layer per
+   distinct layer signature (identical layers are timed once).
+2. **Insert the communication** each strategy implies and time it with the fitted topology-aware model
+   (:mod:`traincast.predict.collectives`): per layer and micro-batch an all-reduce after each row-parallel layer
+   (forward) and after each group of column-parallel layers (backward), or reduce-scatter / all-gather pairs with
+   sequence parallelism (plus the all-gather of the saved input again in the backward pass); the vocabulary-
+   parallel embedding's all-reduce; pipeline sends of each micro-batch's activations between stages; the
+   data-parallel gradient all-reduce of each stage's shard in buckets overlapped with its last backward pass, or
+   ZeRO's / FSDP's reduce-scatter and all-gather (parameters gathered unit by unit, prefetched one unit ahead of
+   the compute); the mixture-of-experts all-to-all (dispatch and combine) with expert parallelism.
+3. **Recompute**: selective recomputation re-runs the attention core's forward ops in the backward pass, full
+   recomputation every layer's forward ops and its tensor-parallel communication.
+4. **Schedule**: the per-stage forward and backward times per micro-batch go through the pipeline schedule
+   (:mod:`.schedule`: simulated per micro-batch, or its closed form in searches); without pipeline stages the
+   micro-batches run one after another (gradient accumulation).
+5. **What does not scale** (issue 18): the gradient synchronisation that finishes after the last backward,
+   the optimizer step after it, the step's fixed host overhead, and the wait for the slowest of N GPUs
+   (stragglers, ``parallel.yaml``).
+6. **Memory per GPU**: the stage's parameters, gradients and optimizer states divided by the tensor degree and
+   by the data-parallel degree where sharded (optimizer states off the GPU with offload), the activations of
+   the micro-batches in flight on the stage (apportioned from the trace's saved bytes op by op, scaled by each
+   op's split, dropped where recomputed), the largest transient, and the gathered parameters of ZeRO-3/FSDP.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import asdict, dataclass, replace
+from importlib import resources
+
+import yaml
+
+from traincast.errors import ConfigError
+from traincast.hardware.records import Cluster, Device
+from traincast.predict.base import Predictor
+from traincast.predict.comm import ddp_bucket_bytes
+from traincast.predict.collectives import CollectiveParams, Group, collective_s, default_params
+from traincast.predict.parallel.layout import ModelLayout, analyse
+from traincast.predict.parallel.schedule import PipelineResult, closed_form, simulate
+from traincast.predict.parallel.strategy import ParallelConfig
+from traincast.workload.records import OpRecord, Workload
+
+
+@functools.lru_cache(maxsize=1)
+def parallel_table() -> dict:
+    """``hardware/data/parallel.yaml``: stragglers, offload and pipeline constants with their sources."""
+    return yaml.safe_load(resources.files("traincast.hardware").joinpath("data", "parallel.yaml").read_text())
+
+
+def expected_max_normal(n: int) -> float:
+    """E[max of n standard normal draws] (0 for n = 1), by numerical integration."""
+    if n <= 1:
+        return 0.0
+    from scipy import integrate, stats
+
+    f = lambda x: x * n * stats.norm.pdf(x) * stats.norm.cdf(x) ** (n - 1)  # noqa: E731
+    return float(integrate.quad(f, -10, 10, limit=200)[0])
+
+
+@functools.lru_cache(maxsize=64)
+def straggler_share(gpus: int) -> float:
+    """How much longer a synchronous step over ``gpus`` GPUs takes than on a GPU of mean speed: the slowest GPU's
+    expected shortfall, ``cv x E[max of N standard normals]`` (``parallel.yaml``)."""
+    cv = float(parallel_table()["stragglers"]["gpu_speed_cv"])
+    return cv * expected_max_normal(gpus)
+
+
+# --- 1. split the ops ---------------------------------------------------------------------------------
+def _numel(shape) -> int:
+    return int(math.prod(shape)) if shape else 1
+
+
+def _div(x: int, t: int) -> int:
+    return max(1, x // t)
+
+
+def _split_gemm_shapes(op: OpRecord, which: str, t: int):
+    """Input and output shapes of a 2-D GEMM (mm / addmm) with ``which`` of (m, n, k) divided by ``t``."""
+    ins = [list(s) for s in op.input_shapes]
+    outs = [list(s) for s in op.output_shapes]
+    if op.aten == "addmm" and len(ins) >= 3:
+        bias, a, b = ins[0], ins[1], ins[2]
+    elif len(ins) >= 2:
+        bias, a, b = None, ins[0], ins[1]
+    else:
+        return None
+    if len(a) != 2 or len(b) != 2 or not outs or len(outs[0]) != 2:
+        return None
+    out = outs[0]
+    if which == "k":
+        a[1] = _div(a[1], t)
+        b[0] = _div(b[0], t)
+    elif which == "m":
+        a[0] = _div(a[0], t)
+        out[0] = _div(out[0], t)
+        if bias is not None and len(bias) == 2:
+            bias[0] = _div(bias[0], t)
+    elif which == "n":
+        b[1] = _div(b[1], t)
+        out[1] = _div(out[1], t)
+        if bias is not None and bias:
+            bias[-1] = _div(bias[-1], t)
+    else:
+        return None
+    return tuple(tuple(s) for s in ins), tuple(tuple(s) for s in outs)
+
+
+def _split_shape(shape, t: int, feature: int | None = None, tokens: tuple = ()) -> tuple:
+    """A tensor's shape with its split dimension divided: the heads dimension of a 4-D tensor, a dimension equal
+    to ``feature``, else the last one that ``t`` divides; ``tokens``: sizes of a token dimension (sequence
+    parallelism)."""
+    s = list(shape)
+    if not s:
+        return tuple(s)
+    if tokens:
+        for i, d in enumerate(s):
+            if d in tokens and d % t == 0:
+                s[i] = d // t
+                return tuple(s)
+        return tuple(s)
+    if feature:
+        for i in range(len(s) - 1, -1, -1):
+            if s[i] == feature and s[i] % t == 0:
+                s[i] //= t
+                return tuple(s)
+    if len(s) == 4 and s[1] % t == 0 and s[1] >= t:
+        s[1] //= t
+        return tuple(s)
+    for i in range(len(s) - 1, -1, -1):
+        if s[i] % t == 0 and s[i] >= t:
+            s[i] //= t
+            return tuple(s)
+    return tuple(s)
+
+
+def op_factor(role: str, t: int, sp: bool, has_split: bool = True) -> float:
+    """The share of an op's work one tensor-parallel rank does."""
+    if t <= 1:
+        return 1.0
+    if role in ("col", "row", "sharded"):
+        return 1.0 / t if has_split else (1.0 / t if sp else 1.0)
+    if role == "replicated":
+        return 1.0 / t if sp else 1.0
+    return 1.0
+
+
+def shard_ops(ops, layout: ModelLayout, t: int, sp: bool, indices=None, tokens: int | None = None) -> list[OpRecord]:
+    """The ops (all, or those at ``indices``) as one tensor-parallel rank of ``t`` runs them."""
+    idx = range(len(ops)) if indices is None else indices
+    if t <= 1:
+        return [ops[i] for i in idx]
+    tok = tokens or layout.tokens
+    token_sizes = tuple(x for x in {tok, layout.seq_len} if x)
+    module_split: dict[str, int] = {}
+    for i, r in enumerate(layout.roles):
+        if r.split_size and ops[i].module not in module_split:
+            module_split[ops[i].module] = r.split_size
+    out = []
+    for i in idx:
+        o = ops[i]
+        r = layout.roles[i]
+        role = r.role
+        if role in ("optimizer", "none") or (role == "replicated" and not sp):
+            out.append(o)
+            continue
+        if role in ("col", "row") and r.split and not o.input_shapes:  # interpolated: no shapes, the work split
+            out.append(replace(o, flops=int(o.flops / t), bytes_read=int(o.bytes_read / t),
+                               bytes_written=int(o.bytes_written / t)))
+            continue
+        if role in ("col", "row") and r.split and o.input_shapes:
+            new = _split_gemm_shapes(o, r.split, t)
+            if new is not None:
+                ins, outs = new
+                fr = sum(map(_numel, ins)) / max(1, sum(map(_numel, o.input_shapes)))
+                fw = sum(map(_numel, outs)) / max(1, sum(map(_numel, o.output_shapes)))
+                out.append(replace(o, flops=int(o.flops / t), bytes_read=int(o.bytes_read * fr),
+                                   bytes_written=int(o.bytes_written * fw), input_shapes=ins, output_shapes=outs))
+                continue
+        if role in ("col", "row"):
+            feat = module_split.get(o.module)
+            has = r.carries_split
+            f = op_factor(role, t, sp, has)
+            if f == 1.0:
+                out.append(o)
+                continue
+            split = (lambda s: _split_shape(s, t, feat)) if has else (lambda s: _split_shape(s, t, tokens=token_sizes))
+        elif role == "sharded":
+            f = 1.0 / t
+            split = lambda s: _split_shape(s, t)  # noqa: E731
+        else:  # replicated with sequence parallelism
+            f = 1.0 / t
+            split = lambda s: _split_shape(s, t, tokens=token_sizes)  # noqa: E731
+        out.append(replace(o, flops=int(o.flops * f), bytes_read=int(o.bytes_read * f),
+                           bytes_written=int(o.bytes_written * f),
+                           input_shapes=tuple(split(s) for s in o.input_shapes),
+                           output_shapes=tuple(split(s) for s in o.output_shapes)))
+    return out
+
+
+# --- per-unit costs at one (t, sequence parallel, micro-batch) ---------------------------------------------------
+@dataclass(frozen=True)
+class UnitCosts:
+    """Per unit (pre, layers..., post), per micro-batch, for one tensor-parallel rank."""
+
+    forward_s: tuple[float, ...]
+    backward_s: tuple[float, ...]
+    core_forward_s: tuple[float, ...]  # attention-core forward (selective recomputation)
+    activation_bytes: tuple[float, ...]  # saved for backward, no recomputation
+    core_activation_bytes: tuple[float, ...]
+    transient_bytes: tuple[float, ...]  # the largest op output, x2 (as the trace counts it)
+    step_overhead_s: float
+    predictor: str
+    forward_flops: tuple[float, ...] = ()  # per unit, one tensor rank, per micro-batch
+    backward_flops: tuple[float, ...] = ()
+    core_forward_flops: tuple[float, ...] = ()
+
+
+class ParallelModel:
+    """Forecasts of one model configuration under any layout on one cluster: trace once (and at a second
+    micro-batch to interpolate the others), transform per layout, cache the per-unit costs."""
+
+    def __init__(self, family, device: Device, cluster: Cluster, predictor: Predictor, precision: str = "fp32",
+                 collectives: CollectiveParams | None = None, exact_traces: bool = False):
+        self.family = family
+        self.device = device
+        self.cluster = cluster
+        self.predictor = predictor
+        self.precision = precision
+        self.collectives = collectives or default_params()
+        self.exact = exact_traces or predictor.needs_shapes
+        self._costs: dict = {}
+        self._opt: dict = {}
+        self._base: Workload | None = None
+        self._layout: ModelLayout | None = None
+
+    def with_cluster(self, cluster: Cluster) -> "ParallelModel":
+        """The same model on another cluster of the same device (the traces and per-layer costs are shared)."""
+        import copy
+
+        other = copy.copy(self)
+        other.cluster = cluster
+        return other
+
+    # --- workloads ---------------------------------------------------------------------------------------------
+    def workload(self, mb: int) -> Workload:
+        return self.family.trace(mb) if self.exact else self.family.at(mb)
+
+    def inputs(self, mb: int) -> tuple[Workload, ModelLayout]:
+        """The workload at micro-batch ``mb`` and the layout of its ops (found on the trace its ops align with)."""
+        self.base(mb)
+        wl = self.workload(mb)
+        anchor = self.family.anchor_of(wl) if hasattr(self.family, "anchor_of") else wl
+        return wl, analyse(anchor)
+
+    def base(self, mb: int | None = None) -> tuple[Workload, ModelLayout]:
+        """A reference trace and its layout: the first traced (at ``mb``, or at 2 when interpolating: traces at
+        batch 1 can lack an op that larger ones have)."""
+        if self._base is None:
+            first = mb if mb is not None else (1 if self.exact else 2)
+            if not self.exact:
+                first = max(2, first)
+            self._base = self.family.trace(first)
+            self._layout = analyse(self._base)
+        return self._base, self._layout
+
+    @property
+    def layout(self) -> ModelLayout:
+        return self.base()[1]
+
+    # --- costs -----------------------------------------------------------------------------------------------
+    def unit_costs(self, t: int, sp: bool, mb: int) -> UnitCosts:
+        key = (t, sp, mb)
+        if key in self._costs:
+            return self._costs[key]
+        wl, lay = self.inputs(mb)
+        tokens = lay.tokens * mb // lay.batch
+        units = lay.units
+        n_units = len(units)
+        # group identical units (layers) by the signature of their ops, time one of each
+        members: dict[int, list[int]] = {u: [] for u in range(n_units)}
+        for i, r in enumerate(lay.roles):
+            if wl.ops[i].phase != "optimizer":
+                members[r.unit].append(i)
+        sig = {}
+        rep_of = {}
+        for u in range(n_units):
+            s = (units[u] in ("pre", "post"), tuple((wl.ops[i].aten, wl.ops[i].phase, wl.ops[i].flops,
+                                                     wl.ops[i].bytes_total) for i in members[u]))
+            if wl.recurrent_calls:
+                s = (u, s)
+            rep_of[u] = sig.setdefault(s, u)
+        reps = sorted(set(rep_of.values()))
+        idx = [i for u in reps for i in members[u]]
+        new_ops = shard_ops(wl.ops, lay, t, sp, idx, tokens)
+        calls = wl.recurrent_calls if t == 1 else ()
+        sub = replace(wl, ops=tuple(new_ops), recurrent_calls=calls)
+        ot = self.predictor.predict(sub, self.device, self.precision)
+        fwd = dict.fromkeys(reps, 0.0)
+        bwd = dict.fromkeys(reps, 0.0)
+        core = dict.fromkeys(reps, 0.0)
+        trans = dict.fromkeys(reps, 0.0)
+        ffl = dict.fromkeys(reps, 0.0)
+        bfl = dict.fromkeys(reps, 0.0)
+        cfl = dict.fromkeys(reps, 0.0)
+        for i, o, s in zip(idx, new_ops, ot.times_s):
+            u = lay.roles[i].unit
+            if o.phase == "forward":
+                fwd[u] += s
+                ffl[u] += o.flops
+                if lay.roles[i].attention_core:
+                    core[u] += s
+                    cfl[u] += o.flops
+            else:
+                bwd[u] += s
+                bfl[u] += o.flops
+            trans[u] = max(trans[u], 2.0 * o.bytes_written)
+        # the trace's saved bytes less the weight copies autocast keeps (those are counted once per step)
+        act_total = max(0.0, float(wl.memory.activation_bytes) - sum(lay.weight_copy_bytes))
+        act = [0.0] * n_units
+        core_act = [0.0] * n_units
+        for i, r in enumerate(lay.roles):
+            sh = lay.act_share[i]
+            if sh <= 0:
+                continue
+            f = op_factor(r.role, t, sp)
+            if r.role in ("col", "row") and not r.split:
+                f = op_factor(r.role, t, sp, False)
+            a = act_total * sh * f
+            act[r.unit] += a
+            if r.attention_core:
+                core_act[r.unit] += a
+        uc = UnitCosts(
+            forward_s=tuple(fwd[rep_of[u]] for u in range(n_units)),
+            backward_s=tuple(bwd[rep_of[u]] for u in range(n_units)),
+            core_forward_s=tuple(core[rep_of[u]] for u in range(n_units)),
+            activation_bytes=tuple(act), core_activation_bytes=tuple(core_act),
+            transient_bytes=tuple(trans[rep_of[u]] for u in range(n_units)),
+            step_overhead_s=ot.step_overhead_s, predictor=ot.predictor,
+            forward_flops=tuple(ffl[rep_of[u]] for u in range(n_units)),
+            backward_flops=tuple(bfl[rep_of[u]] for u in range(n_units)),
+            core_forward_flops=tuple(cfl[rep_of[u]] for u in range(n_units)))
+        self._costs[key] = uc
+        return uc
+
+    def optimizer_s(self, share: float, tensors_share: float, device: Device | None = None) -> float:
+        """The optimizer step over ``share`` of the parameters (``tensors_share`` of the tensors), on ``device``
+        (this model's GPU by default; the host CPU for optimizer offload)."""
+        device = device or self.device
+        key = (round(share, 9), round(tensors_share, 6), device.name)
+        if key in self._opt:
+            return self._opt[key]
+        base, _ = self.base()
+        ops = [o for o in base.ops if o.phase == "optimizer"]
+        if not ops or share <= 0:
+            return 0.0
+        scaled = [replace(o, flops=int(o.flops * share), bytes_read=int(o.bytes_read * share),
+                          bytes_written=int(o.bytes_written * share),
+                          n_tensors=max(1, int(round(o.n_tensors * tensors_share)))) for o in ops]
+        prec = self.precision if device.kind == "gpu" else "fp32"
+        ot = self.predictor.predict(replace(base, ops=tuple(scaled), recurrent_calls=()), device, prec)
+        self._opt[key] = float(sum(ot.times_s))
+        return self._opt[key]
+
+    # --- groups ----------------------------------------------------------------------------------------------
+    def _group(self, ranks: int, ranks_per_node: int) -> Group:
+        return Group.of_cluster(self.cluster, ranks, ranks_per_node)
+
+    def groups(self, cfg: ParallelConfig) -> dict[str, Group]:
+        """Where each degree's ranks sit: tensor ranks innermost (consecutive GPUs), then data, then pipeline
+        (Megatron-LM's order)."""
+        g = self.cluster.gpus_per_node
+        tp_rpn = min(cfg.tp, g)
+        dp_rpn = max(1, min(cfg.dp, g // cfg.tp)) if cfg.tp < g else 1
+        ep_rpn = max(1, min(cfg.ep, g // cfg.tp)) if cfg.tp < g else 1
+        pp_same_node = cfg.tp * cfg.dp < g
+        shard = cfg.dp
+        if cfg.sharding_spec.within_node:
+            shard = max(1, min(cfg.dp, g // cfg.tp)) if cfg.tp < g else 1
+        return {
+            "tensor": self._group(cfg.tp, tp_rpn),
+            "data": self._group(cfg.dp, dp_rpn),
+            "shard": self._group(shard, min(shard, dp_rpn)),
+            "replica": self._group(max(1, cfg.dp // shard), 1 if cfg.dp // shard > 1 else 1),
+            "expert": self._group(cfg.ep, ep_rpn),
+            "pipeline": self._group(2, 2 if pp_same_node else 1),
+        }
+
+    # --- the step ------------------------------------------------------------------------------------------
+    def evaluate(self, cfg: ParallelConfig, per_replica_batch: int, simulate_pipeline: bool = True) -> "ParallelStep":
+        return evaluate(self, cfg, per_replica_batch, simulate_pipeline)
+
+
+@dataclass(frozen=True)
+class StageInfo:
+    stage: int
+    units: tuple[str, ...]  # first and last unit names
+    layers: int
+    forward_s: float  # per micro-batch, compute + exposed tensor-parallel communication (all chunks of the GPU)
+    backward_s: float  # per micro-batch, with recomputation
+    recompute_s: float
+    tensor_comm_s: float  # per micro-batch, forward + backward
+    parameters: int  # per GPU (after tensor split, before data-parallel sharding)
+    memory_bytes: int
+    in_flight: int
+
+
+@dataclass(frozen=True)
+class ParallelStep:
+    """One training step of one layout: time, communication, memory."""
+
+    config: ParallelConfig
+    micro_batch: int
+    micro_batches: int
+    per_replica_batch: int
+    iteration_s: float
+    pipeline_s: float
+    bubble_share: float
+    forward_s: float  # the busiest GPU's forward compute per step
+    backward_s: float  # ... backward compute (with recomputation)
+    recompute_s: float
+    optimizer_s: float
+    overhead_s: float
+    straggler_s: float
+    communication_exposed_s: float
+    communication_total_s: float
+    comm_exposed_by_kind: dict
+    comm_total_by_kind: dict
+    stages: tuple[StageInfo, ...]
+    memory: dict  # per GPU on the fullest stage: parameters, gradients, optimizer, activations, transient, buffers, peak
+    peak_memory_bytes: int
+    memory_capacity_bytes: int
+    fits_in_memory: bool
+    max_micro_batch: int
+    predictor: str
+    pipeline_method: str  # simulated | closed form
+    notes: tuple[str, ...] = ()
+    flops_per_gpu: float = 0.0  # FLOPs one GPU of the busiest stage executes per step (recomputation included)
+    flops_per_replica: float = 0.0  # FLOPs all GPUs of one data-parallel replica execute per step
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["config"] = self.config.to_dict()
+        d["stages"] = [asdict(s) for s in self.stages]
+        return d
+
+
+def _layers_per_chunk(lay: ModelLayout, cfg: ParallelConfig) -> int:
+    chunks = cfg.pp * cfg.virtual_stages
+    L = lay.layers
+    if L == 0:
+        if chunks > 1:
+            raise ConfigError("pipeline stages need a model made of layers; this model has no repeated blocks")
+        return 0
+    if chunks > L:
+        raise ConfigError(f"--pp {cfg.pp}" + (f" x {cfg.virtual_stages} virtual stages" if cfg.virtual_stages > 1 else "")
+                          + f" = {chunks} pipeline chunks is more than the model's {L} layers")
+    if L % chunks:
+        raise ConfigError(f"the model's {L} layers do not divide into {chunks} equal pipeline chunks (--pp {cfg.pp}"
+                          + (f" x {cfg.virtual_stages} virtual stages" if cfg.virtual_stages > 1 else "") + ")")
+    return L // chunks
+
+
+def check_against_model(lay: ModelLayout, cfg: ParallelConfig) -> None:
+    """Degrees the model cannot take: tensor degree vs heads and split features, pipeline vs layers."""
+    t = cfg.tp
+    if t > 1:
+        if not lay.tp_capable:
+            raise ConfigError(f"--tp {t}: this model has no linear layers to split inside its layers "
+                              "(tensor parallelism splits attention and MLP blocks)")
+        if lay.heads and lay.heads % t:
+            raise ConfigError(f"--tp {t} does not divide the model's {lay.heads} attention heads")
+        if lay.kv_heads and lay.kv_heads % t:
+            raise ConfigError(f"--tp {t} does not divide the model's {lay.kv_heads} key/value heads")
+        for u, w in enumerate(lay.tp_width):
+            if w and w % t and lay.units[u] != "post":
+                raise ConfigError(f"--tp {t} does not divide the split features ({w}) of {lay.units[u]}")
+    if cfg.ep > 1 and lay.moe_layers == 0:
+        raise ConfigError(f"--ep {cfg.ep}: the model has no experts (expert parallelism needs a mixture of experts)")
+    _layers_per_chunk(lay, cfg)
+
+
+def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
+             simulate_pipeline: bool = True) -> ParallelStep:
+    """The step of ``cfg`` with ``per_replica_batch`` samples per data-parallel replica."""
+    mb = cfg.micro_batch or (1 if cfg.pp > 1 else per_replica_batch)  # pipelines need micro-batches
+    if per_replica_batch % mb:
+        raise ConfigError(f"--micro-batch {mb} does not divide the {per_replica_batch} samples per data-parallel "
+                          "replica")
+    m = per_replica_batch // mb
+    base, _ = model.base(mb)
+    _, lay = model.inputs(mb)
+    check_against_model(lay, cfg)
+    t, p, v, sp = cfg.tp, cfg.pp, cfg.virtual_stages, cfg.sequence_parallel
+    if cfg.schedule_spec.interleaved and m % p:
+        raise ConfigError(f"the interleaved schedule needs the micro-batches per step ({m}) to be a multiple of "
+                          f"--pp {p}")
+    uc = model.unit_costs(t, sp, mb)
+    groups = model.groups(cfg)
+    cp = model.collectives
+    notes: list[str] = []
+    n_units = len(lay.units)
+    per_chunk = _layers_per_chunk(lay, cfg)
+    chunks = p * v
+    # units of each virtual stage: pre with the first, post with the last
+    chunk_units: list[list[int]] = []
+    for c in range(chunks):
+        us = [1 + c * per_chunk + k for k in range(per_chunk)] if per_chunk else []
+        if c == 0:
+            us = [0] + us
+        if c == chunks - 1:
+            us = us + [n_units - 1]
+        chunk_units.append(us)
+    if lay.layers == 0:
+        chunk_units = [list(range(n_units))]
+
+    # tensor-parallel communication per unit per micro-batch
+    item = 2 if base.precision.startswith("amp") or base.precision in ("fp16", "bf16") else 4
+    tokens = lay.tokens * mb // lay.batch
+    hid = lay.hidden or 0
+    msg = tokens * hid * item
+    tg = groups["tensor"]
+
+    def coll(kind, size, group):
+        return collective_s(kind, size, group, cp)
+
+    ar = coll("all-reduce", msg, tg) if t > 1 else 0.0
+    ag = coll("all-gather", msg, tg) if t > 1 else 0.0
+    rs = coll("reduce-scatter", msg, tg) if t > 1 else 0.0
+    tp_f, tp_b = [0.0] * n_units, [0.0] * n_units
+    if t > 1:
+        for u in range(n_units):
+            rows, cols = lay.row_linears[u], lay.col_groups[u]
+            if sp:
+                tp_f[u] = cols * ag + rows * rs
+                tp_b[u] = cols * rs + rows * ag + cols * ag  # the saved input gathered again for the weight gradient
+            else:
+                tp_f[u] = rows * ar
+                tp_b[u] = cols * ar
+        if lay.vocab:  # the vocabulary-parallel embedding's output
+            tp_f[0] += rs if sp else ar
+    # expert parallelism: all-to-all dispatch and combine per MoE layer, forward and backward
+    ep_s = 0.0
+    if cfg.ep > 1 and lay.moe_layers:
+        ep_s = 2 * coll("all-to-all", msg, groups["expert"])
+    moe = [0] * n_units
+    if cfg.ep > 1:
+        moe_units = {r.unit for r in lay.roles if r.expert}
+        moe = [1 if u in moe_units else 0 for u in range(n_units)]
+    rc = cfg.recompute_spec
+    # ZeRO-3 / FSDP: parameters gathered unit by unit (prefetch one ahead), gradients reduce-scattered
+    sh = cfg.sharding_spec
+    shard_group = groups["shard"]
+    pbytes = base.memory.parameter_bytes / max(1, base.parameters)
+    gbytes = base.memory.gradient_bytes / max(1, base.trainable_parameters)
+    obytes = base.memory.optimizer_state_bytes / max(1, base.trainable_parameters)
+    unit_params = list(lay.unit_params)
+    if lay.tied_params and p == 1:  # one copy of a tied embedding without pipeline stages
+        unit_params[-1] = max(0, unit_params[-1] - lay.tied_params)
+    dense_params = [up - ep for up, ep in zip(unit_params, lay.expert_params)]
+    per_gpu_params = [dense_params[u] / t + lay.expert_params[u] / t / max(1, cfg.ep) for u in range(n_units)]
+    gather_f, gather_b = [0.0] * n_units, [0.0] * n_units
+    if sh.parameters and shard_group.ranks > 1:
+        for u in range(n_units):
+            size = per_gpu_params[u] * pbytes
+            gather_f[u] = coll("all-gather", size, shard_group)
+            gather_b[u] = coll("all-gather", size, shard_group) + coll("reduce-scatter", per_gpu_params[u] * gbytes,
+                                                                        shard_group)
+
+    f_chunk, b_chunk, rec_chunk, tpc_chunk = [], [], [], []
+    for us in chunk_units:
+        f = b = rec = tpc = 0.0
+        prev_f = prev_b = 0.0
+        for k, u in enumerate(us):
+            fu = uc.forward_s[u] + tp_f[u] + ep_s * moe[u]
+            bu = uc.backward_s[u] + tp_b[u] + ep_s * moe[u]
+            r = 0.0
+            is_layer = 0 < u < n_units - 1
+            if rc.whole_layers and is_layer:
+                r = uc.forward_s[u] + tp_f[u] + ep_s * moe[u]
+            elif rc.attention_core:
+                r = uc.core_forward_s[u]
+            # gathers hidden behind the previous unit's compute (the first one is not)
+            gf = max(0.0, gather_f[u] - (prev_f if k else 0.0))
+            gb = max(0.0, gather_b[u] - (prev_b if k else 0.0))
+            f += fu + gf
+            b += bu + r + gb
+            rec += r
+            tpc += tp_f[u] + tp_b[u] + (tp_f[u] if rc.whole_layers and is_layer else 0.0)
+            prev_f, prev_b = uc.forward_s[u], uc.backward_s[u] + r
+        f_chunk.append(f)
+        b_chunk.append(b)
+        rec_chunk.append(rec)
+        tpc_chunk.append(tpc)
+    # pipeline messages (Megatron's scatter/gather: 1/t of the activations per tensor rank)
+    p2p = coll("send-recv", msg / t, groups["pipeline"]) if chunks > 1 else 0.0
+    sched = "gpipe" if cfg.schedule_spec.all_forward_first else "1f1b"
+    if chunks == 1:
+        per = f_chunk[0] + b_chunk[0]
+        pr = PipelineResult(m * per, (m * per,), (m * per,), (1,))
+        method = "sequential"
+    else:
+        limit = int(parallel_table()["pipeline"]["simulate_max_operations"])
+        if simulate_pipeline and 2 * m * chunks <= limit:
+            pr = simulate(f_chunk, b_chunk, m, p, v, p2p, sched)
+            method = "simulated"
+        else:
+            pr = closed_form(f_chunk, b_chunk, m, p, v, p2p, sched)
+            method = "closed form"
+    # per GPU (pipeline rank d): its chunks
+    dev_chunks = [[c * p + d for c in range(v)] for d in range(p)] if chunks > 1 else [[0]]
+    dev_units = [[u for c in cs for u in chunk_units[c]] for cs in dev_chunks]
+    dev_params = [sum(per_gpu_params[u] for u in us) for us in dev_units]
+    dev_expert = [sum(lay.expert_params[u] / t / max(1, cfg.ep) for u in us) for us in dev_units]
+
+    # data-parallel synchronisation of each GPU's gradients after its last backward
+    dp_total = dp_exposed = 0.0
+    zero_ag_s = 0.0
+    data = groups["data"]
+    bucket = float(ddp_bucket_bytes())
+    finish = 0.0
+    for d, us in enumerate(dev_units):
+        gb_dense = (dev_params[d] - dev_expert[d]) * gbytes
+        gb_exp = dev_expert[d] * gbytes
+        last_b = b_chunk[dev_chunks[d][0]]
+        t_sync = 0.0
+        if sh.parameters:
+            if sh.within_node and groups["replica"].ranks > 1:  # hybrid: shards all-reduced across nodes
+                t_sync = _bucketed(coll, "all-reduce", gb_dense / max(1, shard_group.ranks), groups["replica"], bucket)
+        elif data.ranks > 1:
+            kind = "reduce-scatter" if sh.optimizer else "all-reduce"
+            if sh.gradients and m > 1:  # ZeRO-2: every micro-batch's gradients reduce-scattered as they come
+                per_mb = _bucketed(coll, kind, gb_dense, data, bucket)
+                hidden = max(0.0, per_mb - last_b) * (m - 1)
+                t_sync = per_mb + hidden
+            else:
+                t_sync = _bucketed(coll, kind, gb_dense, data, bucket)
+            if gb_exp and cfg.dp // max(1, cfg.ep) > 1:
+                t_sync += _bucketed(coll, kind, gb_exp, model._group(cfg.dp // cfg.ep, 1), bucket)
+            if sh.optimizer:  # updated parameters gathered back after the step
+                zero_ag_s = max(zero_ag_s, coll("all-gather", dev_params[d] * pbytes, data))
+        dp_total = max(dp_total, t_sync)
+        # buckets become ready during the last backward pass and go out in order: what is left after it ends
+        exposed = _exposed_after(t_sync, last_b, gb_dense, bucket) if cfg.overlap_grad_sync else t_sync
+        finish = max(finish, pr.end_s[d] + exposed)
+    dp_exposed = max(0.0, finish - pr.makespan_s)
+
+    # the optimizer step
+    total_params = max(1, sum(unit_params))
+    opt_shard = shard_group.ranks if sh.optimizer else 1
+    opt_s = 0.0
+    offload_s = 0.0
+    for d in range(len(dev_units)):
+        share = dev_params[d] / total_params / opt_shard
+        if cfg.offload_optimizer:
+            # the step on the host CPU (the trace's optimizer ops over this GPU's share, timed on the catalog's
+            # host CPU; the node's GPUs share it), gradients down and parameters up over PCIe
+            from traincast.hardware.catalog import get_catalog
+
+            tbl = parallel_table()["offload"]
+            host = get_catalog().device(str(tbl["host_cpu"]))
+            n = dev_params[d] / opt_shard
+            cpu = model.optimizer_s(share * total_params / max(1, base.trainable_parameters) * model.cluster.gpus_per_node,
+                                    dev_params[d] * t / total_params, host)
+            pcie_bw = float(tbl["pcie_gb_per_s"]) * 1e9
+            link = Group(2, 2, 1, 2, pcie_bw, "pcie4", pcie_bw)
+            offload_s = max(offload_s, cpu + collective_s("send-recv", n * gbytes, link, cp)
+                            + collective_s("send-recv", n * pbytes, link, cp))
+        else:
+            opt_s = max(opt_s, model.optimizer_s(share * total_params / max(1, base.trainable_parameters),
+                                                 dev_params[d] * t / total_params))
+    overhead = uc.step_overhead_s
+    straggle = pr.makespan_s * straggler_share(cfg.gpus)
+    iteration = pr.makespan_s + dp_exposed + zero_ag_s + opt_s + offload_s + overhead + straggle
+
+    # --- memory per GPU ----------------------------------------------------------------------------------------
+    cap = _capacity(model.device)
+    dev_mem = []
+    dev_inflight = pr.in_flight if len(pr.in_flight) == len(dev_units) else tuple([1] * len(dev_units))
+    mem_rows = []
+    for d, us in enumerate(dev_units):
+        params_b = dev_params[d] * pbytes
+        grads_b = dev_params[d] * gbytes
+        opt_b = dev_params[d] * obytes
+        if sh.parameters:
+            params_b /= shard_group.ranks
+        if sh.gradients:
+            grads_b /= shard_group.ranks
+        if sh.optimizer:
+            opt_b /= shard_group.ranks
+        if cfg.offload_optimizer:
+            opt_b = 0.0
+        layer_units = [u for u in us if 0 < u < n_units - 1]
+        act = sum(uc.activation_bytes[u] for u in us)
+        if rc.whole_layers:
+            keep = sum(uc.activation_bytes[u] for u in us if u not in layer_units)
+            inputs = len(layer_units) * lay.residual_bytes * mb / lay.batch / (t if sp else 1)
+            act = keep + inputs
+            extra = max((uc.activation_bytes[u] for u in layer_units), default=0.0)
+        else:
+            extra = 0.0
+            if rc.attention_core:
+                act -= sum(uc.core_activation_bytes[u] for u in us)
+        per_chunk_act = act / max(1, len(dev_chunks[d]))
+        activations = per_chunk_act * dev_inflight[d] + extra
+        transient = max((uc.transient_bytes[u] for u in us), default=0.0)
+        buffers = 0.0
+        if sh.parameters and shard_group.ranks > 1:  # the gathered unit and the prefetched next one
+            buffers = 2 * max((per_gpu_params[u] for u in us), default=0.0) * pbytes
+        copies = sum(lay.weight_copy_bytes[u] for u in us) / t if lay.weight_copy_bytes else 0.0
+        if sh.parameters and shard_group.ranks > 1:  # only the gathered units' copies exist at once
+            copies = 2 * max((lay.weight_copy_bytes[u] for u in us), default=0) / t if lay.weight_copy_bytes else 0.0
+        peak = params_b + grads_b + opt_b + copies + activations + transient + buffers
+        mem_rows.append(dict(parameters=params_b, gradients=grads_b, optimizer=opt_b, weight_copies=copies,
+                             activations=activations, transient=transient, buffers=buffers, peak=peak,
+                             in_flight=dev_inflight[d]))
+        dev_mem.append(peak)
+    worst = max(range(len(dev_mem)), key=lambda d: dev_mem[d])
+    memory = {k: int(v) for k, v in mem_rows[worst].items()}
+    memory["stage"] = worst
+    peak = int(dev_mem[worst])
+    fits = peak <= cap
+    # largest micro-batch that fits: activations and transients grow with it
+    per_sample = (mem_rows[worst]["activations"] + mem_rows[worst]["transient"]) / mb
+    fixed = peak - per_sample * mb
+    max_mb = int((cap - fixed) // per_sample) if per_sample > 0 and cap > fixed else 0
+    if not fits:
+        notes.append(f"out of memory: stage {worst} needs {peak / 2**30:.1f} GiB per GPU, {cap / 2**30:.1f} GiB usable")
+
+    stages = []
+    for d, us in enumerate(dev_units):
+        cs = dev_chunks[d]
+        stages.append(StageInfo(
+            stage=d, units=(lay.units[us[0]], lay.units[us[-1]]), layers=sum(1 for u in us if 0 < u < n_units - 1),
+            forward_s=sum(f_chunk[c] for c in cs), backward_s=sum(b_chunk[c] for c in cs),
+            recompute_s=sum(rec_chunk[c] for c in cs), tensor_comm_s=sum(tpc_chunk[c] for c in cs),
+            parameters=int(dev_params[d]), memory_bytes=int(dev_mem[d]), in_flight=int(dev_inflight[d])))
+    busiest = max(range(len(dev_units)), key=lambda d: pr.busy_s[d] if d < len(pr.busy_s) else 0.0)
+    cs = dev_chunks[busiest]
+    fwd_compute = m * sum(sum(uc.forward_s[u] for u in chunk_units[c]) for c in cs)
+    bwd_compute = m * sum(sum(uc.backward_s[u] for u in chunk_units[c]) + rec_chunk[c] for c in cs)
+    tp_total = m * sum(tpc_chunk[c] for c in cs)
+    pp_total = 2 * m * p2p * (len(cs) if chunks > 1 else 0)
+    ep_total = m * 2 * ep_s * sum(moe[u] for c in cs for u in chunk_units[c])
+    gather_total = m * sum(gather_f[u] + gather_b[u] for c in cs for u in chunk_units[c])
+    gather_exposed = m * sum(max(0.0, f_chunk[c] + b_chunk[c] - sum(uc.forward_s[u] + uc.backward_s[u] + tp_f[u]
+                                                                    + tp_b[u] + 2 * ep_s * moe[u] for u in chunk_units[c])
+                                     - rec_chunk[c]) for c in cs)
+    gather_exposed = gather_exposed if gather_exposed > 1e-9 else 0.0  # float noise of the difference above
+    by_kind_exposed = {"tensor": tp_total, "pipeline": pp_total, "data": dp_exposed + zero_ag_s,
+                       "sharding": gather_exposed, "expert": ep_total}
+    by_kind_total = {"tensor": tp_total, "pipeline": pp_total, "data": dp_total + zero_ag_s,
+                     "sharding": gather_total, "expert": ep_total}
+    def unit_flops(u: int) -> float:
+        is_layer = 0 < u < n_units - 1
+        extra = uc.forward_flops[u] if (rc.whole_layers and is_layer) else (uc.core_forward_flops[u] if rc.attention_core else 0.0)
+        return uc.forward_flops[u] + uc.backward_flops[u] + extra
+
+    dev_flops = [m * sum(unit_flops(u) for u in us) for us in dev_units]
+    return ParallelStep(
+        flops_per_gpu=max(dev_flops), flops_per_replica=sum(dev_flops) * t,
+        config=replace(cfg, micro_batch=mb), micro_batch=mb, micro_batches=m, per_replica_batch=per_replica_batch,
+        iteration_s=iteration, pipeline_s=pr.makespan_s, bubble_share=pr.bubble_share if chunks > 1 else 0.0,
+        forward_s=fwd_compute, backward_s=bwd_compute, recompute_s=m * sum(rec_chunk[c] for c in cs),
+        optimizer_s=opt_s + offload_s, overhead_s=overhead, straggler_s=straggle,
+        communication_exposed_s=sum(by_kind_exposed.values()), communication_total_s=sum(by_kind_total.values()),
+        comm_exposed_by_kind=by_kind_exposed, comm_total_by_kind=by_kind_total, stages=tuple(stages),
+        memory=memory, peak_memory_bytes=peak, memory_capacity_bytes=cap, fits_in_memory=fits,
+        max_micro_batch=max_mb, predictor=uc.predictor, pipeline_method=method, notes=tuple(notes))
+
+
+def _bucketed(coll, kind: str, nbytes: float, group: Group, bucket: float) -> float:
+    """Seconds to run ``kind`` over ``nbytes`` of gradients in DDP-sized buckets."""
+    if nbytes <= 0 or group.ranks <= 1:
+        return 0.0
+    n = max(1, math.ceil(nbytes / bucket))
+    last = nbytes - bucket * (n - 1)
+    return (n - 1) * coll(kind, bucket, group) + coll(kind, last, group)
+
+
+def _exposed_after(t_sync: float, backward_s: float, nbytes: float, bucket: float) -> float:
+    """Seconds of bucketed gradient communication (``t_sync`` in all) left when a backward pass of ``backward_s``
+    ends: bucket k is ready when the backward pass has produced its share of the gradients and starts when it is
+    ready and the previous bucket is done (DDP), as :func:`traincast.predict.comm.gradient_sync`."""
+    if t_sync <= 0 or nbytes <= 0:
+        return 0.0
+    n = max(1, math.ceil(nbytes / bucket))
+    sizes = [bucket] * (n - 1) + [nbytes - bucket * (n - 1)]
+    finish = done = 0.0
+    for sz in sizes:
+        done += sz
+        finish = max(finish, backward_s * done / nbytes) + t_sync * sz / nbytes
+    return max(0.0, finish - backward_s)
+
+
+def _capacity(device: Device) -> int:
+    from traincast.predict.compose import memory_capacity
+
+    return memory_capacity(device)
+

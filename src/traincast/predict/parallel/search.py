@@ -1,0 +1,190 @@
+"""The search for the best layout of a job: every valid (tensor, pipeline, data) degree, ZeRO/FSDP stage,
+micro-batch, recomputation, sequence parallelism and schedule; those that do not fit dropped; the fastest first.
+
+The model is traced once (and at a second micro-batch, to interpolate the others exactly in FLOPs and bytes);
+each layout only transforms that trace (:class:`~traincast.predict.parallel.engine.ParallelModel` caches the
+per-layer costs per tensor degree, sequence parallelism and micro-batch) and runs the pipeline's closed form; the
+ten fastest are evaluated again with the pipeline simulated.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from traincast.errors import ConfigError, TraincastError, positive
+from traincast.predict.parallel.engine import ParallelModel, ParallelStep, check_against_model
+from traincast.predict.parallel.strategy import SHARDINGS, ParallelConfig
+
+
+@dataclass(frozen=True)
+class Candidate:
+    config: ParallelConfig
+    iteration_s: float
+    samples_per_s: float
+    peak_memory_bytes: int
+    memory_capacity_bytes: int
+    fits_in_memory: bool
+    bubble_share: float
+    communication_exposed_s: float
+    comm_exposed_by_kind: dict
+    pipeline_method: str
+
+    @classmethod
+    def of(cls, step: ParallelStep, global_batch: int) -> "Candidate":
+        return cls(step.config, step.iteration_s, global_batch / step.iteration_s, step.peak_memory_bytes,
+                   step.memory_capacity_bytes, step.fits_in_memory, step.bubble_share, step.communication_exposed_s,
+                   dict(step.comm_exposed_by_kind), step.pipeline_method)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["config"] = self.config.to_dict()
+        d["iteration_ms"] = self.iteration_s * 1e3
+        return d
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    model: str
+    device: str
+    gpus: int
+    nodes: int
+    global_batch: int
+    candidates: tuple[Candidate, ...]  # the fastest that fit, fastest first
+    considered: int
+    out_of_memory: int
+    best: Candidate | None
+    best_any: Candidate | None  # the fastest layout, fitting or not (for when none fits)
+    elapsed_s: float
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "device": self.device, "gpus": self.gpus, "nodes": self.nodes,
+                "global_batch": self.global_batch, "considered": self.considered, "out_of_memory": self.out_of_memory,
+                "elapsed_s": self.elapsed_s,
+                "best": None if self.best is None else self.best.to_dict(),
+                "fastest_regardless_of_memory": None if self.best_any is None else self.best_any.to_dict(),
+                "top": [c.to_dict() for c in self.candidates], "notes": list(self.notes)}
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max_tp: int | None = None,
+                      shardings: tuple[str, ...] = ("none", "zero1", "zero3"),
+                      recomputes: tuple[str, ...] = ("none", "selective", "full"),
+                      virtual: tuple[int, ...] = (2, 4), micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16),
+                      sequence_parallel: tuple[bool, ...] = (False, True), offload: bool = False):
+    """Every layout of ``gpus`` GPUs the model can take (degrees, sharding, micro-batch, recomputation, sequence
+    parallelism, schedule)."""
+    lay = model.layout
+    g = model.cluster.gpus_per_node
+    max_tp = max_tp or min(g, gpus)
+    layers = lay.layers
+    out = []
+    for tp in _divisors(gpus):
+        if tp > max_tp:
+            continue
+        for pp in _divisors(gpus // tp):
+            if pp > 1 and (layers == 0 or layers % pp):
+                continue
+            dp = gpus // (tp * pp)
+            if global_batch % dp:
+                continue
+            per_replica = global_batch // dp
+            mbs = sorted({m for m in micro_batches if per_replica % m == 0} | ({per_replica} if pp == 1 else set()))
+            for sh in shardings:
+                if sh != "none" and dp == 1:
+                    continue
+                if SHARDINGS.get(sh).parameters and pp > 1:
+                    continue  # ZeRO-3 under pipeline stages: gathers per micro-batch, never the best
+                for mb in mbs:
+                    m = per_replica // mb
+                    scheds = [("1f1b", 1)]
+                    if pp > 1:
+                        scheds += [("interleaved", v) for v in virtual if layers % (pp * v) == 0 and m % pp == 0]
+                    for rc in recomputes:
+                        for sp in (sequence_parallel if tp > 1 else (False,)):
+                            for sname, v in scheds:
+                                cfg = ParallelConfig(tp=tp, pp=pp, dp=dp, sharding=sh, micro_batch=mb, schedule=sname,
+                                                     virtual_stages=v, recompute=rc, sequence_parallel=sp,
+                                                     offload_optimizer=offload)
+                                try:
+                                    check_against_model(lay, cfg)
+                                except TraincastError:
+                                    continue
+                                out.append((cfg, per_replica))
+    return out
+
+
+def search(model: ParallelModel, gpus: int, global_batch: int, *, top: int = 10, progress=None, **kw) -> SearchResult:
+    """Evaluate every layout (closed-form pipelines), keep those that fit, re-evaluate the ``top`` fastest with
+    the pipeline simulated."""
+    positive("--gpus", gpus)
+    positive("--batch-size", global_batch)
+    t0 = time.perf_counter()
+    layouts = enumerate_layouts(model, gpus, global_batch, **kw)
+    if not layouts:
+        raise ConfigError(f"no layout of {gpus} GPUs divides the global batch {global_batch} and the model's "
+                          f"{model.layout.layers} layers; try a batch that is a multiple of the GPUs")
+    # cheapest first: shorter per-unit cost tables are shared
+    layouts.sort(key=lambda x: (x[0].tp, x[0].sequence_parallel, x[0].micro_batch))
+    steps = []
+    oom = 0
+    for k, (cfg, per_replica) in enumerate(layouts):
+        st = model.evaluate(cfg, per_replica, simulate_pipeline=False)
+        steps.append(st)
+        if not st.fits_in_memory:
+            oom += 1
+        if progress is not None:
+            progress(k + 1, len(layouts))
+    fit = sorted((s for s in steps if s.fits_in_memory), key=lambda s: s.iteration_s)
+    any_best = min(steps, key=lambda s: s.iteration_s) if steps else None
+    final = []
+    for s in fit[: max(top, 1) * 2]:
+        again = model.evaluate(s.config, s.per_replica_batch, simulate_pipeline=True)
+        if again.fits_in_memory:
+            final.append(again)
+    final.sort(key=lambda s: s.iteration_s)
+    final = final[:top]
+    cands = tuple(Candidate.of(s, global_batch) for s in final)
+    notes = []
+    if not cands:
+        notes.append("no layout fits in memory; the fastest regardless of memory is shown as fastest_regardless_of_memory")
+    base, _ = model.base()
+    return SearchResult(model=base.model, device=model.device.name, gpus=gpus, nodes=model.cluster.nodes,
+                        global_batch=global_batch, candidates=cands, considered=len(layouts), out_of_memory=oom,
+                        best=cands[0] if cands else None,
+                        best_any=Candidate.of(any_best, global_batch) if any_best else None,
+                        elapsed_s=time.perf_counter() - t0, notes=tuple(notes))
+
+
+def parallelize(model_spec, *, gpu=None, gpus: int, nodes: int | None = None, batch_size: int,
+                seq_len: int | None = None, precision: str = "fp32", optimizer: str = "adamw", instance: str | None = None,
+                network_gbit_per_s: float | None = None, predictor=None, catalog=None, family=None, top: int = 10,
+                progress=None, **kw) -> SearchResult:
+    """``traincast parallelize``: the fastest layouts of ``model_spec`` on ``gpus`` GPUs with a global batch of
+    ``batch_size``."""
+    from traincast.hardware.catalog import get_catalog
+    from traincast.predict.compose import WorkloadFamily, cluster_of
+    from traincast.predict.registry import default_predictor
+
+    cat = catalog or get_catalog()
+    positive("--gpus", gpus)
+    positive("--batch-size", batch_size)
+    device, cluster, _inst = cluster_of(cat, gpu=gpu, instance=instance, gpus=gpus, nodes=nodes,
+                                        network_gbit_per_s=network_gbit_per_s)
+    family = family or WorkloadFamily(model_spec, optimizer=optimizer, precision=precision, seq_len=seq_len)
+    pm = ParallelModel(family, device, cluster, predictor or default_predictor(), precision)
+    return search(pm, gpus, batch_size, top=top, progress=progress, **kw)
+
+
+def best_layout(pm: ParallelModel, gpus: int, global_batch: int, **kw) -> ParallelStep | None:
+    """The fastest layout that fits (closed-form pipelines, then simulated), for planning."""
+    res = search(pm, gpus, global_batch, top=1, **kw)
+    if res.best is None:
+        return None
+    per_replica = global_batch // res.best.config.dp
+    return pm.evaluate(res.best.config, per_replica, simulate_pipeline=True)
+

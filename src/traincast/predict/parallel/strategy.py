@@ -1,0 +1,226 @@
+"""Parallel training strategies: the degrees, the sharding, the pipeline schedule, the recomputation.
+
+Every choice is a registry entry (names, help and did-you-mean come from it): :data:`SHARDINGS` (data-parallel
+replicas, ZeRO-1/2/3, PyTorch FSDP full / grad-op / hybrid), :data:`SCHEDULES` (GPipe, 1F1B, interleaved 1F1B
+with V virtual stages), :data:`RECOMPUTATIONS` (none, selective as in Korthikanti et al. 2022, full).
+:class:`ParallelConfig` holds one layout; :func:`resolve` builds it from what a user typed and checks what can
+be checked without the model (the model's layers and heads are checked by :func:`check_against_model`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from traincast.errors import ConfigError
+from traincast.registry import Registry
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """What the data-parallel ranks shard (ZeRO stages / FSDP modes), and over which ranks."""
+
+    optimizer: bool  # optimizer states (ZeRO-1)
+    gradients: bool  # gradients (ZeRO-2, FSDP SHARD_GRAD_OP)
+    parameters: bool  # parameters, gathered layer by layer (ZeRO-3, FSDP FULL_SHARD)
+    within_node: bool = False  # shard inside a node, replicate across nodes (FSDP HYBRID_SHARD)
+    framework: str = "ddp"
+
+    @property
+    def stage(self) -> int:
+        return 3 if self.parameters else 2 if self.gradients else 1 if self.optimizer else 0
+
+
+SHARDINGS: Registry[Sharding] = Registry("sharding")
+SHARDINGS.add("none", Sharding(False, False, False), help="replicas: every data-parallel rank holds everything")
+SHARDINGS.add("zero1", Sharding(True, False, False, framework="zero"), aliases=("zero-1",),
+              help="ZeRO-1 / Megatron distributed optimizer: optimizer states sharded")
+SHARDINGS.add("zero2", Sharding(True, True, False, framework="zero"), aliases=("zero-2",),
+              help="ZeRO-2: optimizer states and gradients sharded (reduce-scatter)")
+SHARDINGS.add("zero3", Sharding(True, True, True, framework="zero"), aliases=("zero-3",),
+              help="ZeRO-3: parameters too, all-gathered layer by layer")
+SHARDINGS.add("fsdp-full", Sharding(True, True, True, framework="fsdp"), aliases=("full", "fsdp"),
+              help="PyTorch FSDP FULL_SHARD (as ZeRO-3, with prefetch of the next unit's parameters)")
+SHARDINGS.add("fsdp-grad-op", Sharding(True, True, False, framework="fsdp"), aliases=("grad-op", "shard-grad-op"),
+              help="PyTorch FSDP SHARD_GRAD_OP (as ZeRO-2)")
+SHARDINGS.add("fsdp-hybrid", Sharding(True, True, True, within_node=True, framework="fsdp"), aliases=("hybrid",),
+              help="PyTorch FSDP HYBRID_SHARD: full shard inside a node, replicas across nodes")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A pipeline schedule; ``interleaved`` takes V virtual stages per GPU (``interleaved:V``)."""
+
+    interleaved: bool = False
+    all_forward_first: bool = False  # GPipe
+
+
+SCHEDULES: Registry[Schedule] = Registry("pipeline schedule")
+SCHEDULES.add("1f1b", Schedule(), help="one forward, one backward (PipeDream-Flush / Megatron default)")
+SCHEDULES.add("gpipe", Schedule(all_forward_first=True), help="all forwards, then all backwards (GPipe)")
+SCHEDULES.add("interleaved", Schedule(interleaved=True),
+              help="interleaved 1F1B with V model chunks per GPU: interleaved:V (Narayanan et al. 2021)")
+
+
+@dataclass(frozen=True)
+class Recomputation:
+    attention_core: bool  # recompute the attention core (scores, softmax, dropout, attention over V)
+    whole_layers: bool  # recompute every layer's forward in the backward pass
+
+
+RECOMPUTATIONS: Registry[Recomputation] = Registry("recomputation")
+RECOMPUTATIONS.add("none", Recomputation(False, False), help="keep every activation")
+RECOMPUTATIONS.add("selective", Recomputation(True, False),
+                   help="recompute the attention core only (Korthikanti et al. 2022)")
+RECOMPUTATIONS.add("full", Recomputation(False, True), help="keep each layer's input, recompute the layer")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """One layout of a training job over ``tp x pp x dp`` GPUs (``ep`` expert-parallel ranks inside the data-
+    parallel ones). ``micro_batch``: samples per micro-batch per replica (None: the whole per-replica batch)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    sharding: str = "none"
+    micro_batch: int | None = None
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    offload_optimizer: bool = False
+    overlap_grad_sync: bool = True  # data-parallel gradient buckets overlap the last backward pass (DDP)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def sharding_spec(self) -> Sharding:
+        return SHARDINGS.get(self.sharding)
+
+    @property
+    def schedule_spec(self) -> Schedule:
+        return SCHEDULES.get(self.schedule)
+
+    @property
+    def recompute_spec(self) -> Recomputation:
+        return RECOMPUTATIONS.get(self.recompute)
+
+    @property
+    def is_plain_data_parallel(self) -> bool:
+        """Replicas only, no micro-batching, no recomputation: the data-parallel forecast of ``step_time``."""
+        return (self.tp == 1 and self.pp == 1 and self.ep == 1 and self.sharding == "none"
+                and self.recompute == "none" and not self.offload_optimizer and self.micro_batch is None)
+
+    @property
+    def schedule_label(self) -> str:
+        return f"interleaved:{self.virtual_stages}" if self.schedule == "interleaved" else self.schedule
+
+    def label(self) -> str:
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        if self.sharding != "none":
+            parts.append(self.sharding)
+        if self.micro_batch is not None:
+            parts.append(f"mb{self.micro_batch}")
+        if self.pp > 1:
+            parts.append(self.schedule_label)
+        if self.recompute != "none":
+            parts.append(f"recompute-{self.recompute}")
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.offload_optimizer:
+            parts.append("offload")
+        if not self.overlap_grad_sync:
+            parts.append("no-overlap")
+        return " ".join(parts)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["schedule"] = self.schedule_label
+        d["gpus"] = self.gpus
+        d["label"] = self.label()
+        return d
+
+
+def parse_schedule(text: str) -> tuple[str, int]:
+    """``1f1b`` / ``gpipe`` / ``interleaved:V`` -> (registered name, V)."""
+    t = str(text).strip().lower()
+    name, _, v = t.partition(":")
+    name = SCHEDULES.canonical(name)
+    if SCHEDULES.get(name).interleaved:
+        if not v:
+            raise ConfigError("--schedule interleaved needs the virtual stages per GPU: interleaved:V (e.g. interleaved:2)")
+        try:
+            vs = int(v)
+        except ValueError:
+            raise ConfigError(f"--schedule {text!r}: V must be a whole number, as in interleaved:2") from None
+        if vs < 2:
+            raise ConfigError(f"--schedule {text!r}: interleaved needs V >= 2 virtual stages per GPU (V=1 is 1f1b)")
+        return name, vs
+    if v:
+        raise ConfigError(f"--schedule {text!r}: only interleaved takes :V")
+    return name, 1
+
+
+def resolve(gpus: int, *, tp: int = 1, pp: int = 1, dp: int | None = None, ep: int = 1, zero: int | None = None,
+            fsdp: str | None = None, sharding: str | None = None, micro_batch: int | None = None,
+            schedule: str = "1f1b", recompute: str = "none", sequence_parallel: bool = False,
+            offload_optimizer: bool = False, gpus_per_node: int | None = None) -> tuple[ParallelConfig, list[str]]:
+    """A :class:`ParallelConfig` from the options a user gives, and warnings. ``dp`` defaults to gpus / (tp x pp);
+    degrees that do not multiply to ``gpus``, ZeRO and FSDP both, and other impossible choices raise
+    ConfigError naming them."""
+    warnings: list[str] = []
+    for name, v in (("--tp", tp), ("--pp", pp), ("--ep", ep)):
+        if not isinstance(v, int) or v < 1:
+            raise ConfigError(f"{name} must be a whole number >= 1, got {v!r}")
+    if dp is not None and (not isinstance(dp, int) or dp < 1):
+        raise ConfigError(f"--dp must be a whole number >= 1, got {dp!r}")
+    if micro_batch is not None and (not isinstance(micro_batch, int) or micro_batch < 1):
+        raise ConfigError(f"--micro-batch must be a whole number >= 1, got {micro_batch!r}")
+    if gpus % (tp * pp):
+        raise ConfigError(f"--tp {tp} x --pp {pp} = {tp * pp} does not divide the {gpus} GPUs")
+    if dp is None:
+        dp = gpus // (tp * pp)
+    if tp * pp * dp != gpus:
+        raise ConfigError(f"--tp {tp} x --pp {pp} x --dp {dp} = {tp * pp * dp}, not the {gpus} GPUs")
+    if ep > 1 and dp % ep:
+        raise ConfigError(f"--ep {ep} does not divide the data-parallel degree {dp} (experts are spread over "
+                          "data-parallel ranks)")
+    given = [x for x in (zero is not None and "--zero", fsdp is not None and "--fsdp", sharding is not None and
+                         "--sharding") if x]
+    if len(given) > 1:
+        raise ConfigError(f"{' and '.join(given)} both shard the data-parallel state; give one of them")
+    if zero is not None:
+        if zero not in (0, 1, 2, 3):
+            raise ConfigError(f"--zero takes 1, 2 or 3, got {zero!r}")
+        sharding = "none" if zero == 0 else f"zero{zero}"
+    elif fsdp is not None:
+        f = str(fsdp).strip().lower()
+        sharding = {"full": "fsdp-full", "grad-op": "fsdp-grad-op", "hybrid": "fsdp-hybrid"}.get(f)
+        if sharding is None:
+            raise ConfigError(f"--fsdp takes full, grad-op or hybrid, got {fsdp!r}")
+    sharding = SHARDINGS.canonical(sharding or "none")
+    if sharding != "none" and dp == 1:
+        warnings.append(f"{sharding} with one data-parallel rank shards nothing")
+    sched, v = parse_schedule(schedule)
+    if sched == "interleaved" and pp == 1:
+        raise ConfigError("--schedule interleaved needs pipeline stages (--pp >= 2)")
+    recompute = RECOMPUTATIONS.canonical(str(recompute).strip().lower())
+    if sequence_parallel and tp == 1:
+        raise ConfigError("--sequence-parallel splits the sequence over tensor-parallel ranks; it needs --tp >= 2")
+    if gpus_per_node and tp > gpus_per_node:
+        warnings.append(f"tensor parallelism across nodes: --tp {tp} spans {-(-tp // gpus_per_node)} nodes of "
+                        f"{gpus_per_node} GPUs; its all-reduces go over the network every layer")
+    if offload_optimizer and SHARDINGS.get(sharding).parameters:
+        warnings.append("optimizer offload with parameter sharding: the offloaded step works on each rank's shard")
+    return ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep, sharding=sharding, micro_batch=micro_batch, schedule=sched,
+                          virtual_stages=v, recompute=recompute, sequence_parallel=bool(sequence_parallel),
+                          offload_optimizer=bool(offload_optimizer)), warnings
+
+
+def with_micro_batch(cfg: ParallelConfig, micro_batch: int) -> ParallelConfig:
+    return replace(cfg, micro_batch=micro_batch)

@@ -1,0 +1,377 @@
+"""Parallel training: splitting conserves FLOPs, communication volumes and memory by hand formulas for a small
+GPT, pipeline schedules against their closed forms, the collective model, bad input (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from traincast.cli.main import _register_all, app, run
+from traincast.hardware import get_catalog
+from traincast.hardware.records import Cluster
+from traincast.predict.collectives import (
+    COLLECTIVES, CollectiveParams, FabricParams, Group, collective_s, default_params, fabric_of,
+)
+from traincast.predict.compose import WorkloadFamily
+from traincast.predict.parallel import ParallelConfig, ParallelModel, analyse, resolve
+from traincast.predict.parallel.engine import shard_ops
+from traincast.predict.parallel.schedule import closed_form, device_orders, simulate
+from traincast.predict.registry import default_predictor
+
+H, HEADS, LAYERS, SEQ, VOCAB = 64, 4, 4, 32, 512
+PHI = 12 * LAYERS * H * H + 13 * LAYERS * H + VOCAB * H + SEQ * H + 2 * H  # GPT-2 parameters, tied embeddings
+
+
+@pytest.fixture(scope="session")
+def small_gpt(tmp_path_factory):
+    p = tmp_path_factory.mktemp("gpt") / "config.json"
+    p.write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": H, "n_head": HEADS,
+                             "n_layer": LAYERS, "n_positions": SEQ, "n_ctx": SEQ, "vocab_size": VOCAB,
+                             "activation_function": "gelu", "tie_word_embeddings": True}))
+    return str(p)
+
+
+@pytest.fixture(scope="session")
+def family(small_gpt):
+    return WorkloadFamily(small_gpt, optimizer="adamw", precision="amp-bf16", seq_len=SEQ)
+
+
+@pytest.fixture(scope="session")
+def a100():
+    return get_catalog().device("A100-SXM4-80GB")
+
+
+def ideal_params() -> CollectiveParams:
+    """Collectives at the datasheet bandwidth with no latency: time = bus bytes / link bandwidth."""
+    f = FabricParams("nvswitch", 1.0, 0.0, 0.0, 0.0, 0.5)
+    return CollectiveParams(intra={"nvswitch": f}, network=FabricParams("network", 1.0, 0.0, 0.0, 0.0, 0.5))
+
+
+@pytest.fixture(scope="session")
+def model(family, a100):
+    return ParallelModel(family, a100, Cluster(a100, 8, 1), default_predictor(), "amp-bf16", exact_traces=True)
+
+
+@pytest.fixture(scope="session")
+def ideal_model(family, a100):
+    return ParallelModel(family, a100, Cluster(a100, 8, 1), default_predictor(), "amp-bf16",
+                         collectives=ideal_params(), exact_traces=True)
+
+
+# --- the layout of a traced GPT ----------------------------------------------------------------------------
+def test_layout_finds_layers_roles_and_parameters(family):
+    wl = family.trace(4)
+    lay = analyse(wl)
+    assert lay.layers == LAYERS and lay.hidden == H and lay.heads == HEADS
+    assert lay.tokens == 4 * SEQ and lay.seq_len == SEQ
+    # per layer: c_attn and c_fc column-parallel (two groups), attn.c_proj and mlp.c_proj row-parallel
+    assert lay.row_linears[1:-1] == (2,) * LAYERS and lay.col_groups[1:-1] == (2,) * LAYERS
+    assert lay.col_groups[-1] == 1  # the vocabulary-parallel head
+    # parameters each unit reads, by hand: 12h^2 + 13h per layer; the tied embedding counted in pre and post
+    assert lay.unit_params[1] == 12 * H * H + 13 * H
+    assert sum(lay.unit_params) - lay.tied_params == PHI == wl.trainable_parameters
+
+
+def _flops(ops):
+    return sum(o.flops for o in ops)
+
+
+@pytest.mark.parametrize("t", [2, 4])
+def test_tensor_split_conserves_flops(family, t):
+    """Sum over the t ranks of the split ops = the unsplit ops; with sequence parallelism every op is split."""
+    wl = family.trace(4)
+    lay = analyse(wl)
+    idx = [i for i, o in enumerate(wl.ops) if o.phase != "optimizer"]
+    base = [wl.ops[i] for i in idx]
+    sharded = shard_ops(wl.ops, lay, t, False, idx)
+    split = [k for k, i in enumerate(idx) if lay.roles[i].role in ("col", "row", "sharded")
+             and (lay.roles[i].split or lay.roles[i].role == "sharded")]
+    assert sum(sharded[k].flops for k in split) * t == pytest.approx(sum(base[k].flops for k in split), rel=1e-3)
+    rest = [k for k in range(len(idx)) if k not in set(split)]
+    assert sum(sharded[k].flops for k in rest) >= sum(base[k].flops for k in rest) / t  # replicated: every rank
+    with_sp = shard_ops(wl.ops, lay, t, True, idx)
+    repl = [k for k, i in enumerate(idx) if lay.roles[i].role == "replicated"]
+    assert sum(with_sp[k].flops for k in repl) * t == pytest.approx(sum(base[k].flops for k in repl), rel=1e-2)
+    # a column-parallel GEMM keeps its own shapes: the output features divided
+    k = next(k for k, i in enumerate(idx) if lay.roles[i].role == "col" and lay.roles[i].split == "n"
+             and wl.ops[i].phase == "forward" and "c_fc" in wl.ops[i].module)
+    assert sharded[k].output_shapes[0][-1] == 4 * H // t
+    assert sharded[k].input_shapes[1] == (4 * SEQ, H) and sharded[k].input_shapes[2] == (H, 4 * H // t)
+
+
+def test_step_flops_conserved_with_recomputation(ideal_model):
+    none = ideal_model.evaluate(ParallelConfig(dp=1, micro_batch=2), 4)
+    full = ideal_model.evaluate(ParallelConfig(dp=1, micro_batch=2, recompute="full"), 4)
+    uc = ideal_model.unit_costs(1, False, 2)
+    layer_fwd = sum(uc.forward_flops[1:-1])
+    assert full.flops_per_replica == pytest.approx(none.flops_per_replica + 2 * layer_fwd)  # 2 micro-batches
+    sel = ideal_model.evaluate(ParallelConfig(dp=1, micro_batch=2, recompute="selective"), 4)
+    assert none.flops_per_replica < sel.flops_per_replica < full.flops_per_replica
+    # pipeline stages share the work; tensor ranks with sequence parallelism split all of it
+    pp = ideal_model.evaluate(ParallelConfig(pp=2, dp=1, micro_batch=2), 4)
+    assert pp.flops_per_replica == pytest.approx(none.flops_per_replica)
+    sp = ideal_model.evaluate(ParallelConfig(tp=2, dp=1, micro_batch=2, sequence_parallel=True), 4)
+    assert sp.flops_per_replica == pytest.approx(none.flops_per_replica, rel=0.01)
+
+
+# --- communication volumes by hand ---------------------------------------------------------------------------
+def test_tensor_parallel_all_reduces_by_hand(ideal_model, a100):
+    t, mb = 2, 2
+    st = ideal_model.evaluate(ParallelConfig(tp=t, dp=1, micro_batch=mb), mb)
+    msg = mb * SEQ * H * 2  # tokens x hidden x bf16 bytes
+    ar = 2 * (t - 1) / t * msg / (a100.link.gb_per_s * 1e9)
+    # per layer: 2 all-reduces forward (after the row-parallel layers), 2 backward; the embedding's 1 forward;
+    # the head's 1 backward
+    expected = (4 * LAYERS + 1 + 1) * ar
+    assert st.stages[0].tensor_comm_s == pytest.approx(expected, rel=1e-6)
+    sp = ideal_model.evaluate(ParallelConfig(tp=t, dp=1, micro_batch=mb, sequence_parallel=True), mb)
+    half = (t - 1) / t * msg / (a100.link.gb_per_s * 1e9)  # one all-gather or reduce-scatter
+    # forward: 2 all-gathers + 2 reduce-scatters per layer; backward: 2 + 2, and the 2 inputs gathered again
+    assert sp.stages[0].tensor_comm_s == pytest.approx((10 * LAYERS + 1 + 3) * half, rel=1e-6)
+
+
+def test_data_parallel_and_zero_volumes_by_hand(ideal_model, a100):
+    bw = a100.link.gb_per_s * 1e9
+    grad_bytes = PHI * 4
+    d = 4
+    st = ideal_model.evaluate(ParallelConfig(dp=d, micro_batch=2, overlap_grad_sync=False), 2)
+    assert st.comm_total_by_kind["data"] == pytest.approx(2 * (d - 1) / d * grad_bytes / bw, rel=1e-6)
+    assert st.comm_exposed_by_kind["data"] == pytest.approx(st.comm_total_by_kind["data"], rel=1e-6)
+    z1 = ideal_model.evaluate(ParallelConfig(dp=d, micro_batch=2, sharding="zero1", overlap_grad_sync=False), 2)
+    # reduce-scatter of the gradients, then all-gather of the updated (fp32) parameters
+    assert z1.comm_total_by_kind["data"] == pytest.approx((d - 1) / d * (grad_bytes + PHI * 4) / bw, rel=1e-6)
+    z3 = ideal_model.evaluate(ParallelConfig(dp=d, micro_batch=2, sharding="zero3"), 2)
+    # per unit: all-gather forward, all-gather + reduce-scatter backward: 3 (d-1)/d of the parameters
+    lay = ideal_model.layout
+    counted = sum(lay.unit_params) - lay.tied_params
+    assert z3.comm_total_by_kind["sharding"] == pytest.approx(3 * (d - 1) / d * counted * 4 / bw, rel=1e-6)
+
+
+def test_pipeline_sends_by_hand(ideal_model, a100):
+    st = ideal_model.evaluate(ParallelConfig(pp=2, dp=1, micro_batch=1), 4)
+    msg = 1 * SEQ * H * 2
+    # each of the 4 micro-batches: one send forward, one backward, on the busiest stage's boundary
+    assert st.comm_total_by_kind["pipeline"] == pytest.approx(2 * 4 * msg / (a100.link.gb_per_s * 1e9), rel=1e-6)
+
+
+# --- memory by hand --------------------------------------------------------------------------------------
+def test_memory_by_hand_formula(ideal_model, family):
+    one = ideal_model.evaluate(ParallelConfig(dp=1, micro_batch=4), 4)
+    wl = family.trace(4)
+    # AMP keeps fp32 parameters and gradients (4 + 4 bytes) and Adam's two fp32 moments (8 bytes) per parameter
+    assert one.memory["parameters"] == PHI * 4
+    assert one.memory["gradients"] == PHI * 4
+    assert one.memory["optimizer"] == PHI * 8
+    # one replica without splitting holds what the trace says: its saved tensors are the activations and the
+    # half-precision weight copies autocast keeps for the backward pass (one per weight and bias)
+    copies = sum(2 * n for n in (3 * H * H, 3 * H, H * H, H, 4 * H * H, 4 * H, 4 * H * H, H)) * LAYERS + 2 * VOCAB * H
+    assert one.memory["weight_copies"] == copies
+    assert one.memory["activations"] + one.memory["weight_copies"] == pytest.approx(wl.memory.activation_bytes, abs=2)
+    assert one.peak_memory_bytes == pytest.approx(wl.memory.peak_bytes, abs=8)
+    d = 4
+    z1 = ideal_model.evaluate(ParallelConfig(dp=d, micro_batch=4, sharding="zero1"), 4)
+    z2 = ideal_model.evaluate(ParallelConfig(dp=d, micro_batch=4, sharding="zero2"), 4)
+    z3 = ideal_model.evaluate(ParallelConfig(dp=d, micro_batch=4, sharding="zero3"), 4)
+    assert z1.memory["optimizer"] == PHI * 8 // d and z1.memory["gradients"] == PHI * 4
+    assert z2.memory["gradients"] == PHI * 4 // d
+    assert z3.memory["parameters"] == PHI * 4 // d and z3.memory["buffers"] > 0
+    off = ideal_model.evaluate(ParallelConfig(dp=1, micro_batch=4, offload_optimizer=True), 4)
+    assert off.memory["optimizer"] == 0
+    # full recomputation keeps each layer's input (tokens x h x 4 bytes: the fp32 residual stream) and one layer
+    full = ideal_model.evaluate(ParallelConfig(dp=1, micro_batch=4, recompute="full"), 4)
+    assert full.memory["activations"] < one.memory["activations"]
+    uc = ideal_model.unit_costs(1, False, 4)
+    kept = uc.activation_bytes[0] + uc.activation_bytes[-1] + LAYERS * 4 * SEQ * H * 4 + max(uc.activation_bytes[1:-1])
+    assert full.memory["activations"] == pytest.approx(kept, rel=1e-6)
+    # tensor parallelism with sequence parallelism divides every activation by t
+    sp = ideal_model.evaluate(ParallelConfig(tp=2, dp=1, micro_batch=4, sequence_parallel=True), 4)
+    assert sp.memory["activations"] == pytest.approx(one.memory["activations"] / 2, rel=1e-6)
+    # 1F1B: the first stage holds p micro-batches' activations, the last one
+    pp = ideal_model.evaluate(ParallelConfig(pp=2, dp=1, micro_batch=1), 4)
+    assert [s.in_flight for s in pp.stages] == [2, 1]
+
+
+# --- schedules ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 1), (8, 32)])
+def test_1f1b_bubble_with_equal_stages(p, m):
+    r = simulate([1.0] * p, [2.0] * p, m, p)
+    assert r.bubble_share == pytest.approx((p - 1) / (m + p - 1))
+    assert r.makespan_s == pytest.approx((m + p - 1) * 3.0)
+    assert r.in_flight == tuple(min(p - d, m) for d in range(p))
+    assert closed_form([1.0] * p, [2.0] * p, m, p).makespan_s == pytest.approx(r.makespan_s)
+    g = simulate([1.0] * p, [2.0] * p, m, p, schedule="gpipe")
+    assert g.makespan_s == pytest.approx(r.makespan_s) and g.in_flight == (m,) * p
+
+
+@pytest.mark.parametrize("p,m,v", [(2, 4, 2), (4, 8, 2), (4, 16, 4)])
+def test_interleaved_bubble_shrinks_by_v(p, m, v):
+    n = p * v
+    r = simulate([1.0 / v] * n, [2.0 / v] * n, m, p, v)
+    assert r.makespan_s == pytest.approx((m + (p - 1) / v) * 3.0)  # Narayanan et al. 2021
+    assert closed_form([1.0 / v] * n, [2.0 / v] * n, m, p, v).makespan_s == pytest.approx(r.makespan_s)
+    assert sum(1 for op in device_orders(p, m, v)[0] if op[0] == "F") == m * v
+
+
+def test_closed_form_close_to_simulation_with_unequal_stages_and_sends():
+    import random
+
+    rng = random.Random(7)
+    errs = []
+    for _ in range(60):
+        p, m = rng.choice([2, 4, 8]), rng.choice([4, 8, 16])
+        f = [rng.uniform(0.8, 1.2) for _ in range(p)]
+        b = [2 * x for x in f]
+        c = rng.choice([0.0, 0.05])
+        errs.append(abs(closed_form(f, b, m, p, 1, c).makespan_s / simulate(f, b, m, p, 1, c).makespan_s - 1))
+    assert max(errs) < 0.15 and sum(errs) / len(errs) < 0.04
+
+
+# --- collectives -----------------------------------------------------------------------------------------
+def test_collective_volumes_and_topology():
+    ideal = ideal_params()
+    g = Group(8, 8, 1, 8, 100e9, "nvlink3", 50e9)
+    S = 1e9
+    assert collective_s("all-reduce", S, g, ideal) == pytest.approx(2 * 7 / 8 * S / 100e9)
+    assert collective_s("all-gather", S, g, ideal) == pytest.approx(7 / 8 * S / 100e9)
+    assert collective_s("reduce-scatter", S, g, ideal) == pytest.approx(7 / 8 * S / 100e9)
+    assert collective_s("send-recv", S, Group(2, 2, 1, 8, 100e9, "nvlink3", 50e9), ideal) == pytest.approx(S / 100e9)
+    # across 4 nodes: each node's network is shared by its 8 GPUs' rings: bounded by the node's NICs
+    g4 = Group(32, 8, 4, 8, 100e9, "nvlink3", 50e9)
+    assert collective_s("all-reduce", S, g4, ideal) == pytest.approx(2 * 31 / 32 * S / 50e9)
+    # a group with 2 of a node's 8 GPUs gets a quarter of the NICs (the other groups use the rest)
+    g2 = Group(8, 2, 4, 8, 100e9, "nvlink3", 50e9)
+    assert collective_s("all-reduce", S, g2, ideal) == pytest.approx(2 * 7 / 8 * S / (50e9 / 4))
+    assert collective_s("all-reduce", S, Group(1, 1, 1, 8, 1e9, "nvlink3", 1e9), ideal) == 0.0
+    assert fabric_of("nvlink2") == "nvlink-mesh" and fabric_of("nvlink4") == "nvswitch" and fabric_of("pcie4") == "pcie"
+    assert set(COLLECTIVES.names()) >= {"all-reduce", "all-gather", "reduce-scatter", "send-recv", "all-to-all"}
+
+
+def test_fitted_collectives_reproduce_nccl_measurements(shared_data):
+    """The shipped fit against two measurements it was fitted on, and a sanity range for its parameters."""
+    p = default_params()
+    assert 0.3 < p.intra["nvswitch"].bus_efficiency <= 1.0 and 0.3 < p.network.bus_efficiency <= 1.0
+    a100 = get_catalog().device("A100-SXM4-40GB")
+    one_node = Group.of_cluster(Cluster(a100, 8, 1), 8)
+    # Echo nccl-tests, 8 A100 in a node, 1 GiB all-reduce: 8139 us
+    assert collective_s("all-reduce", 1 << 30, one_node) == pytest.approx(8139e-6, rel=0.15)
+    # 128 A100 on 16 nodes, 8 x 200 Gb/s InfiniBand each, 1 GiB: 16586 us
+    nodes = Group.of_cluster(Cluster(a100, 8, 16, inter_node_gbit_per_s=1600), 128)
+    assert collective_s("all-reduce", 1 << 30, nodes) == pytest.approx(16586e-6, rel=0.15)
+    line = (shared_data / "collectives" / "echo_a100_ib_allreduce_8gpu.log").read_text()
+    assert "1073741824" in line  # the measurement the figure above comes from
+
+
+# --- data parallelism does not scale perfectly ----------------------------------------------------------------
+def test_data_parallel_speedup_below_linear(small_gpt):
+    from traincast.predict import forecast
+
+    f = forecast(small_gpt, gpu="A100-80GB", gpus=8, batch_size=64, seq_len=SEQ, precision="amp-bf16",
+                 optimizer="adamw", dataset_size=6400)
+    last = f.scaling[-1]
+    assert last.gpus == 8 and last.speedup < 7.8
+    assert f.straggler_s > 0 and f.communication_total_s > 0
+    assert f.iteration_s == pytest.approx(f.forward_s + f.backward_s + f.optimizer_s + f.communication_s
+                                          + f.overhead_s + f.straggler_s)
+
+
+# --- forecast and CLI -------------------------------------------------------------------------------------------
+def test_forecast_with_layout_reports_strategy_stages_and_memory(small_gpt):
+    from traincast.predict import forecast
+
+    cfg, _ = resolve(8, tp=2, pp=2, micro_batch=1)
+    f = forecast(small_gpt, gpu="A100-80GB", gpus=8, batch_size=16, seq_len=SEQ, precision="amp-bf16",
+                 optimizer="adamw", strategy=cfg, dataset_size=1600)
+    d = f.to_dict()
+    assert d["strategy"]["tp"] == 2 and d["strategy"]["dp"] == 2 and d["strategy"]["micro_batches"] == 8
+    assert len(d["stages"]) == 2 and d["stages"][0]["layers"] == LAYERS // 2
+    assert 0 < d["bubble_share"] < 1 and d["comm_exposed_by_kind"]["tensor"] > 0
+    assert d["memory"]["peak"] == d["peak_memory_bytes"] and d["fits_in_memory"]
+    assert f.steps_per_epoch == 100
+
+
+@pytest.fixture(scope="module")
+def cli():
+    _register_all()
+    return app
+
+
+def _run(cli, args, capsys):
+    code = run(args, cli)
+    return code, capsys.readouterr()
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--tp", "3"], "does not divide the 8 GPUs"),
+    (["--tp", "2", "--pp", "2", "--dp", "4"], "not the 8 GPUs"),
+    (["--zero", "1", "--fsdp", "full"], "give one of them"),
+    (["--pp", "8", "--dp", "1"], "more than the model's 4 layers"),
+    (["--pp", "8", "--tp", "1", "--dp", "1", "--gpus", "8"], "more than the model's 4 layers"),
+    (["--micro-batch", "3"], "does not divide"),
+    (["--schedule", "interleaved:2"], "needs pipeline stages"),
+    (["--schedule", "1fb1"], "did you mean"),
+    (["--sequence-parallel"], "needs --tp >= 2"),
+    (["--tp", "8"], "does not divide the model's 4 attention heads"),
+    (["--recompute", "partial"], "unknown recomputation"),
+])
+def test_bad_layouts_exit_2_with_one_line(cli, capsys, small_gpt, extra, msg):
+    args = ["predict", small_gpt, "--gpu", "A100-80GB", "--gpus", "8", "-b", "16", "--seq-len", str(SEQ)] + extra
+    code, out = _run(cli, args, capsys)
+    assert code == 2, out
+    lines = [ln for ln in out.err.strip().splitlines() if ln]
+    assert len(lines) == 1 and lines[0].startswith("error:") and msg in lines[0], out.err
+
+
+def test_tensor_parallel_across_nodes_warns(cli, capsys, small_gpt):
+    args = ["predict", small_gpt, "--gpu", "A100-80GB", "--gpus", "4", "--nodes", "2", "-b", "8", "--seq-len",
+            str(SEQ), "--tp", "4", "--json"]
+    code, out = _run(cli, args, capsys)
+    assert code == 0, out.err
+    d = json.loads(out.out)
+    assert any("tensor parallelism across nodes" in n for n in d["notes"])
+
+
+def test_parallelize_lists_fastest_layouts_that_fit(cli, capsys, small_gpt):
+    args = ["parallelize", small_gpt, "--gpu", "A100-80GB", "--gpus", "8", "-b", "32", "--seq-len", str(SEQ),
+            "--micro-batches", "1,2,4", "--json"]
+    code, out = _run(cli, args, capsys)
+    assert code == 0, out.err
+    d = json.loads(out.out)
+    best = d["best"]
+    assert best["fits_in_memory"] and best["config"]["gpus"] == 8
+    top = d["top"]
+    assert 1 <= len(top) <= 10 and all(c["fits_in_memory"] for c in top)
+    assert [c["iteration_s"] for c in top] == sorted(c["iteration_s"] for c in top)
+    assert d["considered"] > len(top)
+    # 3 GPUs: 3 divides neither the 4 heads nor the 4 layers, and 3 replicas cannot share a batch of 7
+    code, out = _run(cli, ["parallelize", small_gpt, "--gpu", "A100-80GB", "--gpus", "3", "-b", "7"], capsys)
+    assert code == 2 and "error:" in out.err
+
+
+def test_strategy_registries_name_every_choice():
+    from traincast.predict.parallel import RECOMPUTATIONS, SCHEDULES, SHARDINGS
+
+    assert {"none", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid"} <= set(SHARDINGS.names())
+    assert {"1f1b", "gpipe", "interleaved"} <= set(SCHEDULES.names())
+    assert {"none", "selective", "full"} <= set(RECOMPUTATIONS.names())
+    cfg, warn = resolve(16, tp=2, pp=2, fsdp="hybrid", schedule="interleaved:2", recompute="selective",
+                        sequence_parallel=True)
+    assert cfg.dp == 4 and cfg.sharding == "fsdp-hybrid" and cfg.virtual_stages == 2 and not warn
+    assert math.prod((cfg.tp, cfg.pp, cfg.dp)) == cfg.gpus == 16
+
+
+def test_plan_uses_the_best_layout_per_configuration(small_gpt):
+    from traincast.plan.pareto import plan
+
+    kw = dict(epochs=1, dataset_size=6400, batch_size=64, gpus=(8,), gpu_types=("A100-80GB",), precision="amp-bf16",
+              optimizer="adamw", seq_len=SEQ)
+    searched = plan(small_gpt, layouts="search", **kw)
+    plain = plan(small_gpt, layouts="data-parallel", **kw)
+    assert searched.configs and all(c.layout == "" for c in plain.configs)
+    for s, p in zip(searched.configs, plain.configs):
+        assert s.instance == p.instance and s.fits_in_memory
+        # a layout replaces replicas only when it is faster
+        assert s.iteration_s <= p.iteration_s * (1 + 1e-9)
+        assert (s.layout == "") == (s.iteration_s == p.iteration_s)
+    assert "layout" in searched.to_dict()["configurations"][0]
