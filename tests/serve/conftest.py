@@ -10,12 +10,13 @@ TOKEN = "test-token-" + "x" * 24
 
 @pytest.fixture
 def cli_app():
-    """The commands the API answers for (predict, plan; eta, converge, jobs), as a typer app."""
-    from traincast.cli import commands, online, serve
+    """The commands the API answers for (predict, plan, parallelize; eta, converge, jobs), as a typer app."""
+    from traincast.cli import commands, online, parallel, serve
 
     a = typer.Typer()
     commands.register(a)
     online.register(a)
+    parallel.register(a)
     serve.register(a)
     return a
 

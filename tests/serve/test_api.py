@@ -286,3 +286,27 @@ def test_the_recorder_posts_to_the_app(client, auth, tmp_path):
     finally:
         R.Client = orig
     assert client.get("/api/v1/jobs/inproc").json()["last_step"] == 30
+
+
+def test_parallel_layouts_through_the_service_are_the_cli_answers(client, cli_app, capsys):
+    """A forecast with a parallel layout and POST /parallelize answer what `predict --tp ...` and
+    `parallelize --json` print (less parallelize's own elapsed time)."""
+    body = {"model": "gpt2", "gpu": "A100", "gpus": 4, "batch_size": 8, "seq_len": 128, "precision": "amp-bf16",
+            "optimizer": "adamw", "tp": 2, "micro_batch": 2}
+    r = client.post("/api/v1/forecast", json=body)
+    assert r.status_code == 200, r.text
+    want = cli_json(cli_app, capsys, "predict", "gpt2", "--gpu", "A100", "--gpus", "4", "-b", "8", "--seq-len", "128",
+                    "--precision", "amp-bf16", "--optimizer", "adamw", "--tp", "2", "--micro-batch", "2", "--json")
+    assert r.json() == want and want["strategy"]["tp"] == 2
+    body = {"model": "gpt2", "gpu": "A100", "gpus": 4, "batch_size": 8, "seq_len": 128, "micro_batches": [1, 2],
+            "recomputes": ["none"], "shardings": ["none", "zero1"], "top": 3}
+    r = client.post("/api/v1/parallelize", json=body)
+    assert r.status_code == 200, r.text
+    want = cli_json(cli_app, capsys, "parallelize", "gpt2", "--gpu", "A100", "--gpus", "4", "-b", "8", "--seq-len",
+                    "128", "--micro-batches", "1,2", "--recompute", "none", "--shardings", "none,zero1", "--top", "3",
+                    "--json")
+    got = r.json()
+    got.pop("elapsed_s"), want.pop("elapsed_s")
+    assert got == want and len(got["top"]) <= 3
+    bad = client.post("/api/v1/parallelize", json={**body, "gpus": 0})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "gpus"

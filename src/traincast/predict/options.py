@@ -41,7 +41,7 @@ def strategy_from_options(gpus: int, nodes: int | None = None, instance: str | N
 
 def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes: int | None = None, batch_size: int,
                           per_gpu_batch: bool = False, epochs: float = 1.0, dataset_size: int | None = None,
-                          precision: str = "fp32", optimizer: str = "sgd", sync: str = "ring", no_overlap: bool = False,
+                          precision: str = "fp32", optimizer: str = "sgd", sync: str = "nccl", no_overlap: bool = False,
                           freeze: str | None = None, instance: str | None = None, seq_len: int | None = None,
                           network_gbit: float | None = None, device: str | None = None, profile: str | None = None,
                           predictor: str = "analytical", adaptation: str = "none", catalog: Catalog | None = None,

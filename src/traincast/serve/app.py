@@ -21,6 +21,7 @@ from traincast.serve.models import (
     JobMeta,
     MetricBatch,
     MetricRow,
+    ParallelizeRequest,
     PlanRequest,
 )
 from traincast.serve.security import LimitsMiddleware, require_token
@@ -94,9 +95,10 @@ def api_router() -> APIRouter:
     def compare(request: Request, body: CompareRequest):
         return _json(request.app.state.compute.compare_json(body))
 
-    # POST /api/v1/parallelize (issue 17) is not built: when the library call exists, add it here as the
-    # others are (a pydantic body of its CLI options by long name, the library call through Compute._run for
-    # caching, the answer of its --json). Until then the route does not exist (404), on purpose.
+    @r.post("/parallelize", tags=["forecast"],
+            summary="`traincast parallelize --json`: every valid parallel layout, the fastest that fit")
+    def parallelize(request: Request, body: ParallelizeRequest):
+        return _json(request.app.state.compute.parallelize_json(body))
 
     # --------------------------------------------------------------- jobs
     @r.get("/jobs", tags=["jobs"], summary="`traincast jobs --json`, with each job's remaining time, band and cost")

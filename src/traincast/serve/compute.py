@@ -114,7 +114,7 @@ class Compute:
 
     def forecast(self, source: str, mkey: str, *, gpu, gpus, nodes, batch_size, per_gpu_batch, epochs, dataset_size,
                  precision, optimizer, sync, no_overlap, freeze, instance, seq_len, network_gbit, predictor,
-                 adaptation):
+                 adaptation, **layout):
         """The library call of ``traincast predict`` (:func:`traincast.predict.options.forecast_from_options`)."""
         from traincast.predict.options import forecast_from_options
 
@@ -123,7 +123,30 @@ class Compute:
                                      per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size,
                                      precision=precision, optimizer=optimizer, sync=sync, no_overlap=no_overlap,
                                      freeze=freeze, instance=instance, seq_len=seq_len, network_gbit=network_gbit,
-                                     predictor=predictor, adaptation=adaptation, family=fam)
+                                     predictor=predictor, adaptation=adaptation, family=fam, **layout)
+
+    # ----------------------------------------------------------- parallelize
+    def parallelize_json(self, req) -> str:
+        """``traincast parallelize --json`` for the request's options, as JSON text."""
+        from traincast.hardware import get_catalog
+        from traincast.predict.parallel.search import parallelize
+        from traincast.predict.parallel.strategy import RECOMPUTATIONS, SHARDINGS
+
+        source, mkey = self.model_source(req.model, req.hf_config)
+        opts = req.model_dump(exclude={"model", "hf_config"})
+        key = "parallelize:" + json.dumps({"model": mkey, **opts}, sort_keys=True)
+
+        def run():
+            fam = self._family(source, mkey, req.optimizer, req.precision, req.seq_len, None)
+            res = parallelize(source, gpu=req.gpu, gpus=req.gpus, nodes=req.nodes, batch_size=req.batch_size,
+                              seq_len=req.seq_len, precision=req.precision, optimizer=req.optimizer,
+                              instance=req.instance, network_gbit_per_s=req.network_gbit, catalog=get_catalog(),
+                              family=fam, top=req.top, max_tp=req.max_tp, micro_batches=tuple(req.micro_batches),
+                              shardings=tuple(SHARDINGS.canonical(x.lower()) for x in req.shardings),
+                              recomputes=tuple(RECOMPUTATIONS.canonical(x.lower()) for x in req.recomputes))
+            return dumps(res.to_dict())
+
+        return self._run(key, run)
 
     # ------------------------------------------------------------------ plan
     def plan_json(self, req) -> str:
@@ -156,7 +179,7 @@ class Compute:
         for g in req.gpu_types:
             opts = dict(gpu=g, gpus=req.gpus, nodes=None, batch_size=req.batch_size, per_gpu_batch=req.per_gpu_batch,
                         epochs=req.epochs, dataset_size=req.dataset_size, precision=req.precision,
-                        optimizer=req.optimizer, sync="ring", no_overlap=False, freeze=None, instance=None,
+                        optimizer=req.optimizer, sync="nccl", no_overlap=False, freeze=None, instance=None,
                         seq_len=req.seq_len, network_gbit=None, predictor="analytical", adaptation="none")
             from traincast.serve.models import ForecastRequest
 

@@ -69,7 +69,7 @@ class ForecastRequest(ModelChoice):
     dataset_size: Pos | None = None
     precision: str = "fp32"
     optimizer: str = "sgd"
-    sync: str = "ring"
+    sync: str = "nccl"
     no_overlap: bool = False
     freeze: str | None = None
     instance: str | None = None
@@ -78,6 +78,37 @@ class ForecastRequest(ModelChoice):
     predictor: Literal["analytical", "learned", "auto"] = "analytical"
     adaptation: Literal["none", "auto"] = Field("none", description="learned predictor: none, or the saved "
                                                                     "adaptation of the GPU (auto); files are not read")
+    # the parallel layout (traincast predict --tp ... ; docs/parallel.md)
+    tp: Pos = 1
+    pp: Pos = 1
+    dp: Pos | None = None
+    ep: Pos = 1
+    zero: Annotated[int, Field(ge=0, le=3)] | None = None
+    fsdp: Literal["full", "grad-op", "hybrid"] | None = None
+    micro_batch: Pos | None = None
+    schedule: str = Field("1f1b", examples=["1f1b", "gpipe", "interleaved:2"])
+    recompute: Literal["none", "selective", "full"] = "none"
+    sequence_parallel: bool = False
+    offload_optimizer: bool = False
+
+
+class ParallelizeRequest(ModelChoice):
+    """The options of ``traincast parallelize``; the answer is what ``parallelize --json`` prints."""
+
+    gpu: str | None = Field(None, examples=["H100-SXM5-80GB"])
+    gpus: Annotated[int, Field(gt=0, le=65536)]
+    nodes: Pos | None = None
+    batch_size: Annotated[int, Field(gt=0, lt=2**31)]
+    seq_len: Pos | None = None
+    precision: str = "amp-bf16"
+    optimizer: str = "adamw"
+    instance: str | None = None
+    network_gbit: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    shardings: Annotated[list[str], Field(min_length=1, max_length=16)] = ["none", "zero1", "zero3"]
+    recomputes: Annotated[list[str], Field(min_length=1, max_length=4)] = ["none", "selective", "full"]
+    micro_batches: Annotated[list[Pos], Field(min_length=1, max_length=16)] = [1, 2, 4, 8, 16]
+    max_tp: Pos | None = None
+    top: Annotated[int, Field(gt=0, le=100)] = 10
 
 
 def _csv(v, cast):
