@@ -8,6 +8,10 @@ Sources (every measured source in ../shared/data that times one device):
   forward+backward, 14), ``neusight-inf`` (NVIDIA inference, 38), ``neusight-amd`` (15) and
   ``neusight-inf-amd`` (28), each model built as measured (benchmarks/gpu_models.py: ``cases``);
   single ops -- ``justus2018`` layers (6 GPUs) and ``neusight`` kernels (5 GPUs), 300 rows per GPU x op file.
+  Added 2026-11-25 (issue 18), reported but outside the decision rule below, whose sources stay those of
+  ../shared/data: ``published`` -- published single-GPU training throughputs (benchmarks/data/
+  published_single_gpu.csv, each row with its repository, path and commit), modelled as they ran (batch,
+  precision, NCHW or channels_last), a validation source that no parameter is set from.
   (Multi-GPU sources -- vTrain, MLPerf, collectives -- and this machine's CPU have benchmarks of their own:
   parallel_* and validate_cpu.py.)
 Predictors compared on each row:
@@ -63,6 +67,22 @@ from traincast.predict.opfeatures import gpu_group  # noqa: E402
 from traincast.workload import trace  # noqa: E402
 
 CANDIDATES = ("analytical", "learned", "logo", "logo-pure", "loso")
+PUBLISHED = ROOT / "benchmarks" / "data" / "published_single_gpu.csv"
+
+
+def published_cases(path: Path = PUBLISHED) -> list[dict]:
+    """The published single-GPU training rows as cases: a full step (forward, backward, optimizer) at the row's
+    batch and precision; channels_last rows pay no NCHW layout transposes (``nchw_transpose`` 0)."""
+    d = pd.read_csv(path)
+    return [dict(src="published", gpu=r.gpu, model=r.model, batch=int(r.batch), seq=None,
+                 measured_ms=float(r.measured_ms), phases=("forward", "backward", "optimizer"), optimizer=r.optimizer,
+                 precision=r.precision,
+                 overrides={"nchw_transpose": 0.0} if r.memory_format == "channels_last" else {})
+            for r in d.itertuples()]
+
+
+def _key(c: dict) -> tuple:
+    return (c["model"], c["batch"], c["seq"], c.get("optimizer", "sgd"), c.get("precision", "fp32"))
 
 
 def family(model: str) -> str:
@@ -73,22 +93,32 @@ def family(model: str) -> str:
     return stem
 
 
-def whole_model_rows(data: Path, seeds: list[int], rows_per_file: int, log=print) -> pd.DataFrame:
+def whole_model_rows(data: Path, seeds: list[int], rows_per_file: int, log=print, published: bool = True) -> pd.DataFrame:
     todo, skipped = G.cases(data)
+    if published:
+        todo = todo + published_cases()
     cat = get_catalog()
     traces = {}
     for c in todo:
-        key = (c["model"], c["batch"], c["seq"], c.get("optimizer", "sgd"))
+        key = _key(c)
         if key not in traces:
-            traces[key] = trace(c["model"], batch_size=c["batch"], seq_len=c["seq"], optimizer=key[3])
-    analytical = AnalyticalPredictor()
+            traces[key] = trace(c["model"], batch_size=c["batch"], seq_len=c["seq"], optimizer=key[3], precision=key[4])
+    fallback = {}  # overrides -> the analytical predictor (also the learned predictors' fallback)
+
+    def analytical_for(c):
+        k = tuple(sorted(c.get("overrides", {}).items()))
+        if k not in fallback:
+            fallback[k] = AnalyticalPredictor(overrides=dict(k))
+        return fallback[k]
+
     base = []
     for c in todo:
-        w = traces[(c["model"], c["batch"], c["seq"], c.get("optimizer", "sgd"))]
+        w = traces[_key(c)]
         dev = cat.device(c["gpu"])
         base.append(dict(src=c["src"], gpu=dev.name, group=gpu_group(c["gpu"]), vendor=dev.vendor.lower(),
                          model=Path(c["model"]).stem, family=family(c["model"]), batch=c["batch"], seq=c["seq"] or 0,
-                         measured_ms=c["measured_ms"], analytical_ms=G.phase_ms(w, G.timed(analytical, w, dev), c["phases"])))
+                         precision=c.get("precision", "fp32"), measured_ms=c["measured_ms"],
+                         analytical_ms=G.phase_ms(w, G.timed(analytical_for(c), w, dev), c["phases"])))
     out = []
     for seed in seeds:
         t0 = time.perf_counter()
@@ -97,15 +127,17 @@ def whole_model_rows(data: Path, seeds: list[int], rows_per_file: int, log=print
         logo = {g: fit_layers(data, max_rows_per_file=rows_per_file, seed=seed, exclude_groups=(g,), save=False)[0]
                 for g in sorted({b["group"] for b in base} & groups)}
         loso_m, _ = fit_layers(data, max_rows_per_file=rows_per_file, seed=seed, exclude_sources=("neusight",), save=False)
-        full, loso = LearnedPredictor(full_m), LearnedPredictor(loso_m)
         for c, b in zip(todo, base):
-            w = traces[(c["model"], c["batch"], c["seq"], c.get("optimizer", "sgd"))]
+            w = traces[_key(c)]
             dev = cat.device(c["gpu"])
             held = logo.get(b["group"], full_m)
+            fb = analytical_for(c)
+            full, loso = LearnedPredictor(full_m, fallback=fb), LearnedPredictor(loso_m, fallback=fb)
             row = dict(b, seed=seed, in_data=b["group"] in groups)
             row["learned_ms"] = G.phase_ms(w, G.timed(full, w, dev), c["phases"])
-            row["logo_ms"] = G.phase_ms(w, G.timed(LearnedPredictor(held), w, dev), c["phases"])
-            row["logo-pure_ms"] = G.phase_ms(w, G.timed(LearnedPredictor(held, blend_unseen=False), w, dev), c["phases"])
+            row["logo_ms"] = G.phase_ms(w, G.timed(LearnedPredictor(held, fallback=fb), w, dev), c["phases"])
+            row["logo-pure_ms"] = G.phase_ms(w, G.timed(LearnedPredictor(held, fallback=fb, blend_unseen=False), w, dev),
+                                             c["phases"])
             row["loso_ms"] = (G.phase_ms(w, G.timed(loso, w, dev), c["phases"]) if b["src"].startswith("neusight")
                               else row["learned_ms"])
             out.append(row)
@@ -163,8 +195,8 @@ def summarise(df: pd.DataFrame, by: str) -> pd.DataFrame:
 
 
 def decide(df: pd.DataFrame) -> dict:
-    """The protocol's decision rule (see the module docstring)."""
-    nv = df[df.vendor == "nvidia"]
+    """The protocol's decision rule (see the module docstring): over the sources of ../shared/data only."""
+    nv = df[(df.vendor == "nvidia") & (df.src != "published")]
     out = {}
 
     def score(sub, cand):
@@ -212,6 +244,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE, help="of the whole-model refits")
     ap.add_argument("--op-rows-per-file", type=int, default=300, help="of the per-op leave-one-out fits")
     ap.add_argument("--skip-ops", action="store_true", help="whole-model sources only")
+    ap.add_argument("--skip-published", action="store_true", help="leave out benchmarks/data/published_single_gpu.csv")
     ap.add_argument("--out", default=str(ROOT / "docs" / "accuracy"))
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -219,13 +252,18 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     data = Path(args.data)
     t0 = time.perf_counter()
-    df = whole_model_rows(data, seeds, args.rows_per_file)
+    df = whole_model_rows(data, seeds, args.rows_per_file, published=not args.skip_published)
     ops = None if args.skip_ops else per_op_rows(data, seeds, args.op_rows_per_file)
     lines = ["# Accuracy report", "", f"`{' '.join(['python', 'benchmarks/accuracy_report.py'] + (argv or sys.argv[1:]))}`"
              f" ({time.strftime('%Y-%m-%d')}, seeds {','.join(map(str, seeds))}; protocol in the script's docstring). "
              "MAPE % (mean over seeds [min-max]); bias = median signed error %.", ""]
     for by, title in (("src", "By source"), ("gpu", "By GPU"), ("family", "By model family"), ("batch", "By batch size")):
         lines += [f"## {title}", "", markdown(summarise(df, by)), ""]
+    pub = df[(df.src == "published") & (df.seed == df.seed.min())]
+    if len(pub):
+        cols = ["gpu", "model", "batch", "precision", "measured_ms"] + [f"{c}_err_pct" for c in CANDIDATES[:3]]
+        lines += ["## Published single-GPU training rows (validation only; benchmarks/data/published_single_gpu.csv)", "",
+                  markdown(pub[cols].round(1)), ""]
     if ops is not None:
         o = ops.groupby(["source", "gpu"]).agg(rows=("rows", "max"), logo=("logo_mape", lambda v: spread(v.dropna())),
                                                loso=("loso_mape", lambda v: spread(v.dropna())),
