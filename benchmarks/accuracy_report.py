@@ -35,9 +35,10 @@ Decision rule (the default --predictor): for NVIDIA GPUs whose kernels are in th
   the analytical predictor (the learned data holds no AMD kernel; CPUs calibrate a profile). The rule's
   outcome is printed with the numbers it rests on.
 
-Usage: PYTHONPATH=src .venv/bin/python benchmarks/accuracy_report.py [--seeds 0,1,2] [--out docs/accuracy]
+Usage: PYTHONPATH=src .venv/bin/python benchmarks/accuracy_report.py [--seeds 0,1,2] [--out docs]
        [--skip-ops] [--rows-per-file 300]
-Writes OUT/accuracy.md (the tables), OUT/accuracy.json (every row) and OUT/accuracy.png.
+Writes OUT/accuracy.md (the tables), OUT/accuracy/accuracy.json (every row), OUT/accuracy/accuracy.png and
+OUT/accuracy/readme_table.md (the README's table).
 """
 
 from __future__ import annotations
@@ -215,6 +216,41 @@ def decide(df: pd.DataFrame) -> dict:
     return out
 
 
+WHAT = {
+    "habitat": "Habitat: RTX 2080 Ti training iterations, 5 CNN/RNN/Transformer models x 3 batches",
+    "neusight": "NeuSight: NVIDIA training (fwd+bwd), BERT/GPT-2/GPT-3/OPT on V100, A100, L4",
+    "neusight-inf": "NeuSight: NVIDIA inference, same models on V100, A100, L4, P100, P4, T4",
+    "neusight-amd": "NeuSight: AMD MI100/MI210/MI250 training",
+    "neusight-inf-amd": "NeuSight: AMD MI100/MI210/MI250 inference",
+    "published": "Published 1-GPU training (DeepLearningExamples ResNet-50: V100 FP32/AMP, A100 TF32/AMP); validation only",
+}
+
+
+def readme_table(df: pd.DataFrame, ops: pd.DataFrame | None, seeds: list[int]) -> str:
+    """The README's "How accurate" table: one line per source, generated from the report."""
+    cmd = "`python benchmarks/accuracy_report.py`"
+    lines = ["| source | rows | analytical (default) MAPE, bias | learned, GPU left out of its fit: MAPE, bias | command |",
+             "|---|---|---|---|---|"]
+    for src in [s for s in WHAT if s in set(df.src)]:
+        g = df[df.src == src]
+        cells = []
+        for c in ("analytical", "logo"):
+            per_seed = g.groupby("seed")[f"{c}_err_pct"].apply(lambda e: e.abs().mean())
+            cells.append(f"{spread(per_seed)}%, {np.median(g[f'{c}_err_pct']):+.1f}%")
+        lines.append(f"| {WHAT[src]} | {int((g.seed == g.seed.min()).sum())} | {cells[0]} | {cells[1]} | {cmd} |")
+    if ops is not None:
+        for ds, what in (("justus2018", "Justus et al. single layers (TensorFlow, 6 GPUs)"),
+                         ("neusight", "NeuSight single kernels (5 GPUs)")):
+            o = ops[ops.source == ds]
+            if len(o):
+                logo = o.dropna(subset=["logo_mape"]).groupby("seed").logo_mape.mean()
+                ana = o.dropna(subset=["logo_mape"]).groupby("seed").analytical_mape.mean()
+                lines.append(f"| {what}, per GPU left out | {int(o.rows.max())}/GPU | {spread(ana)}% | {spread(logo)}% | {cmd} |")
+    lines += ["", f"MAPE: mean over row-sample seeds {','.join(map(str, seeds))} [min-max]; bias: median signed error "
+              "(+ = forecast slower than measured). Full tables: [docs/accuracy.md](docs/accuracy.md)."]
+    return "\n".join(lines) + "\n"
+
+
 def plot(df: pd.DataFrame, path: Path) -> None:
     import matplotlib
 
@@ -245,18 +281,23 @@ def main(argv=None) -> int:
     ap.add_argument("--op-rows-per-file", type=int, default=300, help="of the per-op leave-one-out fits")
     ap.add_argument("--skip-ops", action="store_true", help="whole-model sources only")
     ap.add_argument("--skip-published", action="store_true", help="leave out benchmarks/data/published_single_gpu.csv")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "accuracy"))
+    ap.add_argument("--out", default=str(ROOT / "docs"), help="OUT/accuracy.md; rows, plot and README table in "
+                    "OUT/accuracy/")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "accuracy").mkdir(parents=True, exist_ok=True)
     data = Path(args.data)
     t0 = time.perf_counter()
     df = whole_model_rows(data, seeds, args.rows_per_file, published=not args.skip_published)
     ops = None if args.skip_ops else per_op_rows(data, seeds, args.op_rows_per_file)
     lines = ["# Accuracy report", "", f"`{' '.join(['python', 'benchmarks/accuracy_report.py'] + (argv or sys.argv[1:]))}`"
              f" ({time.strftime('%Y-%m-%d')}, seeds {','.join(map(str, seeds))}; protocol in the script's docstring). "
-             "MAPE % (mean over seeds [min-max]); bias = median signed error %.", ""]
+             "MAPE % (mean over seeds [min-max]); bias = median signed error %. Candidates: `analytical` (the "
+             "roofline, catalog parameters), `learned` (the shipped learned model), `logo` (refitted without the row's "
+             "GPU: what `learned` gives on a GPU outside its fit), `logo-pure` (the same without the geometric mean "
+             "with the analytical time), `loso` (refitted without the row's source). Mechanisms and what the data "
+             "cannot teach: [gpu-accuracy.md](gpu-accuracy.md).", "", "![predicted vs measured](accuracy/accuracy.png)", ""]
     for by, title in (("src", "By source"), ("gpu", "By GPU"), ("family", "By model family"), ("batch", "By batch size")):
         lines += [f"## {title}", "", markdown(summarise(df, by)), ""]
     pub = df[(df.src == "published") & (df.seed == df.seed.min())]
@@ -272,12 +313,16 @@ def main(argv=None) -> int:
     decision = decide(df)
     lines += ["## The decision rule's outcome", "", "```", json.dumps(decision, indent=1), "```", ""]
     (out / "accuracy.md").write_text("\n".join(lines))
-    (out / "accuracy.json").write_text(json.dumps({"whole_models": df.to_dict(orient="records"),
-                                                   "ops": None if ops is None else ops.to_dict(orient="records"),
-                                                   "decision": decision}, default=float))
-    plot(df, out / "accuracy.png")
+    (out / "accuracy" / "accuracy.json").write_text(json.dumps({"whole_models": df.to_dict(orient="records"),
+                                                                "ops": None if ops is None else ops.to_dict(orient="records"),
+                                                                "decision": decision}, default=float))
+    plot(df, out / "accuracy" / "accuracy.png")
+    table = readme_table(df, ops, seeds)
+    (out / "accuracy" / "readme_table.md").write_text(table)
     print("\n".join(lines))
-    print(f"wrote {out / 'accuracy.md'}, accuracy.json, accuracy.png in {time.perf_counter() - t0:.0f} s")
+    print(table)
+    print(f"wrote {out / 'accuracy.md'}, accuracy/accuracy.json, accuracy.png, readme_table.md in "
+          f"{time.perf_counter() - t0:.0f} s")
     return 0
 
 
