@@ -129,3 +129,20 @@ def test_new_parameters_round_trip_through_the_yaml_form_and_are_bounded():
         check_table({"winograd_speedup": 0.5}, "test")
     with pytest.raises(SpecError):
         check_table({"nchw_transpose": 2}, "test")
+
+
+def test_the_default_predictor_is_the_protocols_choice():
+    """benchmarks/accuracy_report.py's decision rule (docs/accuracy.md): learned on NVIDIA GPUs the learned model was
+    fitted on, analytical on other GPUs (their whole-model rows were better analytical), AMD and CPUs."""
+    from traincast.predict import AnalyticalPredictor, default_predictor, forecast
+    from traincast.workload import trace
+
+    w = trace("resnet18", batch_size=8)
+    cat = get_catalog()
+    p = default_predictor()
+    h100 = cat.device("H100-SXM5-80GB")
+    assert p.predict(w, h100).times_s == AnalyticalPredictor().predict(w, h100).times_s
+    assert p.predict(w, h100).predictor == "analytical"
+    assert p.predict(w, cat.device("T4")).predictor == "learned"
+    f = forecast("resnet18", gpu="H100-SXM5-80GB", batch_size=8, dataset_size=100, scaling=False)
+    assert f.predictor == "analytical" and any("outside the learned model's fit" in n for n in f.notes)

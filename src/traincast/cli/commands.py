@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
         network: Optional[float] = typer.Option(None, "--network-gbit", help="inter-node network, Gb/s"),
         device: Optional[str] = typer.Option(None, "--device", help="'local': this machine, as calibrated"),
         profile: Optional[str] = typer.Option(None, "--profile", help="a device profile from `traincast calibrate`"),
-        predictor_name: str = typer.Option("analytical", "--predictor", help=_names("predictor")),
+        predictor_name: Optional[str] = typer.Option(None, "--predictor", help=_names("predictor") + " (default: auto)"),
         adaptation: str = typer.Option("none", "--adaptation",
                                        help="learned predictor: none | auto (the one `traincast fit adapt` saved "
                                             "for the GPU, if any; the forecast names it) | an adaptation file"),
@@ -114,10 +114,10 @@ def register(app: typer.Typer) -> None:
         from traincast.predict import forecast, make_predictor
 
         predictor = None
-        if predictor_name != "analytical" or adaptation != "none":
+        if predictor_name is not None or adaptation != "none":  # else the default predictor (auto)
             cat = _catalog(catalog)
             dev = cat.instance(instance).device if instance else cat.device(gpu) if gpu else None
-            predictor = make_predictor(predictor_name, dev, adaptation)
+            predictor = make_predictor(predictor_name or "auto", dev, adaptation)
         if device is not None or profile is not None:
             from traincast.predict.profile import find_profile
 
@@ -244,7 +244,7 @@ def register(app: typer.Typer) -> None:
         precision: str = typer.Option("fp32", "--precision", help=_names("precision")),
         optimizer: str = typer.Option("sgd", "--optimizer", help=_names("optimizer")),
         seq_len: Optional[int] = typer.Option(None, "--seq-len"),
-        predictor_name: str = typer.Option("analytical", "--predictor", help=_names("predictor")),
+        predictor_name: str = typer.Option("auto", "--predictor", help=_names("predictor")),
         adaptation: str = typer.Option("none", "--adaptation",
                                        help="learned predictor: none | auto (each GPU's `traincast fit adapt` "
                                             "adaptation, if saved)"),
