@@ -23,6 +23,9 @@ Predictors compared on each row:
   ``logo-pure``    the same refit without the geometric mean;
   ``loso``         leave-one-source-out: for rows of a NeuSight source, refitted without any NeuSight kernel
                    (Justus TensorFlow layers only); for Habitat (never a training source) the shipped model.
+  ``default``      (added 2026-11-25 with the rule's outcome; not a candidate of the rule) the default predictor
+                   ``auto`` it chose: ``learned`` on the GPUs whose catalog specs a training GPU of the fit has,
+                   ``analytical`` elsewhere.
   Per-op sources: leave-one-GPU-out (fit.learn.leave_one_gpu_out) and leave-one-source-out (fit on the other
   source only) with the shipped estimator.
 Spread: every learned figure over the row-sample seeds given (--seeds; default 0,1,2): min-max.
@@ -67,7 +70,7 @@ from traincast.predict.learned import LearnedPredictor  # noqa: E402
 from traincast.predict.opfeatures import gpu_group  # noqa: E402
 from traincast.workload import trace  # noqa: E402
 
-CANDIDATES = ("analytical", "learned", "logo", "logo-pure", "loso")
+CANDIDATES = ("analytical", "learned", "logo", "logo-pure", "loso", "default")
 PUBLISHED = ROOT / "benchmarks" / "data" / "published_single_gpu.csv"
 
 
@@ -141,6 +144,8 @@ def whole_model_rows(data: Path, seeds: list[int], rows_per_file: int, log=print
                                              c["phases"])
             row["loso_ms"] = (G.phase_ms(w, G.timed(loso, w, dev), c["phases"]) if b["src"].startswith("neusight")
                               else row["learned_ms"])
+            # the default predictor (auto) with this seed's model: learned on the GPUs its fit saw, else analytical
+            row["default_ms"] = row["learned_ms"] if full.knows(dev) else row["analytical_ms"]
             out.append(row)
         log(f"  seed {seed}: {len(logo) + 2} refits and {len(todo)} rows in {time.perf_counter() - t0:.0f} s")
     df = pd.DataFrame(out)
@@ -229,15 +234,16 @@ WHAT = {
 def readme_table(df: pd.DataFrame, ops: pd.DataFrame | None, seeds: list[int]) -> str:
     """The README's "How accurate" table: one line per source, generated from the report."""
     cmd = "`python benchmarks/accuracy_report.py`"
-    lines = ["| source | rows | analytical (default) MAPE, bias | learned, GPU left out of its fit: MAPE, bias | command |",
-             "|---|---|---|---|---|"]
+    lines = ["| source | rows | default (`auto`): MAPE, bias | analytical: MAPE, bias | learned, GPU left out of its "
+             "fit: MAPE, bias | command |", "|---|---|---|---|---|---|"]
     for src in [s for s in WHAT if s in set(df.src)]:
         g = df[df.src == src]
         cells = []
-        for c in ("analytical", "logo"):
+        for c in ("default", "analytical", "logo"):
             per_seed = g.groupby("seed")[f"{c}_err_pct"].apply(lambda e: e.abs().mean())
             cells.append(f"{spread(per_seed)}%, {np.median(g[f'{c}_err_pct']):+.1f}%")
-        lines.append(f"| {WHAT[src]} | {int((g.seed == g.seed.min()).sum())} | {cells[0]} | {cells[1]} | {cmd} |")
+        lines.append(f"| {WHAT[src]} | {int((g.seed == g.seed.min()).sum())} | {cells[0]} | {cells[1]} | {cells[2]} "
+                     f"| {cmd} |")
     if ops is not None:
         for ds, what in (("justus2018", "Justus et al. single layers (TensorFlow, 6 GPUs)"),
                          ("neusight", "NeuSight single kernels (5 GPUs)")):
@@ -245,7 +251,8 @@ def readme_table(df: pd.DataFrame, ops: pd.DataFrame | None, seeds: list[int]) -
             if len(o):
                 logo = o.dropna(subset=["logo_mape"]).groupby("seed").logo_mape.mean()
                 ana = o.dropna(subset=["logo_mape"]).groupby("seed").analytical_mape.mean()
-                lines.append(f"| {what}, per GPU left out | {int(o.rows.max())}/GPU | {spread(ana)}% | {spread(logo)}% | {cmd} |")
+                lines.append(f"| {what}, per GPU left out | {int(o.rows.max())}/GPU | | {spread(ana)}% | {spread(logo)}% "
+                             f"| {cmd} |")
     lines += ["", f"MAPE: mean over row-sample seeds {','.join(map(str, seeds))} [min-max]; bias: median signed error "
               "(+ = forecast slower than measured). Full tables: [docs/accuracy.md](docs/accuracy.md)."]
     return "\n".join(lines) + "\n"
@@ -259,7 +266,7 @@ def plot(df: pd.DataFrame, path: Path) -> None:
 
     s0 = df[df.seed == df.seed.min()]
     fig, axes = plt.subplots(1, 3, figsize=(15, 5))
-    for ax, cand in zip(axes, ("analytical", "learned", "logo")):
+    for ax, cand in zip(axes, ("analytical", "default", "logo")):
         for src, g in s0.groupby("src"):
             ax.scatter(g.measured_ms, g[f"{cand}_ms"], s=14, label=src)
         lo, hi = s0.measured_ms.min() * 0.5, s0.measured_ms.max() * 2
@@ -302,7 +309,8 @@ def main(argv=None) -> int:
         lines += [f"## {title}", "", markdown(summarise(df, by)), ""]
     pub = df[(df.src == "published") & (df.seed == df.seed.min())]
     if len(pub):
-        cols = ["gpu", "model", "batch", "precision", "measured_ms"] + [f"{c}_err_pct" for c in CANDIDATES[:3]]
+        cols = ["gpu", "model", "batch", "precision", "measured_ms"] + [f"{c}_err_pct" for c in
+                                                                          ("analytical", "learned", "logo", "default")]
         lines += ["## Published single-GPU training rows (validation only; benchmarks/data/published_single_gpu.csv)", "",
                   markdown(pub[cols].round(1)), ""]
     if ops is not None:
