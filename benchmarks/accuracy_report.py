@@ -8,6 +8,10 @@ Sources (every measured source in ../shared/data that times one device):
   forward+backward, 14), ``neusight-inf`` (NVIDIA inference, 38), ``neusight-amd`` (15) and
   ``neusight-inf-amd`` (28), each model built as measured (benchmarks/gpu_models.py: ``cases``);
   single ops -- ``justus2018`` layers (6 GPUs) and ``neusight`` kernels (5 GPUs), 300 rows per GPU x op file.
+  Added 2026-11-25 (issue 18), reported but outside the decision rule below, whose sources stay those of
+  ../shared/data: ``published`` -- published single-GPU training throughputs (benchmarks/data/
+  published_single_gpu.csv, each row with its repository, path and commit), modelled as they ran (batch,
+  precision, NCHW or channels_last), a validation source that no parameter is set from.
   (Multi-GPU sources -- vTrain, MLPerf, collectives -- and this machine's CPU have benchmarks of their own:
   parallel_* and validate_cpu.py.)
 Predictors compared on each row:
@@ -19,6 +23,9 @@ Predictors compared on each row:
   ``logo-pure``    the same refit without the geometric mean;
   ``loso``         leave-one-source-out: for rows of a NeuSight source, refitted without any NeuSight kernel
                    (Justus TensorFlow layers only); for Habitat (never a training source) the shipped model.
+  ``default``      (added 2026-11-25 with the rule's outcome; not a candidate of the rule) the default predictor
+                   ``auto`` it chose: ``learned`` on the GPUs whose catalog specs a training GPU of the fit has,
+                   ``analytical`` elsewhere.
   Per-op sources: leave-one-GPU-out (fit.learn.leave_one_gpu_out) and leave-one-source-out (fit on the other
   source only) with the shipped estimator.
 Spread: every learned figure over the row-sample seeds given (--seeds; default 0,1,2): min-max.
@@ -31,9 +38,10 @@ Decision rule (the default --predictor): for NVIDIA GPUs whose kernels are in th
   the analytical predictor (the learned data holds no AMD kernel; CPUs calibrate a profile). The rule's
   outcome is printed with the numbers it rests on.
 
-Usage: PYTHONPATH=src .venv/bin/python benchmarks/accuracy_report.py [--seeds 0,1,2] [--out docs/accuracy]
+Usage: PYTHONPATH=src .venv/bin/python benchmarks/accuracy_report.py [--seeds 0,1,2] [--out docs]
        [--skip-ops] [--rows-per-file 300]
-Writes OUT/accuracy.md (the tables), OUT/accuracy.json (every row) and OUT/accuracy.png.
+Writes OUT/accuracy.md (the tables), OUT/accuracy/accuracy.json (every row), OUT/accuracy/accuracy.png and
+OUT/accuracy/readme_table.md (the README's table).
 """
 
 from __future__ import annotations
@@ -62,7 +70,23 @@ from traincast.predict.learned import LearnedPredictor  # noqa: E402
 from traincast.predict.opfeatures import gpu_group  # noqa: E402
 from traincast.workload import trace  # noqa: E402
 
-CANDIDATES = ("analytical", "learned", "logo", "logo-pure", "loso")
+CANDIDATES = ("analytical", "learned", "logo", "logo-pure", "loso", "default")
+PUBLISHED = ROOT / "benchmarks" / "data" / "published_single_gpu.csv"
+
+
+def published_cases(path: Path = PUBLISHED) -> list[dict]:
+    """The published single-GPU training rows as cases: a full step (forward, backward, optimizer) at the row's
+    batch and precision; channels_last rows pay no NCHW layout transposes (``nchw_transpose`` 0)."""
+    d = pd.read_csv(path)
+    return [dict(src="published", gpu=r.gpu, model=r.model, batch=int(r.batch), seq=None,
+                 measured_ms=float(r.measured_ms), phases=("forward", "backward", "optimizer"), optimizer=r.optimizer,
+                 precision=r.precision,
+                 overrides={"nchw_transpose": 0.0} if r.memory_format == "channels_last" else {})
+            for r in d.itertuples()]
+
+
+def _key(c: dict) -> tuple:
+    return (c["model"], c["batch"], c["seq"], c.get("optimizer", "sgd"), c.get("precision", "fp32"))
 
 
 def family(model: str) -> str:
@@ -73,22 +97,32 @@ def family(model: str) -> str:
     return stem
 
 
-def whole_model_rows(data: Path, seeds: list[int], rows_per_file: int, log=print) -> pd.DataFrame:
+def whole_model_rows(data: Path, seeds: list[int], rows_per_file: int, log=print, published: bool = True) -> pd.DataFrame:
     todo, skipped = G.cases(data)
+    if published:
+        todo = todo + published_cases()
     cat = get_catalog()
     traces = {}
     for c in todo:
-        key = (c["model"], c["batch"], c["seq"], c.get("optimizer", "sgd"))
+        key = _key(c)
         if key not in traces:
-            traces[key] = trace(c["model"], batch_size=c["batch"], seq_len=c["seq"], optimizer=key[3])
-    analytical = AnalyticalPredictor()
+            traces[key] = trace(c["model"], batch_size=c["batch"], seq_len=c["seq"], optimizer=key[3], precision=key[4])
+    fallback = {}  # overrides -> the analytical predictor (also the learned predictors' fallback)
+
+    def analytical_for(c):
+        k = tuple(sorted(c.get("overrides", {}).items()))
+        if k not in fallback:
+            fallback[k] = AnalyticalPredictor(overrides=dict(k))
+        return fallback[k]
+
     base = []
     for c in todo:
-        w = traces[(c["model"], c["batch"], c["seq"], c.get("optimizer", "sgd"))]
+        w = traces[_key(c)]
         dev = cat.device(c["gpu"])
         base.append(dict(src=c["src"], gpu=dev.name, group=gpu_group(c["gpu"]), vendor=dev.vendor.lower(),
                          model=Path(c["model"]).stem, family=family(c["model"]), batch=c["batch"], seq=c["seq"] or 0,
-                         measured_ms=c["measured_ms"], analytical_ms=G.phase_ms(w, G.timed(analytical, w, dev), c["phases"])))
+                         precision=c.get("precision", "fp32"), measured_ms=c["measured_ms"],
+                         analytical_ms=G.phase_ms(w, G.timed(analytical_for(c), w, dev), c["phases"])))
     out = []
     for seed in seeds:
         t0 = time.perf_counter()
@@ -97,17 +131,21 @@ def whole_model_rows(data: Path, seeds: list[int], rows_per_file: int, log=print
         logo = {g: fit_layers(data, max_rows_per_file=rows_per_file, seed=seed, exclude_groups=(g,), save=False)[0]
                 for g in sorted({b["group"] for b in base} & groups)}
         loso_m, _ = fit_layers(data, max_rows_per_file=rows_per_file, seed=seed, exclude_sources=("neusight",), save=False)
-        full, loso = LearnedPredictor(full_m), LearnedPredictor(loso_m)
         for c, b in zip(todo, base):
-            w = traces[(c["model"], c["batch"], c["seq"], c.get("optimizer", "sgd"))]
+            w = traces[_key(c)]
             dev = cat.device(c["gpu"])
             held = logo.get(b["group"], full_m)
+            fb = analytical_for(c)
+            full, loso = LearnedPredictor(full_m, fallback=fb), LearnedPredictor(loso_m, fallback=fb)
             row = dict(b, seed=seed, in_data=b["group"] in groups)
             row["learned_ms"] = G.phase_ms(w, G.timed(full, w, dev), c["phases"])
-            row["logo_ms"] = G.phase_ms(w, G.timed(LearnedPredictor(held), w, dev), c["phases"])
-            row["logo-pure_ms"] = G.phase_ms(w, G.timed(LearnedPredictor(held, blend_unseen=False), w, dev), c["phases"])
+            row["logo_ms"] = G.phase_ms(w, G.timed(LearnedPredictor(held, fallback=fb), w, dev), c["phases"])
+            row["logo-pure_ms"] = G.phase_ms(w, G.timed(LearnedPredictor(held, fallback=fb, blend_unseen=False), w, dev),
+                                             c["phases"])
             row["loso_ms"] = (G.phase_ms(w, G.timed(loso, w, dev), c["phases"]) if b["src"].startswith("neusight")
                               else row["learned_ms"])
+            # the default predictor (auto) with this seed's model: learned on the GPUs its fit saw, else analytical
+            row["default_ms"] = row["learned_ms"] if full.knows(dev) else row["analytical_ms"]
             out.append(row)
         log(f"  seed {seed}: {len(logo) + 2} refits and {len(todo)} rows in {time.perf_counter() - t0:.0f} s")
     df = pd.DataFrame(out)
@@ -163,8 +201,8 @@ def summarise(df: pd.DataFrame, by: str) -> pd.DataFrame:
 
 
 def decide(df: pd.DataFrame) -> dict:
-    """The protocol's decision rule (see the module docstring)."""
-    nv = df[df.vendor == "nvidia"]
+    """The protocol's decision rule (see the module docstring): over the sources of ../shared/data only."""
+    nv = df[(df.vendor == "nvidia") & (df.src != "published")]
     out = {}
 
     def score(sub, cand):
@@ -183,6 +221,43 @@ def decide(df: pd.DataFrame) -> dict:
     return out
 
 
+WHAT = {
+    "habitat": "Habitat: RTX 2080 Ti training iterations, 5 CNN/RNN/Transformer models x 3 batches",
+    "neusight": "NeuSight: NVIDIA training (fwd+bwd), BERT/GPT-2/GPT-3/OPT on V100, A100, L4",
+    "neusight-inf": "NeuSight: NVIDIA inference, same models on V100, A100, L4, P100, P4, T4",
+    "neusight-amd": "NeuSight: AMD MI100/MI210/MI250 training",
+    "neusight-inf-amd": "NeuSight: AMD MI100/MI210/MI250 inference",
+    "published": "Published 1-GPU training (DeepLearningExamples ResNet-50: V100 FP32/AMP, A100 TF32/AMP); validation only",
+}
+
+
+def readme_table(df: pd.DataFrame, ops: pd.DataFrame | None, seeds: list[int]) -> str:
+    """The README's "How accurate" table: one line per source, generated from the report."""
+    cmd = "`python benchmarks/accuracy_report.py`"
+    lines = ["| source | rows | default (`auto`): MAPE, bias | analytical: MAPE, bias | learned, GPU left out of its "
+             "fit: MAPE, bias | command |", "|---|---|---|---|---|---|"]
+    for src in [s for s in WHAT if s in set(df.src)]:
+        g = df[df.src == src]
+        cells = []
+        for c in ("default", "analytical", "logo"):
+            per_seed = g.groupby("seed")[f"{c}_err_pct"].apply(lambda e: e.abs().mean())
+            cells.append(f"{spread(per_seed)}%, {np.median(g[f'{c}_err_pct']):+.1f}%")
+        lines.append(f"| {WHAT[src]} | {int((g.seed == g.seed.min()).sum())} | {cells[0]} | {cells[1]} | {cells[2]} "
+                     f"| {cmd} |")
+    if ops is not None:
+        for ds, what in (("justus2018", "Justus et al. single layers (TensorFlow, 6 GPUs)"),
+                         ("neusight", "NeuSight single kernels (5 GPUs)")):
+            o = ops[ops.source == ds]
+            if len(o):
+                logo = o.dropna(subset=["logo_mape"]).groupby("seed").logo_mape.mean()
+                ana = o.dropna(subset=["logo_mape"]).groupby("seed").analytical_mape.mean()
+                lines.append(f"| {what}, per GPU left out | {int(o.rows.max())}/GPU | | {spread(ana)}% | {spread(logo)}% "
+                             f"| {cmd} |")
+    lines += ["", f"MAPE: mean over row-sample seeds {','.join(map(str, seeds))} [min-max]; bias: median signed error "
+              "(+ = forecast slower than measured). Full tables: [docs/accuracy.md](docs/accuracy.md)."]
+    return "\n".join(lines) + "\n"
+
+
 def plot(df: pd.DataFrame, path: Path) -> None:
     import matplotlib
 
@@ -191,7 +266,7 @@ def plot(df: pd.DataFrame, path: Path) -> None:
 
     s0 = df[df.seed == df.seed.min()]
     fig, axes = plt.subplots(1, 3, figsize=(15, 5))
-    for ax, cand in zip(axes, ("analytical", "learned", "logo")):
+    for ax, cand in zip(axes, ("analytical", "default", "logo")):
         for src, g in s0.groupby("src"):
             ax.scatter(g.measured_ms, g[f"{cand}_ms"], s=14, label=src)
         lo, hi = s0.measured_ms.min() * 0.5, s0.measured_ms.max() * 2
@@ -212,20 +287,32 @@ def main(argv=None) -> int:
     ap.add_argument("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE, help="of the whole-model refits")
     ap.add_argument("--op-rows-per-file", type=int, default=300, help="of the per-op leave-one-out fits")
     ap.add_argument("--skip-ops", action="store_true", help="whole-model sources only")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "accuracy"))
+    ap.add_argument("--skip-published", action="store_true", help="leave out benchmarks/data/published_single_gpu.csv")
+    ap.add_argument("--out", default=str(ROOT / "docs"), help="OUT/accuracy.md; rows, plot and README table in "
+                    "OUT/accuracy/")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "accuracy").mkdir(parents=True, exist_ok=True)
     data = Path(args.data)
     t0 = time.perf_counter()
-    df = whole_model_rows(data, seeds, args.rows_per_file)
+    df = whole_model_rows(data, seeds, args.rows_per_file, published=not args.skip_published)
     ops = None if args.skip_ops else per_op_rows(data, seeds, args.op_rows_per_file)
     lines = ["# Accuracy report", "", f"`{' '.join(['python', 'benchmarks/accuracy_report.py'] + (argv or sys.argv[1:]))}`"
              f" ({time.strftime('%Y-%m-%d')}, seeds {','.join(map(str, seeds))}; protocol in the script's docstring). "
-             "MAPE % (mean over seeds [min-max]); bias = median signed error %.", ""]
+             "MAPE % (mean over seeds [min-max]); bias = median signed error %. Candidates: `analytical` (the "
+             "roofline, catalog parameters), `learned` (the shipped learned model), `logo` (refitted without the row's "
+             "GPU: what `learned` gives on a GPU outside its fit), `logo-pure` (the same without the geometric mean "
+             "with the analytical time), `loso` (refitted without the row's source). Mechanisms and what the data "
+             "cannot teach: [gpu-accuracy.md](gpu-accuracy.md).", "", "![predicted vs measured](accuracy/accuracy.png)", ""]
     for by, title in (("src", "By source"), ("gpu", "By GPU"), ("family", "By model family"), ("batch", "By batch size")):
         lines += [f"## {title}", "", markdown(summarise(df, by)), ""]
+    pub = df[(df.src == "published") & (df.seed == df.seed.min())]
+    if len(pub):
+        cols = ["gpu", "model", "batch", "precision", "measured_ms"] + [f"{c}_err_pct" for c in
+                                                                          ("analytical", "learned", "logo", "default")]
+        lines += ["## Published single-GPU training rows (validation only; benchmarks/data/published_single_gpu.csv)", "",
+                  markdown(pub[cols].round(1)), ""]
     if ops is not None:
         o = ops.groupby(["source", "gpu"]).agg(rows=("rows", "max"), logo=("logo_mape", lambda v: spread(v.dropna())),
                                                loso=("loso_mape", lambda v: spread(v.dropna())),
@@ -234,12 +321,16 @@ def main(argv=None) -> int:
     decision = decide(df)
     lines += ["## The decision rule's outcome", "", "```", json.dumps(decision, indent=1), "```", ""]
     (out / "accuracy.md").write_text("\n".join(lines))
-    (out / "accuracy.json").write_text(json.dumps({"whole_models": df.to_dict(orient="records"),
-                                                   "ops": None if ops is None else ops.to_dict(orient="records"),
-                                                   "decision": decision}, default=float))
-    plot(df, out / "accuracy.png")
+    (out / "accuracy" / "accuracy.json").write_text(json.dumps({"whole_models": df.to_dict(orient="records"),
+                                                                "ops": None if ops is None else ops.to_dict(orient="records"),
+                                                                "decision": decision}, default=float))
+    plot(df, out / "accuracy" / "accuracy.png")
+    table = readme_table(df, ops, seeds)
+    (out / "accuracy" / "readme_table.md").write_text(table)
     print("\n".join(lines))
-    print(f"wrote {out / 'accuracy.md'}, accuracy.json, accuracy.png in {time.perf_counter() - t0:.0f} s")
+    print(table)
+    print(f"wrote {out / 'accuracy.md'}, accuracy/accuracy.json, accuracy.png, readme_table.md in "
+          f"{time.perf_counter() - t0:.0f} s")
     return 0
 
 

@@ -118,8 +118,8 @@ def cases(data: Path) -> tuple[list[dict], list[str]]:
 
 
 def timed(predictor, w, dev):
-    """Op times as a forecast takes them: recurrent layers as cuDNN runs them on GPUs."""
-    return with_cudnn_recurrent(predictor).predict(w, dev)
+    """Op times as a forecast takes them: recurrent layers as cuDNN runs them on GPUs, at the precision traced."""
+    return with_cudnn_recurrent(predictor).predict(w, dev, w.precision)
 
 
 def phase_ms(workload, ot, phases) -> float:

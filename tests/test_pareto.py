@@ -70,13 +70,15 @@ def test_plan_times_each_gpu_with_the_predictor_asked_for(capsys, tmp_path):
     from traincast.predict import forecast, make_predictor
 
     kw = dict(epochs=1, dataset_size=10_000, batch_size=32, gpus=(1,), instances=("g4dn.xlarge", "p3.2xlarge"))
-    auto, ana = plan("resnet18", predictor="auto", **kw), plan("resnet18", **kw)
-    # the T4 is in the learned model's data; the V100-SXM2 of a p3.2xlarge is not (its mean with analytical)
-    assert {c.device: c.predictor for c in auto.configs} == {"T4": "learned", "V100-SXM2-16GB": "learned+analytical"}
+    auto, ana = plan("resnet18", **kw), plan("resnet18", predictor="analytical", **kw)
+    # the default (auto): the T4 is in the learned model's data; the V100-SXM2 of a p3.2xlarge is not (analytical)
+    assert {c.device: c.predictor for c in auto.configs} == {"T4": "learned", "V100-SXM2-16GB": "analytical"}
+    learned = plan("resnet18", predictor="learned", **kw)  # learned everywhere: its mean with analytical off its fit
+    assert {c.device: c.predictor for c in learned.configs} == {"T4": "learned", "V100-SXM2-16GB": "learned+analytical"}
     assert {c.predictor for c in ana.configs} == {"analytical"}
     cat = get_catalog()
     differs = []
-    for c in auto.configs:  # the same figure as a forecast with that GPU's learned predictor
+    for c in learned.configs:  # the same figure as a forecast with that GPU's learned predictor
         dev = cat.instance(c.instance).device
         f = forecast("resnet18", instance=c.instance, gpus=1, batch_size=32, epochs=1, dataset_size=10_000,
                      predictor=make_predictor("learned", dev), scaling=False)

@@ -144,7 +144,8 @@ def test_adaptations_that_would_mislead_are_refused(tmp_path, capsys, t4, learne
     code, _, err = cli(capsys, "predict", "bert-tiny", "--gpu", "V100", "-b", "2", "--seq-len", "32",
                        "--predictor", "learned", "--adaptation", str(other))
     assert code == 2 and "is for" in err
-    code, _, err = cli(capsys, "predict", "bert-tiny", "--gpu", "T4", "-b", "2", "--adaptation", str(other))
+    code, _, err = cli(capsys, "predict", "bert-tiny", "--gpu", "T4", "-b", "2", "--predictor", "analytical",
+                       "--adaptation", str(other))
     assert code == 2 and "--predictor learned or auto" in err
     code, _, err = cli(capsys, "predict", "bert-tiny", "--gpu", "T4", "-b", "2", "--predictor", "learned",
                        "--adaptation", str(tmp_path / "missing.json"))

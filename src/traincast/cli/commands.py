@@ -146,7 +146,7 @@ def register(app: typer.Typer) -> None:
         network: Optional[float] = typer.Option(None, "--network-gbit", help="inter-node network, Gb/s"),
         device: Optional[str] = typer.Option(None, "--device", help="'local': this machine, as calibrated"),
         profile: Optional[str] = typer.Option(None, "--profile", help="a device profile from `traincast calibrate`"),
-        predictor_name: str = typer.Option("analytical", "--predictor", help=_names("predictor")),
+        predictor_name: Optional[str] = typer.Option(None, "--predictor", help=_names("predictor") + " (default: auto)"),
         adaptation: str = typer.Option("none", "--adaptation",
                                        help="learned predictor: none | auto (the one `traincast fit adapt` saved "
                                             "for the GPU, if any; the forecast names it) | an adaptation file"),
@@ -291,7 +291,7 @@ def register(app: typer.Typer) -> None:
         precision: str = typer.Option("fp32", "--precision", help=_names("precision")),
         optimizer: str = typer.Option("sgd", "--optimizer", help=_names("optimizer")),
         seq_len: Optional[int] = typer.Option(None, "--seq-len"),
-        predictor_name: str = typer.Option("analytical", "--predictor", help=_names("predictor")),
+        predictor_name: str = typer.Option("auto", "--predictor", help=_names("predictor")),
         adaptation: str = typer.Option("none", "--adaptation",
                                        help="learned predictor: none | auto (each GPU's `traincast fit adapt` "
                                             "adaptation, if saved)"),

@@ -432,11 +432,12 @@ def analytical_ms(rows: pd.DataFrame) -> np.ndarray:
 
     flops, nbytes, _ = F.costs(rows)
     kinds = rows["kind"].to_numpy()
+    wino = F.winograd_rows(rows)
     out = np.empty(len(rows))
     for gpu, idx in rows.groupby("gpu").indices.items():
         dev = F._device_by_name(str(gpu))
         cls = np.where(kinds[idx] == "softmax", "reduction", kinds[idx])
-        c = CompiledOps.from_arrays(flops[idx], nbytes[idx], cls, dev, precision="fp32-strict")
+        c = CompiledOps.from_arrays(flops[idx], nbytes[idx], cls, dev, precision="fp32-strict", winograd=wino[idx])
         out[idx] = c.times(RooflineParams.for_device(dev)) * 1e3
     return out
 

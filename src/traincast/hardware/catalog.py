@@ -55,6 +55,8 @@ class DeviceRow(Document):
     memory_bandwidth_gb_per_s: PositiveFloat
     sm_count: Annotated[int, Field(strict=True, ge=0, le=10**7)] = 0
     boost_clock_mhz: NonNegativeFloat = 0.0
+    base_clock_mhz: PositiveFloat | None = None
+    fp32_int32_shared_lanes_per_sm: Annotated[int, Field(strict=True, ge=0, le=4096)] = 0
     intra_node_link: _LinkRow | None = None
     tdp_w: PositiveFloat | None = None
     source: str = ""
@@ -94,7 +96,8 @@ def _device(r: DeviceRow) -> Device:
         memory_bytes=int(r.memory_gb * GIB), memory_bandwidth_gb_per_s=r.memory_bandwidth_gb_per_s,
         sm_count=r.sm_count, boost_clock_mhz=r.boost_clock_mhz, link=Link(link.type, link.gb_per_s),
         tdp_w=r.tdp_w, source=r.source, date=str(r.date), aliases=tuple(r.aliases), note=r.note or "",
-        fp32_matrix_tflops=pk.fp32_matrix,
+        fp32_matrix_tflops=pk.fp32_matrix, base_clock_mhz=r.base_clock_mhz,
+        fp32_int32_shared_lanes_per_sm=r.fp32_int32_shared_lanes_per_sm,
     )
 
 

@@ -39,6 +39,10 @@ class Device:
     note: str = ""
     # full-precision FP32 on matrix units (AMD CDNA MFMA; rocBLAS/MIOpen run fp32 GEMMs and convolutions there)
     fp32_matrix_tflops: float | None = None
+    # the clock the board holds at its TDP under the heaviest load (datasheet "base clock"); None: not given
+    base_clock_mhz: float | None = None
+    # FP32 lanes per SM that are shared with INT32 work (GA10x, AD10x: 64 of 128); 0: all FP32 lanes dedicated
+    fp32_int32_shared_lanes_per_sm: int = 0
 
     @property
     def has_tensor_cores(self) -> bool:
@@ -57,6 +61,14 @@ class Device:
             "bf16": self.bf16_tflops,
         }.get(dtype)
         return (tflops or self.fp32_tflops) * 1e12
+
+    @property
+    def fp32_lanes_per_sm(self) -> float:
+        """FP32 lanes per SM implied by the datasheet FP32 peak (2 FLOPs per lane per cycle at the boost clock);
+        0 where the catalog lacks SM count or clock."""
+        if not self.sm_count or not self.boost_clock_mhz:
+            return 0.0
+        return self.fp32_tflops * 1e12 / (2 * self.sm_count * self.boost_clock_mhz * 1e6)
 
     @property
     def memory_bandwidth_bytes_per_s(self) -> float:

@@ -123,9 +123,9 @@ def plan(
     :mod:`traincast.predict.parallel.search`), or ``auto`` (the default: search where replicas do not fit in
     memory or the model has a billion parameters or more, replicas elsewhere).
 
-    ``predictor``: None (analytical), a predictor object used for every GPU, or a name of
-    :data:`traincast.predict.PREDICTORS` resolved per GPU type (``auto``: learned on the GPUs it covers,
-    analytical elsewhere). ``adaptation`` (learned only): ``none`` (or None, the default) none, ``auto``
+    ``predictor``: None (the default predictor, ``auto``), a predictor object used for every GPU, or a name of
+    :data:`traincast.predict.PREDICTORS` resolved per GPU type (``auto``: learned on the GPUs the learned model
+    was fitted on, analytical elsewhere). ``adaptation`` (learned only): ``none`` (or None, the default) none, ``auto``
     the adaptation ``traincast fit adapt`` saved for a GPU where there is one."""
     from traincast.predict import PREDICTORS, make_predictor
     from traincast.predict.compose import WorkloadFamily, forecast

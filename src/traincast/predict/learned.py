@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import ClassVar
@@ -64,6 +65,12 @@ def covers_device(device: Device) -> bool:
     return device.kind == "gpu" and device.vendor.lower() == "nvidia" and bool(device.sm_count)
 
 
+@lru_cache(maxsize=4)
+def _read_model(path: str, mtime_ns: int, size: int) -> tuple[OpTimeModel, str]:
+    """The model file at ``path`` and its sha256, cached by path, modification time and size."""
+    return load_op_model(path), file_sha256(path)
+
+
 @dataclass(eq=False)
 class LearnedPredictor(Predictor):
     """Learned per-op times where covered, analytical elsewhere.
@@ -89,6 +96,9 @@ class LearnedPredictor(Predictor):
     adaptation: GpuAdaptation | None = None  # applied on its GPU only; set by `with_adaptation`
     model_sha256: str | None = None  # of the file the model was loaded from
     blend_unseen: bool = True
+    # on a GPU the fit never saw (and no adaptation covers): the analytical times instead (``--predictor auto``,
+    # the choice of benchmarks/accuracy_report.py's protocol, docs/accuracy.md)
+    analytical_unseen: bool = False
     _known: dict = field(default_factory=dict, repr=False, compare=False)  # device specs -> seen by the fit
 
     # --- loading ---------------------------------------------------------------------
@@ -100,8 +110,13 @@ class LearnedPredictor(Predictor):
 
     @classmethod
     def load_default(cls, **kw) -> "LearnedPredictor":
-        """The model shipped in ``traincast/predict/data/`` (rebuilt by ``traincast fit layers``)."""
-        return cls.load(default_model_path(), **kw)
+        """The model shipped in ``traincast/predict/data/`` (rebuilt by ``traincast fit layers``); read once per
+        process and file version (the default predictor loads it for every forecast)."""
+        path = default_model_path()
+        st = path.stat()
+        model, sha = _read_model(str(path), st.st_mtime_ns, st.st_size)
+        kw.setdefault("model_sha256", sha)
+        return cls(model=model, **kw)
 
     def with_adaptation(self, adaptation: GpuAdaptation) -> "LearnedPredictor":
         """This predictor with ``adaptation`` applied on its GPU.
@@ -131,7 +146,12 @@ class LearnedPredictor(Predictor):
 
     def blends(self, device: Device) -> bool:
         """Whether covered ops on ``device`` are the geometric mean of learned and analytical times."""
-        return self.blend_unseen and self.covers(device) and not self._adapts(device) and not self.knows(device)
+        return (self.blend_unseen and not self.analytical_unseen and self.covers(device) and not self._adapts(device)
+                and not self.knows(device))
+
+    def defers(self, device: Device) -> bool:
+        """Whether ``device`` gets the analytical predictor's times (``analytical_unseen`` on a GPU outside the fit)."""
+        return self.analytical_unseen and self.covers(device) and not self._adapts(device) and not self.knows(device)
 
     def _adapts(self, device: Device) -> bool:
         return self.adaptation is not None and self.adaptation.gpu == device.name
@@ -167,6 +187,9 @@ class LearnedPredictor(Predictor):
         if not self.covers(device):
             return [f"{self.name} predictor: {device.name} is outside the learned data (NVIDIA GPUs); "
                     "every op timed by the analytical predictor"]
+        if self.defers(device):
+            return [f"{device.name} is outside the learned model's fit: every op timed by the analytical predictor "
+                    "(on such GPUs it was the more accurate, docs/accuracy.md)"]
         cov = self.coverage(workload, device, precision)
         out = [f"{self.name} predictor: {cov['learned']} of {cov['ops']} ops learned, {cov['fallback']} analytical"]
         if self._adapts(device):
@@ -200,6 +223,8 @@ class LearnedPredictor(Predictor):
     # --- the interface ---------------------------------------------------------------
     def predict(self, workload: Workload, device: Device, precision: str = "fp32") -> OpTimes:
         base = self.fallback.predict(workload, device, precision)
+        if self.defers(device):
+            return base
         if not self.covers(device) or not workload.ops:
             return OpTimes(self.name + "(analytical)", base.times_s, base.bound, base.step_overhead_s)
         rows, owner, mult, covered = self._map(workload, device, precision)

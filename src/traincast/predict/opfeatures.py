@@ -161,6 +161,14 @@ def costs(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, dict]:
     return flops, nbytes, {**d, **extra}
 
 
+def winograd_rows(df: pd.DataFrame) -> np.ndarray:
+    """Canonical conv rows cuDNN may run with a Winograd algorithm (3x3 kernel, stride 1; the rows are dense,
+    dilation 1): the rows :func:`traincast.predict.roofline.winograd_eligible` picks among traced ops."""
+    kind = df["kind"].to_numpy()
+    return ((kind == "conv") & (_col(df, "kh", 0) == 3) & (_col(df, "kw", 0) == 3)
+            & (_col(df, "stride", 1) == 1))
+
+
 def roofline_ms(flops: np.ndarray, nbytes: np.ndarray, peak_tflops: np.ndarray, bw_gbps: np.ndarray):
     """(compute ms, memory ms, datasheet roofline ms + ``ROOF_FLOOR_MS``): the roofline at the datasheet peak
     and bandwidth, no efficiencies (:mod:`traincast.predict.roofline`)."""

@@ -44,7 +44,7 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                           precision: str = "fp32", optimizer: str = "sgd", sync: str = "nccl", no_overlap: bool = False,
                           freeze: str | None = None, instance: str | None = None, seq_len: int | None = None,
                           network_gbit: float | None = None, device: str | None = None, profile: str | None = None,
-                          predictor: str = "analytical", adaptation: str = "none", catalog: Catalog | None = None,
+                          predictor: str | None = None, adaptation: str = "none", catalog: Catalog | None = None,
                           family: WorkloadFamily | None = None, **layout) -> Forecast:
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
 
@@ -53,10 +53,10 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
     ``layout``: the parallel options (``tp``, ``pp``, ``dp``, ``ep``, ``zero``, ``fsdp``, ``micro_batch``,
     ``schedule``, ``recompute``, ``sequence_parallel``, ``offload_optimizer``: :func:`strategy_from_options`)."""
     cat = catalog or get_catalog()
-    pred = None
-    if predictor != "analytical" or adaptation != "none":
+    pred = None  # None: the default predictor (``auto``)
+    if predictor is not None or adaptation != "none":
         dev = cat.instance(instance).device if instance else cat.device(gpu) if gpu else None
-        pred = make_predictor(predictor, dev, adaptation)
+        pred = make_predictor(predictor or "auto", dev, adaptation)
     if device is not None or profile is not None:
         from traincast.predict.profile import find_profile
 

@@ -57,6 +57,8 @@ class _ProfileDevice(Document):
     aliases: tuple[str, ...] = ()
     note: str = ""
     fp32_matrix_tflops: PositiveFloat | None = None
+    base_clock_mhz: PositiveFloat | None = None
+    fp32_int32_shared_lanes_per_sm: Annotated[int, Field(ge=0)] = 0
 
 
 class ProfileFile(Document):

@@ -6,10 +6,10 @@ features, and the analytical times of canonical op rows. There is no second copy
 
 Per op::
 
-    time = max(FLOPs / (peak(unit, dtype) x compute[unit][key] x g),
+    time = max(FLOPs / (peak(unit, dtype) x clock x compute[unit][key] x g x winograd x lanes),
                bytes / (bandwidth x memory[class] x memory_scale x cache factor),
                kernel_floor x launches)
-           + fresh-page time + overhead x launches
+           + fresh-page time + layout transposes + overhead x launches
 
 - ``peak(unit, dtype)``: the datasheet peak the op runs at. Which one follows the precision's switches
   (:mod:`traincast.workload.precision`) and the op's traced dtype: half-precision matmuls, convolutions
@@ -29,6 +29,14 @@ Per op::
   are no autograd node (:func:`is_light`).
 - fresh-page time: outputs of at least ``fresh_alloc_min_bytes`` are written to pages fresh from the OS
   at ``fresh_alloc_gb_per_s`` (glibc maps large allocations anew on CPUs; GPU caching allocators do not).
+- ``clock = min(1, sustained_clock_per_base x base / boost)``: the share of its boost clock (at which the
+  datasheet peaks are given) a board holds under sustained load (:meth:`CompiledOps.clock_factor`).
+- ``winograd``: ``winograd_speedup`` for fp32 3x3 stride-1 dense convolutions on the vector units
+  (:func:`winograd_eligible`; cuDNN's Winograd algorithms do fewer multiplications than the FLOP count), else 1.
+- ``lanes = 1 - shared / lanes per SM x (1 - shared_lane_fp32_share)`` on the vector units of GPUs whose FP32
+  lanes are partly shared with INT32 (GA10x, AD10x), else 1.
+- layout transposes: a convolution on NVIDIA tensor cores with NCHW activations moves its tensors twice more in
+  NCHW<->NHWC transpose kernels, at the copy bandwidth, times ``nchw_transpose`` (1: NCHW, 0: channels_last).
 
 Use: ``params = RooflineParams.for_device(device)``; ``c = compile_ops(workload.ops, device, precision,
 params)`` turns the ops into arrays once (dtype routing, GEMM dimensions, launch counts, fresh bytes);
@@ -64,7 +72,8 @@ TENSOR_CLASSES = ("matmul", "conv", "attention")  # the classes that may run on 
 _PARENT = {"conv_depthwise": "conv_grouped", "conv_grouped": "conv"}
 _SCALARS = ("memory_scale", "kernel_floor_us", "op_overhead_us", "light_overhead_us", "step_overhead_ms",
             "foreach_chunk", "gemm_half_dim", "conv_half_dim", "fresh_alloc_min_bytes", "fresh_alloc_gb_per_s",
-            "cache_bytes", "dram_factor")
+            "cache_bytes", "dram_factor", "winograd_speedup", "sustained_clock_per_base", "shared_lane_fp32_share",
+            "nchw_transpose")
 
 ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
             "uint8": 1, "bool": 1}
@@ -135,6 +144,10 @@ class RooflineTable(Document):
     conv_half_dim: NonNegativeFloat = 0.0
     fresh_alloc: _Fresh | None = None
     cache: _Cache | None = None
+    winograd_speedup: Annotated[float, Field(ge=1, le=4, allow_inf_nan=False)] = 1.0
+    sustained_clock_per_base: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.0
+    shared_lane_fp32_share: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 1.0
+    nchw_transpose: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
 
 
 def check_table(table, where: str) -> dict:
@@ -173,6 +186,10 @@ class RooflineParams:
     fresh_alloc_gb_per_s: float = 0.0
     cache_bytes: float = 0.0
     dram_factor: float = 1.0
+    winograd_speedup: float = 1.0
+    sustained_clock_per_base: float = 0.0
+    shared_lane_fp32_share: float = 1.0
+    nchw_transpose: float = 0.0
     _arrays: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -213,6 +230,10 @@ class RooflineParams:
             gemm_half_dim=float(table.get("gemm_half_dim") or 0.0), conv_half_dim=float(table.get("conv_half_dim") or 0.0),
             fresh_alloc_min_bytes=float(fa.get("min_bytes") or 0.0), fresh_alloc_gb_per_s=float(fa.get("gb_per_s") or 0.0),
             cache_bytes=float(cache.get("bytes") or 0.0), dram_factor=float(cache.get("dram_factor", 1.0)),
+            winograd_speedup=float(table.get("winograd_speedup", 1.0)),
+            sustained_clock_per_base=float(table.get("sustained_clock_per_base", 0.0)),
+            shared_lane_fp32_share=float(table.get("shared_lane_fp32_share", 1.0)),
+            nchw_transpose=float(table.get("nchw_transpose", 0.0)),
         )
 
     @classmethod
@@ -229,7 +250,9 @@ class RooflineParams:
              "memory_scale": self.memory_scale, "kernel_floor_us": self.kernel_floor_us,
              "op_overhead_us": self.op_overhead_us, "step_overhead_ms": self.step_overhead_ms,
              "foreach_chunk": self.foreach_chunk, "gemm_half_dim": self.gemm_half_dim,
-             "conv_half_dim": self.conv_half_dim}
+             "conv_half_dim": self.conv_half_dim, "winograd_speedup": self.winograd_speedup,
+             "sustained_clock_per_base": self.sustained_clock_per_base,
+             "shared_lane_fp32_share": self.shared_lane_fp32_share, "nchw_transpose": self.nchw_transpose}
         if self.light_overhead_us is not None:
             d["light_overhead_us"] = self.light_overhead_us
         if self.fresh_alloc_min_bytes or self.fresh_alloc_gb_per_s:
@@ -317,6 +340,32 @@ def compute_key(op) -> str:
         w = _conv_weight(op)
         return "conv_depthwise" if w is not None and len(w) > 1 and w[1] == 1 else "conv_grouped"
     return key_of_class(op.op_class)
+
+
+def _conv_setting(op, i: int, default):
+    try:
+        return op.args[i]
+    except (IndexError, TypeError):
+        return default
+
+
+def winograd_eligible(op) -> bool:
+    """Whether cuDNN may run a convolution (or its backward) with a Winograd algorithm: dense (one group), 3x3
+    kernel, stride 1, dilation 1, not transposed. Such convolutions do fewer multiplications than the direct
+    count of their FLOPs (F(4x4, 3x3) needs 36 products per 16 outputs instead of 144); the roofline times them
+    at ``winograd_speedup`` times their class's rate where they run in fp32 on the vector units. The traced
+    args of ``convolution`` and ``convolution_backward`` hold stride, padding, dilation, transposed, output
+    padding and groups at positions 1-6. An op without shapes (a workload interpolated between two batch sizes
+    keeps the args, not the shapes) is taken for 3x3 when its padding is (1, 1), as a same-size 3x3 convolution's."""
+    if op.op_class != "conv" or op.aten not in ("convolution", "convolution_backward") or conv_groups(op) != 1:
+        return False
+    stride, dilation, transposed = _conv_setting(op, 1, None), _conv_setting(op, 3, None), _conv_setting(op, 4, True)
+    if not (tuple(stride or ()) == (1, 1) and tuple(dilation or ()) == (1, 1)) or transposed:
+        return False
+    w = _conv_weight(op)
+    if w is None:
+        return not op.input_shapes and tuple(_conv_setting(op, 2, ()) or ()) == (1, 1)
+    return len(w) == 4 and tuple(w[2:]) == (3, 3)
 
 
 def key_of_class(op_class: str) -> str:
@@ -441,6 +490,10 @@ class CompiledOps:
     fresh_bytes: np.ndarray
     fresh_min_bytes: float  # the threshold fresh_bytes were counted with
     bandwidth_bytes_per_s: float
+    winograd: np.ndarray | None = None  # bool: a Winograd-eligible fp32 convolution on the vector units
+    transpose_bytes: np.ndarray | None = None  # bytes an NCHW tensor-core convolution's layout transposes move
+    clock_ratio: float = 0.0  # base / boost clock of the device (0: the catalog gives no base clock)
+    shared_lane_frac: float = 0.0  # FP32 lanes per SM shared with INT32 / all FP32 lanes per SM
 
     def __len__(self) -> int:
         return len(self.flops)
@@ -448,18 +501,31 @@ class CompiledOps:
     @classmethod
     def from_arrays(cls, flops, nbytes, op_class: Iterable[str], device: Device, *, precision: str = "fp32",
                     dtype="fp32", key: Iterable[str] | None = None, dmin=None, n_tensors=None, light=None,
-                    fresh_bytes=None, fresh_min_bytes: float = 0.0) -> "CompiledOps":
+                    fresh_bytes=None, fresh_min_bytes: float = 0.0, winograd=None,
+                    conv_bytes=None) -> "CompiledOps":
         """From per-op arrays (canonical op rows, layer-campaign samples): ``op_class`` per op, ``dtype`` one
-        for all or per op, ``key`` the efficiency key where it is not the class's."""
+        for all or per op, ``key`` the efficiency key where it is not the class's; ``winograd`` (bool per op):
+        the convolutions :func:`winograd_eligible` (counted only where they run in fp32 on the vector units);
+        ``conv_bytes``: each convolution's bytes (read and written), of which an NCHW convolution on NVIDIA
+        tensor cores moves twice again in its layout transposes (0 elsewhere)."""
         flops = np.asarray(flops, dtype=float)
         n = len(flops)
         classes = list(op_class)
         dtypes = [dtype] * n if isinstance(dtype, str) else list(dtype)
         keys = list(key) if key is not None else [key_of_class(c) for c in classes]
         units, peaks = np.empty(n, dtype=int), np.empty(n)
+        fp32_simt = np.zeros(n, dtype=bool)
         for i, (c, dt) in enumerate(zip(classes, dtypes)):
             pdt, unit = compute_unit(c, dt, device, precision)
             units[i], peaks[i] = UNITS.index(unit), device.peak_flops_per_s(pdt)
+            fp32_simt[i] = unit == "simt" and pdt == "fp32"
+        wino = fp32_simt & (np.zeros(n, dtype=bool) if winograd is None else np.asarray(winograd, dtype=bool))
+        tensor_conv = (units == UNITS.index("tensor")) & np.array([c == "conv" for c in classes], dtype=bool)
+        nvidia_gpu = device.kind == "gpu" and device.vendor.lower() == "nvidia"
+        tbytes = (2.0 * np.asarray(conv_bytes, dtype=float) * tensor_conv if conv_bytes is not None and nvidia_gpu
+                  else np.zeros(n))
+        lanes = device.fp32_lanes_per_sm
+        base = device.base_clock_mhz
         return cls(
             flops=flops, bytes=np.asarray(nbytes, dtype=float), peak_flops_per_s=peaks, unit=units,
             key=np.array([COMPUTE_KEYS.index(k) for k in keys], dtype=int),
@@ -470,7 +536,21 @@ class CompiledOps:
             light=np.zeros(n, dtype=bool) if light is None else np.asarray(light, dtype=bool),
             fresh_bytes=np.zeros(n) if fresh_bytes is None else np.asarray(fresh_bytes, dtype=float),
             fresh_min_bytes=float(fresh_min_bytes), bandwidth_bytes_per_s=device.memory_bandwidth_bytes_per_s,
+            winograd=wino, transpose_bytes=tbytes,
+            clock_ratio=float(base / device.boost_clock_mhz) if base and device.boost_clock_mhz else 0.0,
+            shared_lane_frac=float(min(1.0, device.fp32_int32_shared_lanes_per_sm / lanes)) if lanes else 0.0,
         )
+
+    def clock_factor(self, params: RooflineParams) -> float:
+        """The share of its boost clock the device holds under sustained load: ``min(1, sustained_clock_per_base
+        x base / boost)``; 1 where either is unknown (0 for ``sustained_clock_per_base`` turns it off).
+
+        A board's base clock is the clock it holds at its power limit under the heaviest load; lighter loads (FP32
+        math, a training step's mix of math and memory-bound kernels) draw less power, so it clocks higher, up to
+        its boost clock: a fixed multiple of the base clock is the most a power-limited board sustains (70-75 W
+        boards: T4, L4; the A100 PCIe's 765 MHz base x 1.85 reaches its 1410 MHz boost clock)."""
+        c = params.sustained_clock_per_base
+        return min(1.0, c * self.clock_ratio) if c > 0 and self.clock_ratio > 0 else 1.0
 
     def times(self, params: RooflineParams, *, warm_cache: float = 1.0, with_bound: bool = False):
         """Seconds of each op under ``params`` (with ``with_bound``: and what bounds each).
@@ -481,7 +561,14 @@ class CompiledOps:
             raise ValueError("compiled with another fresh_alloc_min_bytes than these parameters have; compile again")
         eff = params.compute_matrix[self.unit, self.key]
         half = np.where(self.gemm == 1, params.gemm_half_dim, np.where(self.gemm == 2, params.conv_half_dim, 0.0))
-        peak = self.peak_flops_per_s * eff * gemm_factors(self.dmin, half)
+        peak = self.peak_flops_per_s * eff * gemm_factors(self.dmin, half) * self.clock_factor(params)
+        if self.winograd is not None and params.winograd_speedup != 1.0:
+            peak = np.where(self.winograd, peak * params.winograd_speedup, peak)
+        if self.shared_lane_frac and params.shared_lane_fp32_share < 1.0:
+            # FP32 lanes shared with INT32 do FP32 math a share of their cycles (address and loop arithmetic of
+            # the kernel take the rest): the vector units reach (1 - shared x (1 - share)) of the datasheet peak
+            simt = self.unit == UNITS.index("simt")
+            peak = np.where(simt, peak * (1.0 - self.shared_lane_frac * (1.0 - params.shared_lane_fp32_share)), peak)
         big = self.bytes > params.cache_bytes if params.cache_bytes else np.zeros(len(self), dtype=bool)
         bw = (self.bandwidth_bytes_per_s * params.memory_vector[self.mem_class] * params.memory_scale
               * np.where(big, params.dram_factor, warm_cache))
@@ -492,6 +579,11 @@ class CompiledOps:
                 else np.full(len(self), heavy))
         rate = params.fresh_alloc_gb_per_s * 1e9
         fresh_s = self.fresh_bytes / rate if rate else 0.0
+        if self.transpose_bytes is not None and params.nchw_transpose > 0:
+            # NCHW <-> NHWC transposes around each tensor-core convolution: separate copy kernels
+            copy_bw = (self.bandwidth_bytes_per_s * params.memory_vector[MEMORY_CLASSES.index("copy")]
+                       * params.memory_scale)
+            fresh_s = fresh_s + params.nchw_transpose * self.transpose_bytes / copy_bw
         return roofline_s(self.flops, self.bytes, peak, bw, params.kernel_floor_us * 1e-6, launches, over, fresh_s,
                           with_bound=with_bound)
 
@@ -505,6 +597,8 @@ def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineP
         [o.flops for o in ops], [o.bytes_total for o in ops], [o.op_class for o in ops], device,
         precision=precision, dtype=[o.dtype for o in ops], key=[compute_key(o) for o in ops],
         dmin=[gemm_min_dim(o) for o in ops], n_tensors=[o.n_tensors for o in ops], light=[is_light(o) for o in ops],
+        winograd=[winograd_eligible(o) for o in ops],
+        conv_bytes=[o.bytes_total if o.op_class == "conv" else 0.0 for o in ops],
         fresh_bytes=[fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, min_bytes, o.dtype) if min_bytes
                      else 0.0 for o in ops],
         fresh_min_bytes=min_bytes,

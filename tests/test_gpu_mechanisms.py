@@ -1,0 +1,148 @@
+"""The roofline's GPU mechanisms (issue 18), each against a hand-computed case: Winograd convolutions, sustained
+clocks of power-limited boards, FP32 lanes shared with INT32, and NCHW layout transposes around tensor-core
+convolutions."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from traincast.hardware import get_catalog
+from traincast.predict.roofline import CompiledOps, RooflineParams, compile_ops, winograd_eligible
+from traincast.workload.records import OpRecord
+
+OFF = {"winograd_speedup": 1.0, "sustained_clock_per_base": 0.0, "shared_lane_fp32_share": 1.0, "nchw_transpose": 0.0}
+
+
+def conv(k=3, stride=1, groups=1, dilation=1, transposed=False, aten="convolution", dtype="fp32", n=64, cin=256,
+         cout=256, hw=56):
+    """A traced-looking convolution record (args as aten's: bias, stride, padding, dilation, transposed, output
+    padding, groups)."""
+    x, w, out = (n, cin, hw, hw), (cout, cin // groups, k, k), (n, cout, hw, hw)
+    flops = 2 * n * hw * hw * cout * (cin // groups) * k * k
+    shapes = (out, x, w) if aten == "convolution_backward" else (x, w)
+    args = (None, (stride, stride), (k // 2, k // 2), (dilation, dilation), transposed, (0, 0), groups)
+    return OpRecord(aten=aten, phase="forward" if aten == "convolution" else "backward", module="m", op_class="conv",
+                    flops=flops, bytes_read=4 * (np.prod(x) + np.prod(w)), bytes_written=4 * np.prod(out),
+                    dtype=dtype, input_shapes=shapes, output_shapes=(out,), n_tensors=1, args=args)
+
+
+def test_winograd_eligibility_by_shape():
+    assert winograd_eligible(conv())
+    assert winograd_eligible(conv(aten="convolution_backward"))
+    assert not winograd_eligible(conv(k=1))
+    assert not winograd_eligible(conv(k=5))
+    assert not winograd_eligible(conv(stride=2))
+    assert not winograd_eligible(conv(dilation=2))
+    assert not winograd_eligible(conv(groups=32))
+    assert not winograd_eligible(conv(transposed=True))
+    # an interpolated workload's ops keep args, not shapes: padding (1, 1) at stride 1 reads as a 3x3 kernel
+    assert winograd_eligible(replace(conv(), input_shapes=(), output_shapes=()))
+    assert not winograd_eligible(replace(conv(k=1), input_shapes=(), output_shapes=()))
+
+
+def test_winograd_speeds_up_fp32_3x3_convs_on_cuda_cores_only():
+    """A compute-bound 3x3 stride-1 fp32 convolution on a V100 takes FLOPs / (peak x conv eff x speed-up); a
+    strided one and the same conv on TF32 tensor cores (A100, PyTorch's default for convolutions) do not speed up."""
+    v100 = get_catalog().device("V100-SXM2-16GB")
+    p = RooflineParams.for_device(v100).with_values({**OFF, "winograd_speedup": 1.5})
+    op = conv()
+    t = compile_ops([op], v100, "fp32", p).times(p)[0]
+    eff = p.compute["simt"]["conv"]
+    assert t == pytest.approx(op.flops / (15.7e12 * eff * 1.5) + p.op_overhead_us * 1e-6, rel=1e-9)
+    strided = conv(stride=2)
+    t2 = compile_ops([strided], v100, "fp32", p).times(p)[0]
+    assert t2 == pytest.approx(strided.flops / (15.7e12 * eff) + p.op_overhead_us * 1e-6, rel=1e-9)
+    a100 = get_catalog().device("A100-SXM4-80GB")
+    pa = RooflineParams.for_device(a100).with_values({**OFF, "winograd_speedup": 1.5})
+    c = compile_ops([op], a100, "fp32", pa)
+    assert not c.winograd[0]  # TF32 tensor cores: no Winograd
+    assert compile_ops([op], a100, "fp32-strict", pa).winograd[0]  # TF32 off: fp32 on the CUDA cores
+
+
+def test_kepler_and_cpus_have_no_winograd_speedup_in_the_catalog():
+    assert RooflineParams.for_device(get_catalog().device("K80")).winograd_speedup == 1.0
+    assert RooflineParams.for_device(get_catalog().device("V100")).winograd_speedup > 1.0
+
+
+def test_power_limited_boards_hold_a_multiple_of_their_base_clock():
+    """T4: base 585, boost 1590 MHz; with 1.85 x base the sustained clock is 1082 MHz, 0.6807 of the boost
+    clock at which the datasheet peaks are given; a matmul's compute time grows by 1 / 0.6807. The V100 (base
+    1290, boost 1530) and a board without a base clock keep their boost clock."""
+    t4 = get_catalog().device("T4")
+    p = RooflineParams.for_device(t4).with_values({**OFF, "sustained_clock_per_base": 1.85})
+    c = CompiledOps.from_arrays([1e12], [1.0], ["matmul"], t4)
+    assert c.clock_factor(p) == pytest.approx(1.85 * 585 / 1590)
+    eff = p.compute["simt"]["matmul"]
+    assert c.times(p)[0] == pytest.approx(1e12 / (8.1e12 * eff * 1.85 * 585 / 1590) + p.op_overhead_us * 1e-6)
+    v100 = get_catalog().device("V100-SXM2-16GB")
+    assert CompiledOps.from_arrays([1e12], [1.0], ["matmul"], v100).clock_factor(p) == 1.0
+    nobase = replace(t4, base_clock_mhz=None)
+    assert CompiledOps.from_arrays([1e12], [1.0], ["matmul"], nobase).clock_factor(p) == 1.0
+    # memory-bound ops keep their time: the memory clock is not the core clock
+    m = CompiledOps.from_arrays([1.0], [1e9], ["elementwise"], t4)
+    assert m.times(p)[0] == pytest.approx(m.times(p.with_values({"sustained_clock_per_base": 0.0}))[0])
+
+
+def test_shared_fp32_int32_lanes_slow_cuda_core_math_only():
+    """L4 (AD104): 128 FP32 lanes per SM, 64 shared with INT32. With half of a shared lane's cycles for FP32
+    the CUDA cores reach 1 - 64/128 x 0.5 = 0.75 of their peak; tensor-core math (fp16) is unchanged."""
+    l4 = get_catalog().device("L4")
+    assert l4.fp32_int32_shared_lanes_per_sm == 64 and l4.fp32_lanes_per_sm == pytest.approx(128, rel=0.01)
+    p = RooflineParams.for_device(l4).with_values({**OFF, "shared_lane_fp32_share": 0.5})
+    q = p.with_values({"shared_lane_fp32_share": 1.0})
+    c = CompiledOps.from_arrays([1e12, 1e12], [1.0, 1.0], ["matmul", "matmul"], l4, dtype=["fp32", "fp16"])
+    ratio = c.times(q) / c.times(p)  # overheads are small next to a 1 TFLOP GEMM
+    assert ratio[0] == pytest.approx(0.75, rel=1e-3)
+    assert ratio[1] == pytest.approx(1.0)
+    assert get_catalog().device("A100").fp32_int32_shared_lanes_per_sm == 0
+
+
+def test_nchw_tensor_core_convolutions_pay_two_more_passes_over_their_bytes():
+    """An fp16 convolution on A100 tensor cores with NCHW activations adds 2 x its bytes at the copy bandwidth
+    (transposes in and out of NHWC); channels_last (nchw_transpose 0) and fp32 convolutions on CUDA cores do not."""
+    a100 = get_catalog().device("A100-SXM4-80GB")
+    p = RooflineParams.for_device(a100).with_values({**OFF, "nchw_transpose": 1.0})
+    q = p.with_values({"nchw_transpose": 0.0})
+    op = conv(dtype="fp16")
+    c = compile_ops([op], a100, "amp-fp16", p)
+    extra = c.times(p)[0] - c.times(q)[0]
+    copy_bw = a100.memory_bandwidth_bytes_per_s * p.memory["copy"] * p.memory_scale
+    assert extra == pytest.approx(2 * op.bytes_total / copy_bw, rel=1e-9)
+    fp32 = compile_ops([conv()], get_catalog().device("V100"), "fp32", p)
+    assert fp32.times(p)[0] == pytest.approx(fp32.times(q)[0])
+    # AMD's fp32 convolutions on matrix units: no NVIDIA layout transposes
+    mi = compile_ops([conv()], get_catalog().device("MI210"), "fp32", p)
+    assert mi.times(p)[0] == pytest.approx(mi.times(q)[0])
+
+
+def test_new_parameters_round_trip_through_the_yaml_form_and_are_bounded():
+    from traincast.errors import SpecError
+    from traincast.predict.roofline import check_table
+
+    p = RooflineParams.for_device(get_catalog().device("T4"))
+    t = p.to_table()
+    assert RooflineParams.from_table(t) == p
+    for name in ("winograd_speedup", "sustained_clock_per_base", "shared_lane_fp32_share", "nchw_transpose"):
+        assert name in RooflineParams.names()
+    with pytest.raises(SpecError):
+        check_table({"winograd_speedup": 0.5}, "test")
+    with pytest.raises(SpecError):
+        check_table({"nchw_transpose": 2}, "test")
+
+
+def test_the_default_predictor_is_the_protocols_choice():
+    """benchmarks/accuracy_report.py's decision rule (docs/accuracy.md): learned on NVIDIA GPUs the learned model was
+    fitted on, analytical on other GPUs (their whole-model rows were better analytical), AMD and CPUs."""
+    from traincast.predict import AnalyticalPredictor, default_predictor, forecast
+    from traincast.workload import trace
+
+    w = trace("resnet18", batch_size=8)
+    cat = get_catalog()
+    p = default_predictor()
+    h100 = cat.device("H100-SXM5-80GB")
+    assert p.predict(w, h100).times_s == AnalyticalPredictor().predict(w, h100).times_s
+    assert p.predict(w, h100).predictor == "analytical"
+    assert p.predict(w, cat.device("T4")).predictor == "learned"
+    f = forecast("resnet18", gpu="H100-SXM5-80GB", batch_size=8, dataset_size=100, scaling=False)
+    assert f.predictor == "analytical" and any("outside the learned model's fit" in n for n in f.notes)
