@@ -180,7 +180,7 @@ class Compute:
             opts = dict(gpu=g, gpus=req.gpus, nodes=None, batch_size=req.batch_size, per_gpu_batch=req.per_gpu_batch,
                         epochs=req.epochs, dataset_size=req.dataset_size, precision=req.precision,
                         optimizer=req.optimizer, sync="nccl", no_overlap=False, freeze=None, instance=None,
-                        seq_len=req.seq_len, network_gbit=None, predictor="analytical", adaptation="none")
+                        seq_len=req.seq_len, network_gbit=None, predictor=None, adaptation="none")
             from traincast.serve.models import ForecastRequest
 
             one = ForecastRequest(model=req.model, hf_config=req.hf_config, **opts)

@@ -75,7 +75,7 @@ class ForecastRequest(ModelChoice):
     instance: str | None = None
     seq_len: Pos | None = None
     network_gbit: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
-    predictor: Literal["analytical", "learned", "auto"] = "analytical"
+    predictor: Literal["analytical", "learned", "auto"] | None = Field(None, description="default: auto")
     adaptation: Literal["none", "auto"] = Field("none", description="learned predictor: none, or the saved "
                                                                     "adaptation of the GPU (auto); files are not read")
     # the parallel layout (traincast predict --tp ... ; docs/parallel.md)
@@ -132,7 +132,7 @@ class PlanRequest(ModelChoice):
     precision: str = "fp32"
     optimizer: str = "sgd"
     seq_len: Pos | None = None
-    predictor: Literal["analytical", "learned", "auto"] = "analytical"
+    predictor: Literal["analytical", "learned", "auto"] | None = Field(None, description="default: auto")
     adaptation: Literal["none", "auto"] = "none"
 
     @field_validator("gpus", mode="before")
