@@ -62,6 +62,7 @@ def render_forecast(f, console=console) -> None:
         ["  optimizer", dur(f.optimizer_s)],
         ["  communication (exposed / total)", f"{dur(f.communication_s)} / {dur(f.communication_total_s)}"],
         ["  fixed per step", dur(f.overhead_s)],
+    ] + ([["  waiting for the data loader", dur(f.input_wait_s)]] if f.input_wait_s > 0 else []) + [
         ["steps per epoch", "-" if f.steps_per_epoch is None else f"{f.steps_per_epoch:,}"],
         ["epoch", dur(f.epoch_s)],
         [f"total ({f.epochs:g} epochs)", dur(f.total_s)],
@@ -167,6 +168,9 @@ def register(app: typer.Typer) -> None:
                                                help="split norms and dropout over the tensor ranks by tokens"),
         offload_optimizer: bool = typer.Option(False, "--offload-optimizer",
                                                help="optimizer states and step on the CPU (ZeRO-Offload)"),
+        loader_workers: Optional[int] = typer.Option(None, "--loader-workers",
+                                                     help="data-loader worker processes per GPU decoding images "
+                                                          "(default: from --instance's vCPUs; else not counted)"),
     ):
         """Forecast iteration, epoch and total time, cost and memory of a training job."""
         from traincast.predict.options import forecast_from_options
@@ -178,7 +182,8 @@ def register(app: typer.Typer) -> None:
                                   device=device, profile=profile, predictor=predictor_name, adaptation=adaptation,
                                   catalog=_catalog(catalog), tp=tp, pp=pp, dp=dp, ep=ep, zero=zero, fsdp=fsdp,
                                   micro_batch=micro_batch, schedule=schedule, recompute=recompute,
-                                  sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer)
+                                  sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer,
+                                  loader_workers=loader_workers)
         if as_json:
             print_json(f.to_dict())
         else:
