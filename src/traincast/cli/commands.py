@@ -12,8 +12,18 @@ from traincast.errors import png_path
 
 Catalogs = Optional[list[Path]]
 
-MODEL_HELP = ("the model: a zoo name or any torchvision classification model (see `traincast models`), a Hugging "
-              "Face config.json or a folder holding one, or a .yaml/.json layer spec")
+MODEL_HELP = ("the model: a zoo name or any torchvision classification model (see `traincast models`), "
+              "timm:NAME (any timm model), package.module:factory (your own nn.Module; see --input-shape), a "
+              "diffusers config (JSON with _class_name), a Hugging Face config.json or a folder holding one, or a "
+              ".yaml/.json layer spec")
+INPUT_SHAPE_HELP = ("per-sample input shape of a package.module:factory model, e.g. 3,224,224 (several inputs: "
+                    "'3,224,224;10'); default: the module's example_inputs(batch_size, device)")
+
+
+def _inputs(input_shape):
+    from traincast.workload.sources import parse_input_shape
+
+    return parse_input_shape(input_shape)
 
 
 def _names(kind: str) -> str:
@@ -144,6 +154,7 @@ def register(app: typer.Typer) -> None:
         freeze: Optional[str] = typer.Option(None, "--freeze", help="none | all-but-last | all-but-last:K"),
         instance: Optional[str] = typer.Option(None, "--instance", help="cloud instance (see `traincast instances`)"),
         seq_len: Optional[int] = typer.Option(None, "--seq-len", help="sequence length of transformer models"),
+        input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
         network: Optional[float] = typer.Option(None, "--network-gbit", help="inter-node network, Gb/s"),
         device: Optional[str] = typer.Option(None, "--device", help="'local': this machine, as calibrated"),
         profile: Optional[str] = typer.Option(None, "--profile", help="a device profile from `traincast calibrate`"),
@@ -183,7 +194,7 @@ def register(app: typer.Typer) -> None:
                                   catalog=_catalog(catalog), tp=tp, pp=pp, dp=dp, ep=ep, zero=zero, fsdp=fsdp,
                                   micro_batch=micro_batch, schedule=schedule, recompute=recompute,
                                   sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer,
-                                  loader_workers=loader_workers)
+                                  loader_workers=loader_workers, inputs=_inputs(input_shape))
         if as_json:
             print_json(f.to_dict())
         else:
@@ -197,6 +208,7 @@ def register(app: typer.Typer) -> None:
         optimizer: str = typer.Option("sgd", "--optimizer", help=_names("optimizer")),
         seq_len: Optional[int] = typer.Option(None, "--seq-len"),
         freeze: Optional[str] = typer.Option(None, "--freeze"),
+        input_shape: Optional[str] = typer.Option(None, "--input-shape", help=INPUT_SHAPE_HELP),
         ops: bool = typer.Option(False, "--ops", help="list every op"),
         out: Optional[Path] = typer.Option(None, "--out", help="write the workload JSON to this file"),
         as_json: bool = typer.Option(False, "--json"),
@@ -205,7 +217,7 @@ def register(app: typer.Typer) -> None:
         from traincast.workload import PHASES, trace
 
         wl = trace(model, batch_size=batch_size, precision=precision, optimizer=optimizer, seq_len=seq_len,
-                   freeze=freeze)
+                   freeze=freeze, inputs=_inputs(input_shape))
         if out is not None:
             wl.to_json(out)
         if as_json:
@@ -245,8 +257,10 @@ def register(app: typer.Typer) -> None:
         console.print("aliases: " + ", ".join(f"{a} -> {b}" for a, b in zoo.ALIASES.items()))
         console.print(f"and every torchvision classification model ({len(tv)} more, ImageNet-1k input): "
                       + ", ".join(tv))
-        console.print("also: a Hugging Face config.json (or a folder holding one), a .yaml/.json layer spec, "
-                      "or from Python any nn.Module with its inputs")
+        from traincast.workload.sources import SOURCES
+
+        console.print("model sources (recognised in this order): " + "; ".join(
+            f"{e.name}: {e.help}" for e in SOURCES.entries()) + "; or from Python any nn.Module with its inputs")
 
     @app.command("gpus")
     def gpus_cmd(catalog: Catalogs = typer.Option(None, "--catalog"), as_json: bool = typer.Option(False, "--json")):

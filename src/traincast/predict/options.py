@@ -45,7 +45,7 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                           freeze: str | None = None, instance: str | None = None, seq_len: int | None = None,
                           network_gbit: float | None = None, device: str | None = None, profile: str | None = None,
                           predictor: str | None = None, adaptation: str = "none", catalog: Catalog | None = None,
-                          family: WorkloadFamily | None = None, loader_workers: int | None = None,
+                          family: WorkloadFamily | None = None, loader_workers: int | None = None, inputs=None,
                           **layout) -> Forecast:
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
 
@@ -74,5 +74,5 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                  per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size, precision=precision,
                  optimizer=optimizer, instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap,
                  freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=family, strategy=strategy,
-                 loader_workers=loader_workers)
+                 loader_workers=loader_workers, inputs=inputs)
     return replace(f, notes=tuple(warnings) + f.notes) if warnings else f

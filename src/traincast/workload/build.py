@@ -10,8 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from traincast.errors import ConfigError, TraceError, positive
-from traincast.workload import zoo
+from traincast.errors import ConfigError, TraceError, TraincastError, positive
 from traincast.workload.precision import PRECISIONS
 from traincast.workload.records import Workload
 from traincast.workload.steps import TrainingStep, resolve_device, supervised_step
@@ -83,22 +82,10 @@ def build_step(
     kw = dict(batch_size=batch_size, device=dev, optimizer=optimizer, precision=precision, freeze=freeze)
     if isinstance(model, nn.Module):
         return _module_step(model, inputs, **kw)
-    text = hf_folder_config(model)
-    if zoo.is_hf_config(text):
-        return zoo.hf_config_step(text, seq_len=seq_len, **kw)
-    if text.endswith((".yaml", ".yml", ".json")) or Path(text).is_file():
-        from traincast.workload.spec import build_spec_step
+    from traincast.workload.sources import source_of
 
-        if seq_len is not None:
-            raise ConfigError(f"--seq-len does not apply to the layer spec {text!r}: its input is an image")
-        return build_spec_step(text, **kw)
-    if Path(text).is_dir():
-        raise ConfigError(f"model {text!r} is a folder without a config.json; give a zoo name, a layer spec "
-                          "(.yaml) or a Hugging Face config.json")
-    entry = zoo.get(text)
-    if seq_len is not None and entry.family in ("vision", "gan", "spec"):
-        raise ConfigError(f"--seq-len does not apply to {entry.name}: it takes images, not sequences")
-    return entry.build(seq_len=seq_len, **kw)
+    text = hf_folder_config(model)
+    return source_of(text).build(text, seq_len=seq_len, inputs=inputs, **kw)
 
 
 def trace(
@@ -124,23 +111,24 @@ def trace(
         model = hf_folder_config(model)
 
     if fused_attention is None:
-        fused_attention = True
-        if isinstance(model, str) and not str(model).endswith((".yaml", ".yml", ".json")) and not Path(model).is_dir():
-            fused_attention = (zoo.get(model).family in ("transformer", "translation")
-                               or zoo.get(model).name.startswith("vit"))
-        elif isinstance(model, (str, Path)):
-            fused_attention = zoo.is_hf_config(model)
+        from traincast.workload.sources import source_of
+
+        fused_attention = True if isinstance(model, nn.Module) else source_of(str(model)).fused_attention(str(model))
 
     step = build_step(model, batch_size=batch_size, device="meta", optimizer=optimizer,
                       precision=precision, seq_len=seq_len, freeze=freeze, inputs=inputs)
     try:
         return trace_step(step, precision=precision, fused_attention=fused_attention)
-    except (RuntimeError, ValueError, IndexError, AttributeError, TypeError, KeyError, NotImplementedError) as exc:
-        # a model built from a user's config can fail inside its own forward in any of these ways
+    except TraincastError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a model's own forward (a user's, a config's) can fail in any way
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if "nonzero" in msg:
             msg = ("its forward takes a shape from tensor values (torch.nonzero / torch.where), e.g. a "
                    "mixture-of-experts layer that loops over the experts its router picked; values do not exist "
                    "on the meta device. Hugging Face MoE models with grouped experts (Mixtral, Qwen-MoE, "
                    "DeepSeek, ...) and SwitchTransformers trace with evenly loaded experts; this one does not")
+        elif not isinstance(exc, (RuntimeError, ValueError, IndexError, AttributeError, TypeError, KeyError,
+                                  NotImplementedError)):
+            msg = f"{type(exc).__name__}: {msg}"
         raise TraceError(f"cannot trace {step.name} with batch {batch_size}: {msg}") from None
