@@ -6,12 +6,10 @@ memory is allocated and no arithmetic is done, so a 7-billion-parameter model
 traces on a laptop. Each op becomes an ``OpRecord`` with its phase, module
 path, shapes, dtype, FLOPs and bytes.
 
-Mixed precision (``amp-fp16``/``amp-bf16``) is traced with an emulation of
-``torch.autocast`` at the torch-function level, because autocast does not
-apply to meta tensors: matmuls, convolutions and attention get their inputs
-cast to half precision (weight casts cached per step, as autocast does), and
-softmax, norms and losses run in fp32. The casts appear in the trace as the
-``_to_copy`` ops they are on a GPU.
+Mixed precision (``amp-fp16``/``amp-bf16``) follows ``torch.autocast``'s CUDA
+rules op by op (:mod:`traincast.workload.autocast`: autocast itself does not
+apply to meta tensors, so its policy runs at its place in the dispatcher). The
+casts appear in the trace as the ``_to_copy`` ops they are on a GPU.
 """
 
 from __future__ import annotations
@@ -183,55 +181,24 @@ class _OpRecorder(TorchDispatchMode):
         return out
 
 
-# --- mixed precision emulation ------------------------------------------
-_LOWER = {
-    F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
-    torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.baddbmm,
-    torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.mm, torch.Tensor.bmm,
-    F.scaled_dot_product_attention,
-}
-_FP32 = {
-    F.softmax, F.log_softmax, F.layer_norm, F.group_norm, F.cross_entropy, F.nll_loss,
-    F.mse_loss, F.binary_cross_entropy_with_logits, F.binary_cross_entropy, torch.softmax,
-    torch.log_softmax, torch.Tensor.softmax, torch.Tensor.log_softmax, torch.exp, torch.log,
-    torch.pow, torch.Tensor.pow, torch.rsqrt, torch.sum, torch.Tensor.sum, torch.cumsum,
-    torch.norm, F.normalize,
-}
-if hasattr(F, "rms_norm"):
-    _FP32.add(F.rms_norm)
-
-
-class AutocastEmulation(TorchFunctionMode):
-    """torch.autocast's op lists applied to tensors on any device (meta included)."""
+# --- mixed precision: torch.autocast's rules on meta tensors (workload/autocast.py) ---------------
+class _ForwardAutocast:
+    """Autocast on during the forward stages of a step (as ``with torch.autocast(...)`` around forward and loss),
+    off for backward and optimizer; each forward stage is one autocast region (weight casts cached within it)."""
 
     def __init__(self, dtype: torch.dtype):
-        super().__init__()
         self.dtype = dtype
-        self.cache: dict[int, torch.Tensor] = {}
+        self._cm = None
 
-    def _cast(self, obj, to: torch.dtype):
-        if isinstance(obj, torch.Tensor):
-            if obj.is_floating_point() and obj.dtype != to and obj.dtype in (torch.float32, torch.float16, torch.bfloat16):
-                if obj.is_leaf and obj.requires_grad and to == self.dtype:
-                    key = id(obj)
-                    if key not in self.cache:
-                        self.cache[key] = obj.to(to)
-                    return self.cache[key]
-                return obj.to(to)
-            return obj
-        if isinstance(obj, (list, tuple)):
-            return type(obj)(self._cast(o, to) for o in obj)
-        return obj
+    def set(self, on: bool) -> None:
+        from traincast.workload.autocast import autocast
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in _LOWER:
-            args = self._cast(args, self.dtype)
-            kwargs = {k: self._cast(v, self.dtype) for k, v in kwargs.items()}
-        elif func in _FP32:
-            args = self._cast(args, torch.float32)
-            kwargs = {k: self._cast(v, torch.float32) if k != "dtype" else v for k, v in kwargs.items()}
-        return func(*args, **kwargs)
+        if on and self._cm is None:
+            self._cm = autocast(self.dtype)
+            self._cm.__enter__()
+        elif not on and self._cm is not None:
+            cm, self._cm = self._cm, None
+            cm.__exit__(None, None, None)
 
 
 _HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -421,16 +388,14 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
              for mod, name in names.items() if isinstance(mod, torch.nn.RNNBase)]
     modes = []
     half = autocast_dtype(precision)
-    if half is not None:
-        modes.append(AutocastEmulation(half))
+    amp = _ForwardAutocast(half) if half is not None else None
     if fused_attention:
         modes.append(FusedAttention())
 
     def set_phase(phase: str) -> None:
         recorder.phase = phase
-        for m in modes:
-            if isinstance(m, AutocastEmulation):
-                m.cache.clear()
+        if amp is not None:
+            amp.set(phase == "forward")
 
     experts = BalancedExperts()
     with tracker, recorder, experts, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
@@ -440,6 +405,8 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
         try:
             step.run(on_phase=set_phase, autocast_modes=modes)
         finally:
+            if amp is not None:
+                amp.set(False)
             for m in reversed(modes):
                 m.__exit__(None, None, None)
             for hk in hooks:
