@@ -216,10 +216,12 @@ def test_in_place_foreach_optimizer_ops_write_their_first_list():
     assert [o.bytes_read for o in opt] == [pbytes, 2 * pbytes, 2 * pbytes]
 
 
-def _decoder_matmul_flops(layers, h, vocab, ffn, tokens, seq):
+def _decoder_matmul_flops(layers, h, vocab, ffn, tokens, seq, causal=False):
     """Forward matmul FLOPs of a decoder-only transformer by hand: per layer QKV (3h^2), output projection
-    (h^2) and MLP (2 h ffn) on every token, attention scores and values (2 seq h per token), and the LM head."""
-    per_token = layers * (2 * (4 * h * h + 2 * h * ffn) + 2 * 2 * seq * h) + 2 * h * vocab
+    (h^2) and MLP (2 h ffn) on every token, attention scores and values (2 seq h per token; a fused kernel
+    told the mask is causal computes (seq + 1) / 2 keys per query on average), and the LM head."""
+    keys = (seq + 1) / 2 if causal else seq
+    per_token = layers * (2 * (4 * h * h + 2 * h * ffn) + 2 * 2 * keys * h) + 2 * h * vocab
     return per_token * tokens
 
 
@@ -244,7 +246,7 @@ def test_a_hugging_face_config_json_is_a_model(tmp_path):
     p.write_text(json.dumps(cfg))
     wl = trace(str(p), batch_size=2)  # seq_len: the config's 128 positions
     mm = sum(o.flops for o in wl.ops if o.phase == "forward" and o.op_class in ("matmul", "attention"))
-    assert mm == pytest.approx(_decoder_matmul_flops(3, 384, 1000, 4 * 384, 2 * 128, 128), rel=0.01)
+    assert mm == pytest.approx(_decoder_matmul_flops(3, 384, 1000, 4 * 384, 2 * 128, 128, causal=True), rel=0.01)
     assert any(o.op_class == "attention" for o in wl.ops)  # fused attention, as for zoo transformers
     # no architectures: the causal-LM class of the model type
     del cfg["architectures"]

@@ -466,6 +466,7 @@ def forecast(
             exact=exact, notes=notes)
     st = step_time(wl, cluster_for(gpn, n_nodes), predictor, precision, sync, overlap)
     notes.extend(predictor.notes(wl, device, precision))
+    notes.extend(wl.kernel_notes())
     ip = None
     if device.kind == "gpu":  # on a CPU the loader shares the cores that train: not modelled
         workers = loader_workers
@@ -580,6 +581,7 @@ def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nod
     step = pm.evaluate(cfg, per_replica)
     base, _ = pm.base()
     notes.extend(predictor.notes(base, device, precision))
+    notes.extend(base.kernel_notes())
     notes.extend(step.notes)
     fn = fabric_note(device.link.type)
     if fn and (cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1):

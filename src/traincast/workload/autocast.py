@@ -61,6 +61,11 @@ def policy_of(op_name: str) -> str | None:
     return _policies().get(op_name)
 
 
+def current_dtype() -> torch.dtype | None:
+    """The dtype autocast lowers to in this thread now (None: autocast is off)."""
+    return _STATE.dtype
+
+
 def _eligible(t) -> bool:
     return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
 

@@ -154,6 +154,7 @@ class Workload:
     # data-dependent Python reads (``if mask.all():``) answered as for a plain dense batch
     data_dependent_reads: int = 0
     unregistered_ops: tuple[tuple[str, int], ...] = ()  # aten ops without a FLOP formula, with their counts
+    fused_kernels: tuple[tuple[str, int], ...] = ()  # fused kernels (workload/fused.py) run per step, by name
     param_tensors: int = 0  # trainable parameter tensors
     trace_s: float = field(default=0.0, compare=False)
     interpolated_from: tuple[int, int] | None = None  # the two traced batch sizes this one is interpolated from
@@ -184,6 +185,14 @@ class Workload:
             out[key] += o.flops
         return dict(out)
 
+    def kernel_notes(self) -> list[str]:
+        """Forecast notes naming the fused kernels this step runs ("attention: flash, fused")."""
+        if not self.fused_kernels:
+            return []
+        from traincast.workload.fused import kernel_notes
+
+        return kernel_notes(dict(self.fused_kernels))
+
     @property
     def gradient_bytes(self) -> int:
         return self.memory.gradient_bytes
@@ -208,6 +217,7 @@ class Workload:
             "balanced_expert_gemms": self.balanced_expert_gemms,
             "data_dependent_reads": self.data_dependent_reads,
             "unregistered_ops": dict(self.unregistered_ops),
+            "fused_kernels": dict(self.fused_kernels),
             "param_tensors": self.param_tensors,
             "trace_s": self.trace_s,
             "interpolated_from": list(self.interpolated_from) if self.interpolated_from else None,
@@ -228,7 +238,7 @@ class Workload:
         mem.pop("peak_bytes", None)
         info = dict(d.get("meta") or {})  # workloads written before the typed fields kept them in "meta"
         info.update({k: d[k] for k in ("precision", "fused_attention", "recurrent_calls", "balanced_expert_gemms",
-                                        "data_dependent_reads", "unregistered_ops", "param_tensors", "trace_s",
+                                        "data_dependent_reads", "unregistered_ops", "fused_kernels", "param_tensors", "trace_s",
                                         "interpolated_from") if k in d})
         calls = info.get("recurrent_calls", info.get("rnn_calls")) or []
         interp = info.get("interpolated_from")
@@ -248,6 +258,7 @@ class Workload:
             balanced_expert_gemms=int(info.get("balanced_expert_gemms", 0) or 0),
             data_dependent_reads=int(info.get("data_dependent_reads", 0) or 0),
             unregistered_ops=tuple(sorted((str(k), int(v)) for k, v in (info.get("unregistered_ops") or {}).items())),
+            fused_kernels=tuple(sorted((str(k), int(v)) for k, v in (info.get("fused_kernels") or {}).items())),
             param_tensors=int(info.get("param_tensors", 0) or 0),
             trace_s=float(info.get("trace_s", 0.0) or 0.0),
             interpolated_from=tuple(interp) if interp else None,

@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
-from traincast.workload import costs
+from traincast.workload import costs, fused
 from traincast.workload.records import MemoryFootprint, OpRecord, RecurrentCall, Workload
 
 _DTYPE_NAMES = {
@@ -99,6 +99,7 @@ class _OpRecorder(TorchDispatchMode):
         self.phase = "forward"
         self.ops: list[OpRecord] = []
         self.unregistered: Counter[str] = Counter()
+        self.fused: Counter[str] = Counter()  # traincast:: fused kernels run, by name
         self.data_dependent = 0
 
     def _forward_module(self) -> str:
@@ -136,11 +137,19 @@ class _OpRecorder(TorchDispatchMode):
             t = args[0]
             return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
         out = func(*args, **kwargs)
-        if func.namespace != "aten":
+        if func.namespace not in ("aten", "traincast"):
             return out
         name = costs.op_name(func)
         if name in costs.FREE_OPS or getattr(func, "is_view", False):
             return out
+        fused_cost = None
+        if name in fused.FUSED:  # a fused kernel: its registered cost model (workload/fused.py)
+            try:
+                fused_cost = fused.cost_of(name, args, kwargs, out)
+            except (TypeError, ValueError, IndexError, AttributeError):
+                fused_cost = None
+            if func.namespace == "traincast":
+                self.fused[name] += 1
         ins = _tensors((args, kwargs))
         outs = _tensors(out)
         # unique input tensors; in-place outputs are the inputs themselves
@@ -157,7 +166,11 @@ class _OpRecorder(TorchDispatchMode):
         if not outs and name.startswith("_foreach_") and name.endswith("_") and args:
             # an in-place foreach op returns nothing but rewrites its first list
             written = sum(_nbytes(t) for t in _tensors(args[0]))
-        flops, known = costs.flops_of(func, args, kwargs, out)
+        if fused_cost is not None:
+            flops, known = fused_cost.flops, True
+            read, written = fused_cost.bytes_read, fused_cost.bytes_written
+        else:
+            flops, known = costs.flops_of(func, args, kwargs, out)
         if not known:
             self.unregistered[name] += 1
         ref = next((t for t in outs + ins if t.is_floating_point()), None)
@@ -167,7 +180,7 @@ class _OpRecorder(TorchDispatchMode):
                 aten=name,
                 phase=self.phase,
                 module=self._module(),
-                op_class=costs.classify(name, self.phase),
+                op_class=fused.FUSED.get(name).op_class if fused_cost is not None else costs.classify(name, self.phase),
                 flops=int(flops),
                 bytes_read=int(read),
                 bytes_written=int(written),
@@ -210,35 +223,6 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
 
     half = get_precision(precision).autocast
     return _HALF[half] if half else None
-
-
-# --- fused attention ----------------------------------------------------
-def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """SDPA as the fused GPU kernel (memory-efficient attention), so the trace
-    shows one attention op fwd and one bwd instead of the math decomposition."""
-    if enable_gqa and key.shape[-3] != query.shape[-3]:
-        rep = query.shape[-3] // key.shape[-3]
-        key = key.repeat_interleave(rep, dim=-3)
-        value = value.repeat_interleave(rep, dim=-3)
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device)
-    if attn_mask is not None:
-        attn_mask = attn_mask.to(query.dtype).expand(
-            query.shape[0], query.shape[1], query.shape[2], key.shape[2]
-        )
-    compute_lse = query.requires_grad or key.requires_grad or value.requires_grad
-    out = torch.ops.aten._scaled_dot_product_efficient_attention(
-        query, key, value, attn_mask, compute_lse, dropout_p, is_causal, scale=scale
-    )
-    return out[0]
-
-
-class FusedAttention(TorchFunctionMode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention:
-            return _fused_sdpa(*args, **kwargs)
-        return func(*args, **kwargs)
 
 
 # --- mixture-of-experts layers ------------------------------------------
@@ -386,11 +370,9 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
     rnn_calls: list[RecurrentCall] = []
     hooks = [mod.register_forward_hook(_rnn_recorder(name, rnn_calls))
              for mod, name in names.items() if isinstance(mod, torch.nn.RNNBase)]
-    modes = []
+    modes = [fused.FusedKernels(attention=fused_attention)]  # attention, Mamba scans: the kernels CUDA runs
     half = autocast_dtype(precision)
     amp = _ForwardAutocast(half) if half is not None else None
-    if fused_attention:
-        modes.append(FusedAttention())
 
     def set_phase(phase: str) -> None:
         recorder.phase = phase
@@ -440,6 +422,7 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
         recurrent_calls=tuple(rnn_calls),
         balanced_expert_gemms=experts.count,
         data_dependent_reads=recorder.data_dependent,
+        fused_kernels=tuple(sorted(recorder.fused.items())),
         unregistered_ops=tuple(sorted(recorder.unregistered.items())),
         param_tensors=len(trainable),
         trace_s=round(time.perf_counter() - t0, 3),
