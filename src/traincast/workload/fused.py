@@ -588,6 +588,11 @@ class FusedKernels:
                 self._saved.append((mod, fn_name, orig))
                 setattr(mod, fn_name, repl)
         if self.attention:
+            # calls through the module attribute, including those inside torch's own Python functions
+            # (F.multi_head_attention_forward, which a torch-function mode sees only as a whole) ...
+            self._saved.append((F, "scaled_dot_product_attention", _SDPA))
+            F.scaled_dot_product_attention = fused_sdpa
+            # ... and calls through names bound at import (from torch.nn.functional import ...)
             self._mode = _SdpaMode()
             self._mode.__enter__()
         return self
@@ -602,10 +607,13 @@ class FusedKernels:
         return False
 
 
+_SDPA = F.scaled_dot_product_attention
+
+
 class _SdpaMode(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention:
+        if func is _SDPA:
             return fused_sdpa(*args, **kwargs)
         return func(*args, **kwargs)
 
