@@ -503,8 +503,10 @@ def _lsm_fwd(x, dim, half_to_float=False, *, out) -> Cost:
 @register_fused("nll_loss_forward", family="cross-entropy", implementation="PyTorch", op_class="reduction",
                 help="cross-entropy, part 2: one log-probability gathered per target")
 def _nll_fwd(x, target, weight=None, reduction=1, ignore_index=-100, *, out) -> Cost:
+    # FLOPs: one per logit, as workload/costs.py has always counted this (memory-bound: the count hardly matters);
+    # bytes: one log-probability read per target, not the whole vocabulary
     rows = target.numel()
-    return Cost(rows, rows * (target.element_size() + x.element_size()) + nbytes(weight), nbytes(*_flat(out)))
+    return Cost(x.numel(), rows * (target.element_size() + x.element_size()) + nbytes(weight), nbytes(*_flat(out)))
 
 
 # --- putting the kernels in place while a step is traced ---------------------------------------------------
