@@ -142,3 +142,16 @@ def test_cli_exit_2_without_traceback(user_pkg, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["parameters"] == 39
     assert run(["trace", "timm:resnt18", "-b", "2"]) == 2
     assert "did you mean 'resnet18'" in capsys.readouterr().err
+
+
+def test_unet_without_sample_size_and_sdxl_conditioning(tmp_path):
+    cfg = json.loads((DIFF / "unet.json").read_text())
+    del cfg["sample_size"]  # SD 1.x latents then: 64 x 64
+    cfg.update(addition_embed_type="text_time", addition_time_embed_dim=8,
+               projection_class_embeddings_input_dim=32 + 6 * 8)  # SDXL: pooled text (32) and six time ids
+    p = tmp_path / "sdxl.json"
+    p.write_text(json.dumps(cfg))
+    wl = trace(str(p), batch_size=1)
+    assert wl.input_description.startswith("1x4x64x64 latents")
+    # the add-embedding's first linear takes the pooled text and the embedded time ids: 32 + 48 inputs
+    assert any(o.aten == "addmm" and (1, 80) in o.input_shapes for o in wl.ops if o.phase == "forward")

@@ -308,12 +308,20 @@ def _text_len(seq_len, default: int) -> int:
     return int(seq_len or default)
 
 
+def _side(cfg, default: int) -> int:
+    """The config's ``sample_size`` (an int or [h, w]); ``default`` where the config leaves it out."""
+    s = getattr(cfg, "sample_size", None)
+    if s is None:
+        return default
+    return int(s if isinstance(s, int) else s[0])
+
+
 @DIFFUSERS_STEPS.register("UNet2DConditionModel", help="Stable Diffusion 1.x/2.x/XL UNet: latents, timestep, "
                           "77 text tokens of cross_attention_dim (SDXL: pooled text and time ids)")
 def _unet_inputs(cfg, model, b, dev, seq_len):
     import torch
 
-    s = int(cfg.sample_size if isinstance(cfg.sample_size, int) else cfg.sample_size[0])
+    s = _side(cfg, 64)  # SD 1.x: 64 x 64 latents of a 512-pixel image
     width = cfg.cross_attention_dim
     width = int(width[0] if isinstance(width, (list, tuple)) else width)
     kw = {"sample": torch.randn(b, cfg.in_channels, s, s, device=dev),
@@ -333,7 +341,7 @@ def _unet_inputs(cfg, model, b, dev, seq_len):
 def _sd3_inputs(cfg, model, b, dev, seq_len):
     import torch
 
-    s = int(cfg.sample_size)
+    s = _side(cfg, 128)
     kw = {"hidden_states": torch.randn(b, cfg.in_channels, s, s, device=dev),
           "encoder_hidden_states": torch.randn(b, _text_len(seq_len, 333), int(cfg.joint_attention_dim), device=dev),
           "pooled_projections": torch.randn(b, int(cfg.pooled_projection_dim), device=dev),
@@ -362,7 +370,7 @@ def _flux_inputs(cfg, model, b, dev, seq_len):
 def _dit_inputs(cfg, model, b, dev, seq_len):
     import torch
 
-    s = int(cfg.sample_size)
+    s = _side(cfg, 32)
     kw = {"hidden_states": torch.randn(b, cfg.in_channels, s, s, device=dev),
           "timestep": torch.randint(0, 1000, (b,), device=dev),
           "class_labels": torch.randint(0, int(getattr(cfg, "num_embeds_ada_norm", 1000) or 1000), (b,), device=dev)}
@@ -370,13 +378,15 @@ def _dit_inputs(cfg, model, b, dev, seq_len):
 
 
 @DIFFUSERS_STEPS.register("PixArtTransformer2DModel", help="PixArt: latents, timestep, 120 T5 tokens of "
-                          "caption_channels")
+                          "caption_channels (else cross_attention_dim)")
 def _pixart_inputs(cfg, model, b, dev, seq_len):
     import torch
 
-    s = int(cfg.sample_size)
+    s = _side(cfg, 128)  # a 1024-pixel image
     kw = {"hidden_states": torch.randn(b, cfg.in_channels, s, s, device=dev),
-          "encoder_hidden_states": torch.randn(b, _text_len(seq_len, 120), int(cfg.caption_channels), device=dev),
+          # T5 embeddings of caption_channels, projected inside; without a projection, already cross_attention_dim
+          "encoder_hidden_states": torch.randn(b, _text_len(seq_len, 120),
+                                               int(cfg.caption_channels or cfg.cross_attention_dim), device=dev),
           "timestep": torch.randint(0, 1000, (b,), device=dev),
           "added_cond_kwargs": {"resolution": None, "aspect_ratio": None}}
     if getattr(model, "use_additional_conditions", False):
@@ -389,7 +399,7 @@ def _pixart_inputs(cfg, model, b, dev, seq_len):
 def _unet2d_inputs(cfg, model, b, dev, seq_len):
     import torch
 
-    s = int(cfg.sample_size if isinstance(cfg.sample_size, int) else cfg.sample_size[0])
+    s = _side(cfg, 64)
     kw = {"sample": torch.randn(b, cfg.in_channels, s, s, device=dev),
           "timestep": torch.randint(0, 1000, (b,), device=dev)}
     return kw, f"{b}x{cfg.in_channels}x{s}x{s} images"
@@ -399,7 +409,7 @@ def _unet2d_inputs(cfg, model, b, dev, seq_len):
 def _vae_inputs(cfg, model, b, dev, seq_len):
     import torch
 
-    s = int(cfg.sample_size if isinstance(cfg.sample_size, int) else cfg.sample_size[0])
+    s = _side(cfg, 512)
     kw = {"sample": torch.randn(b, cfg.in_channels, s, s, device=dev)}
     return kw, f"{b}x{cfg.in_channels}x{s}x{s} images, reconstruction"
 
