@@ -154,6 +154,9 @@ def test_mamba_traces_fast_through_the_fused_scan(tmp_path):
     assert 2.0 <= wl.flops("backward") / wl.flops("forward") <= 3.0
     assert not any(o.aten == "stack" for o in wl.ops)  # no per-position outputs stacked
     assert any("selective scan: mamba_ssm" in n for n in wl.kernel_notes())
+    from traincast.workload import Workload
+
+    assert Workload.from_json(wl.to_json()).fused_kernels == wl.fused_kernels
 
 
 def test_mamba2_traces_through_the_chunked_scan(tmp_path):

@@ -155,3 +155,9 @@ def test_unet_without_sample_size_and_sdxl_conditioning(tmp_path):
     assert wl.input_description.startswith("1x4x64x64 latents")
     # the add-embedding's first linear takes the pooled text and the embedded time ids: 32 + 48 inputs
     assert any(o.aten == "addmm" and (1, 80) in o.input_shapes for o in wl.ops if o.phase == "forward")
+
+
+def test_every_diffusers_step_has_its_pipeline_defaults_in_the_data_file():
+    from traincast.workload.sources import DIFFUSERS_STEPS, diffusers_defaults
+
+    assert set(DIFFUSERS_STEPS.names()) == set(diffusers_defaults())

@@ -101,9 +101,11 @@ def trace(
 ) -> Workload:
     """Trace one training step on the meta device (no memory, no arithmetic).
 
-    ``fused_attention`` (default: on, except for zoo CNNs, GANs and specs, which
-    have no attention) traces ``scaled_dot_product_attention`` as the fused GPU
-    kernel rather than its math decomposition.
+    ``model``: any text a model source of ``workload.sources.SOURCES`` recognises (a zoo or torchvision
+    name, ``timm:NAME``, ``package.module:factory``, a diffusers or Hugging Face config, a layer spec) or
+    an ``nn.Module`` with ``inputs``. ``fused_attention`` (default: the source's, on except for zoo CNNs,
+    GANs and specs, which have no attention) traces ``scaled_dot_product_attention`` as the fused GPU
+    kernel CUDA picks (``workload.fused``) rather than its math decomposition.
     """
     from traincast.workload.tracer import trace_step
 

@@ -28,6 +28,7 @@ which part failed.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import re
@@ -304,15 +305,23 @@ _add("zoo", "a zoo name or any torchvision classification model (`traincast mode
 DIFFUSERS_STEPS: Registry[Callable] = Registry("diffusers model class")
 
 
-def _text_len(seq_len, default: int) -> int:
-    return int(seq_len or default)
+@functools.lru_cache(maxsize=1)
+def diffusers_defaults() -> dict:
+    """Per class: the pipeline's text length and latent side (``data/diffusers_inputs.yaml``, with its source)."""
+    import yaml
+
+    return yaml.safe_load((Path(__file__).parent / "data" / "diffusers_inputs.yaml").read_text())["classes"]
 
 
-def _side(cfg, default: int) -> int:
-    """The config's ``sample_size`` (an int or [h, w]); ``default`` where the config leaves it out."""
+def _text_len(seq_len, cls: str) -> int:
+    return int(seq_len or diffusers_defaults()[cls]["text_tokens"])
+
+
+def _side(cfg, cls: str) -> int:
+    """The config's ``sample_size`` (an int or [h, w]); the pipeline's where the config leaves it out."""
     s = getattr(cfg, "sample_size", None)
     if s is None:
-        return default
+        return int(diffusers_defaults()[cls]["sample_size"])
     return int(s if isinstance(s, int) else s[0])
 
 
@@ -321,12 +330,12 @@ def _side(cfg, default: int) -> int:
 def _unet_inputs(cfg, model, b, dev, seq_len):
     import torch
 
-    s = _side(cfg, 64)  # SD 1.x: 64 x 64 latents of a 512-pixel image
+    s = _side(cfg, "UNet2DConditionModel")
     width = cfg.cross_attention_dim
     width = int(width[0] if isinstance(width, (list, tuple)) else width)
     kw = {"sample": torch.randn(b, cfg.in_channels, s, s, device=dev),
           "timestep": torch.randint(0, 1000, (b,), device=dev),
-          "encoder_hidden_states": torch.randn(b, _text_len(seq_len, 77), width, device=dev)}
+          "encoder_hidden_states": torch.randn(b, _text_len(seq_len, "UNet2DConditionModel"), width, device=dev)}
     if getattr(cfg, "addition_embed_type", None) == "text_time":
         time_dim = int(cfg.addition_time_embed_dim) * 6
         kw["added_cond_kwargs"] = {
@@ -341,9 +350,10 @@ def _unet_inputs(cfg, model, b, dev, seq_len):
 def _sd3_inputs(cfg, model, b, dev, seq_len):
     import torch
 
-    s = _side(cfg, 128)
+    s = _side(cfg, "SD3Transformer2DModel")
     kw = {"hidden_states": torch.randn(b, cfg.in_channels, s, s, device=dev),
-          "encoder_hidden_states": torch.randn(b, _text_len(seq_len, 333), int(cfg.joint_attention_dim), device=dev),
+          "encoder_hidden_states": torch.randn(b, _text_len(seq_len, "SD3Transformer2DModel"),
+                                               int(cfg.joint_attention_dim), device=dev),
           "pooled_projections": torch.randn(b, int(cfg.pooled_projection_dim), device=dev),
           "timestep": torch.randint(0, 1000, (b,), device=dev)}
     return kw, f"{b}x{cfg.in_channels}x{s}x{s} latents, {kw['encoder_hidden_states'].shape[1]} text tokens"
@@ -354,8 +364,8 @@ def _sd3_inputs(cfg, model, b, dev, seq_len):
 def _flux_inputs(cfg, model, b, dev, seq_len):
     import torch
 
-    side = int(getattr(cfg, "sample_size", None) or 128) // 2  # latent side 128 (1024 px / 8), packed 2x2
-    n_img, n_txt = side * side, _text_len(seq_len, 512)
+    side = _side(cfg, "FluxTransformer2DModel") // 2  # latents packed 2x2
+    n_img, n_txt = side * side, _text_len(seq_len, "FluxTransformer2DModel")
     kw = {"hidden_states": torch.randn(b, n_img, cfg.in_channels, device=dev),
           "encoder_hidden_states": torch.randn(b, n_txt, int(cfg.joint_attention_dim), device=dev),
           "pooled_projections": torch.randn(b, int(cfg.pooled_projection_dim), device=dev),
@@ -370,7 +380,7 @@ def _flux_inputs(cfg, model, b, dev, seq_len):
 def _dit_inputs(cfg, model, b, dev, seq_len):
     import torch
 
-    s = _side(cfg, 32)
+    s = _side(cfg, "DiTTransformer2DModel")
     kw = {"hidden_states": torch.randn(b, cfg.in_channels, s, s, device=dev),
           "timestep": torch.randint(0, 1000, (b,), device=dev),
           "class_labels": torch.randint(0, int(getattr(cfg, "num_embeds_ada_norm", 1000) or 1000), (b,), device=dev)}
@@ -382,10 +392,10 @@ def _dit_inputs(cfg, model, b, dev, seq_len):
 def _pixart_inputs(cfg, model, b, dev, seq_len):
     import torch
 
-    s = _side(cfg, 128)  # a 1024-pixel image
+    s = _side(cfg, "PixArtTransformer2DModel")
     kw = {"hidden_states": torch.randn(b, cfg.in_channels, s, s, device=dev),
           # T5 embeddings of caption_channels, projected inside; without a projection, already cross_attention_dim
-          "encoder_hidden_states": torch.randn(b, _text_len(seq_len, 120),
+          "encoder_hidden_states": torch.randn(b, _text_len(seq_len, "PixArtTransformer2DModel"),
                                                int(cfg.caption_channels or cfg.cross_attention_dim), device=dev),
           "timestep": torch.randint(0, 1000, (b,), device=dev),
           "added_cond_kwargs": {"resolution": None, "aspect_ratio": None}}
@@ -399,7 +409,7 @@ def _pixart_inputs(cfg, model, b, dev, seq_len):
 def _unet2d_inputs(cfg, model, b, dev, seq_len):
     import torch
 
-    s = _side(cfg, 64)
+    s = _side(cfg, "UNet2DModel")
     kw = {"sample": torch.randn(b, cfg.in_channels, s, s, device=dev),
           "timestep": torch.randint(0, 1000, (b,), device=dev)}
     return kw, f"{b}x{cfg.in_channels}x{s}x{s} images"
@@ -409,7 +419,7 @@ def _unet2d_inputs(cfg, model, b, dev, seq_len):
 def _vae_inputs(cfg, model, b, dev, seq_len):
     import torch
 
-    s = _side(cfg, 512)
+    s = _side(cfg, "AutoencoderKL")
     kw = {"sample": torch.randn(b, cfg.in_channels, s, s, device=dev)}
     return kw, f"{b}x{cfg.in_channels}x{s}x{s} images, reconstruction"
 
