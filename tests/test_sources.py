@@ -161,3 +161,8 @@ def test_every_diffusers_step_has_its_pipeline_defaults_in_the_data_file():
     from traincast.workload.sources import DIFFUSERS_STEPS, diffusers_defaults
 
     assert set(DIFFUSERS_STEPS.names()) == set(diffusers_defaults())
+
+
+def test_a_failing_forward_is_named(user_pkg):
+    with pytest.raises(TraincastError, match=r"in the forward pass \(model and loss\): .*17"):
+        trace("noinputs:net", batch_size=2, inputs=parse_input_shape("17"))

@@ -133,4 +133,8 @@ def trace(
         elif not isinstance(exc, (RuntimeError, ValueError, IndexError, AttributeError, TypeError, KeyError,
                                   NotImplementedError)):
             msg = f"{type(exc).__name__}: {msg}"
-        raise TraceError(f"cannot trace {step.name} with batch {batch_size}: {msg}") from None
+        part = getattr(exc, "traincast_phase", None)
+        where = {"forward": "in the forward pass (model and loss)", "backward": "in the backward pass",
+                 "optimizer": "in the optimizer step"}.get(part)
+        raise TraceError(f"cannot trace {step.name} with batch {batch_size}: "
+                         + (f"{where}: {msg}" if where else msg)) from None

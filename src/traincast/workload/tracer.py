@@ -386,6 +386,9 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
             m.__enter__()
         try:
             step.run(on_phase=set_phase, autocast_modes=modes)
+        except Exception as exc:
+            exc.traincast_phase = recorder.phase  # which part of the step failed, for the error line
+            raise
         finally:
             if amp is not None:
                 amp.set(False)
