@@ -118,6 +118,20 @@ def test_causal_conv1d_by_hand():
     assert fwd.bytes_read == (b * d * length + d * w + d) * 2 and fwd.bytes_written == b * d * length * 2
 
 
+def test_causal_conv1d_backward_and_masked_attention_by_hand():
+    b, d, length, w = 2, 32, 64, 4
+    x, wt = _t(b, d, length), _t(d, w)
+    bwd = cost_of("causal_conv1d_bwd", (x, x, wt, None, False), {}, [x, wt])
+    assert bwd.flops == 4 * b * d * length * w  # dx and dweight, no bias, no activation
+    assert bwd.bytes_read == (2 * b * d * length + d * w) * 2 and bwd.bytes_written == (b * d * length + d * w) * 2
+    q = _t(2, 4, 16, 8, dtype=torch.float32)
+    mask = _t(2, 1, 16, 16, dtype=torch.float32)
+    o, lse = _t(2, 4, 16, 8, dtype=torch.float32), _t(2, 4, 16, dtype=torch.float32)
+    c = cost_of("_scaled_dot_product_efficient_attention", (q, q, q, mask, False, 1.0), {}, (o, lse))
+    assert c.flops == 4 * 2 * 4 * 16 * 16 * 8  # a mask given as a tensor: every pair computed
+    assert c.bytes_read == 3 * 2 * 4 * 16 * 8 * 4 + 2 * 16 * 16 * 4  # Q, K, V and the mask
+
+
 def test_ssd_chunk_scan_by_hand():
     b, length, h, p, g, n, q = 1, 256, 4, 32, 1, 16, 64
     x, dt, A = _t(b, length, h, p), _t(b, length, h), _t(h, dtype=torch.float32)
