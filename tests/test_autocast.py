@@ -7,6 +7,7 @@ a GPU is present.
 
 import ast
 import collections
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,24 @@ def _first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
+def _autocast_cuda_lines() -> dict[str, set[str]]:
+    """Each aten op with a CUDA autocast kernel in this torch, with those of its overloads that have one."""
+    out: dict[str, set[str]] = {}
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::") or not torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCUDA"):
+            continue
+        out.setdefault(name[len("aten::"):].split(".")[0], set()).add(name)
+    return out
+
+
+def test_policy_covers_exactly_the_ops_torchs_cuda_autocast_has_kernels_for():
+    lines = _autocast_cuda_lines()
+    ours = {n for n in policy_table()["lower_precision_fp"] + policy_table()["fp32"]
+            + policy_table()["fp32_set_opt_dtype"] + policy_table()["fp32_append_dtype"]
+            + policy_table()["promote"] + policy_table()["banned"]}
+    assert set(lines) == ours, (sorted(set(lines) - ours), sorted(ours - set(lines)))
+
+
 def test_data_file_names_its_source():
     t = policy_table()
     assert "autocast_mode.cpp" in t["source"] and t["torch_version"] and t["date"]
@@ -138,6 +157,77 @@ def test_agrees_with_real_cpu_autocast_where_cpu_and_cuda_rules_agree():
             wrong.append(f"{op}: real {real}, ours {ours}")
     assert not wrong, wrong
     assert checked >= 15
+
+
+@contextlib.contextmanager
+def _real_cuda_autocast(dtype, mode):
+    """torch's own AutocastCUDA kernels, on fake CUDA tensors of ``mode`` (no GPU: the forward needs none;
+    torch.autocast's Python wrapper would switch itself off without CUDA, so the switches are set directly)."""
+    torch._C.set_autocast_enabled("cuda", True)
+    torch._C.set_autocast_dtype("cuda", dtype)
+    torch._C.autocast_increment_nesting()
+    try:
+        with mode:
+            yield mode
+    finally:
+        torch._C.autocast_decrement_nesting()
+        torch._C.set_autocast_enabled("cuda", False)
+        torch._C.clear_autocast_cache()
+
+
+def _fake_cuda(mode, obj):
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(obj, torch.Tensor):
+        return FakeTensor(mode, torch.empty_like(obj, device="meta"), torch.device("cuda"))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_fake_cuda(mode, o) for o in obj)
+    return obj
+
+
+_EXTRA = [  # calls of ops of the data file beyond torch's test lists
+    ("interpolate-nearest", lambda x: F.interpolate(x, scale_factor=2.0)),
+    ("interpolate-bilinear", lambda x: F.interpolate(x, scale_factor=2.0, mode="bilinear")),
+    ("huber_loss", lambda x: F.huber_loss(x, x)),
+    ("softmax-of-half", lambda x: torch.softmax(x.half(), -1)),
+    ("sum-of-half", lambda x: x.half().sum()),
+    ("vector_norm-of-half", lambda x: torch.linalg.vector_norm(x.half())),
+    ("cumprod-of-half", lambda x: torch.cumprod(x.half(), 0)),
+    ("cross_entropy", lambda x: F.cross_entropy(x.flatten(1), x[:, 0, 0, 0].long())),
+    ("linear-then-layer_norm", lambda x: F.layer_norm(F.linear(x, x[0, 0]), (8,))),
+    ("baddbmm-mixed", lambda x: torch.baddbmm(x[0], x[0].bfloat16(), x[0].bfloat16())),
+    ("matrix_sqrth", lambda x: torch.ops.aten.linalg_matrix_sqrth(x[0, 0])),
+]
+
+
+def test_agrees_with_torchs_cuda_autocast_kernels_on_fake_cuda_tensors():
+    cuda_lists, _ = _torch_test_lists()
+    lists = cuda_lists(torch.device("meta"))
+    wrong, checked = [], 0
+    for dt in (torch.float16, torch.bfloat16):
+        calls = [(op, _fn(ln, op), args, kwargs)
+                 for ln, op, args, kwargs in _entries(lists, LOWER + FP32 + ("torch_need_autocast_promote",))]
+        calls += [(name, f, (torch.empty(2, 4, 8, 8, device="meta"),), {}) for name, f in _EXTRA]
+        for op, fn, args, kwargs in calls:
+            if not _valid(fn, args, kwargs):
+                continue
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            mode = FakeTensorMode()
+            fargs, fkwargs = _fake_cuda(mode, args), _fake_cuda(mode, kwargs)
+            try:
+                with _real_cuda_autocast(dt, mode):
+                    real = _first(fn(*fargs, **fkwargs)).dtype
+            except Exception:  # noqa: BLE001 - a kernel that asks the (absent) GPU something, e.g. cuDNN's
+                continue
+            with autocast(dt):
+                ours = _first(fn(*args, **kwargs)).dtype
+            checked += 1
+            if real != ours:
+                wrong.append(f"{op} {dt}: real {real}, ours {ours}")
+    assert not wrong, wrong
+    print(f"{checked} calls checked against the AutocastCUDA kernels")
+    assert checked >= 150
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: real CUDA autocast")
