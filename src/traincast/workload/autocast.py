@@ -7,8 +7,10 @@ So a trace on meta reproduces it where it acts: Python kernels for the listed op
 a forward pass is traced. That key sits where autocast's keys sit
 (above autograd, so the casts are recorded and the backward pass runs in the dtypes the forward gave it), and
 nested calls inside composite ops (``cross_entropy`` -> ``log_softmax`` -> ``nll_loss``) pass through it too,
-as they pass through autocast. The per-op policy is CUDA's (``data/autocast_cuda.yaml``, transcribed from
-PyTorch's ``autocast_mode.cpp`` and checked against torch's own test lists and, on a GPU, against real autocast):
+as they pass through autocast. (Real CUDA autocast does run on fake CUDA tensors without a GPU, but only the
+forward: autograd's engine needs a CUDA context for the backward.) The per-op policy is CUDA's
+(``data/autocast_cuda.yaml``, transcribed from PyTorch's ``autocast_mode.cpp``; tests/test_autocast.py checks it
+against the installed torch's AutocastCUDA kernels):
 
 - ``lower_precision_fp``: floating inputs (not fp64) cast to the autocast dtype; casts of leaf tensors that
   require grad (weights) are cached for the forward pass, as autocast caches them;
