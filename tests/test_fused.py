@@ -188,3 +188,21 @@ def test_forecast_names_the_attention_kernel():
 
     f = forecast("gpt2", gpu="A100-80GB", batch_size=2, seq_len=128, precision="amp-bf16", scaling=False)
     assert any(n.startswith("attention: flash, fused") for n in f.notes)
+
+
+def test_kernels_are_in_place_only_in_the_tracing_thread():
+    import threading
+
+    from traincast.workload.fused import FusedKernels
+
+    q = torch.randn(1, 2, 4, 8)  # real CPU tensors: another thread's real work
+    orig = F.scaled_dot_product_attention
+    with FusedKernels():
+        seen = []
+        th = threading.Thread(target=lambda: seen.append(F.scaled_dot_product_attention(q, q, q).shape))
+        th.start()
+        th.join()
+        assert seen == [q.shape]  # computed for real, not sent to a cost-model op
+        with FusedKernels(attention=False):  # nested, attention off: the original
+            assert F.scaled_dot_product_attention(q, q, q).shape == q.shape
+    assert F.scaled_dot_product_attention is orig

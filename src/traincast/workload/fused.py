@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -569,43 +570,90 @@ def kernel_packages() -> dict[str, bool]:
     return {p: importlib.util.find_spec(p) is not None for p in ("mamba_ssm", "causal_conv1d")}
 
 
+class _Tracing(threading.local):
+    def __init__(self):
+        self.kernels = False  # this thread is tracing: Mamba functions run as the fused kernels
+        self.attention = False  # ... and SDPA as the fused attention kernel
+
+
+_TRACING = _Tracing()
+_PATCH_LOCK = threading.Lock()
+_PATCH_USERS = 0
+_PATCHED: dict[tuple[int, str], tuple[object, str, object]] = {}  # (id(module), name) -> (module, name, original)
+
+
+def _dispatching(orig, repl, flag: str):
+    """``repl`` in a thread that is tracing (with ``flag`` on), ``orig`` everywhere else: a patch made for one
+    thread's trace never changes what another thread (a real run, another trace) calls."""
+
+    def fn(*args, **kwargs):
+        return (repl if getattr(_TRACING, flag) else orig)(*args, **kwargs)
+
+    fn.__wrapped__ = orig
+    fn._traincast_patch = True
+    return fn
+
+
+def _patch(mod, name: str, repl, flag: str) -> None:
+    key = (id(mod), name)
+    if key in _PATCHED:
+        return
+    orig = getattr(mod, name)
+    _PATCHED[key] = (mod, name, orig)
+    setattr(mod, name, _dispatching(orig, repl, flag))
+
+
+def _patch_loaded_modules() -> None:
+    """Put the kernels in place in torch.nn.functional and every transformers model module loaded so far."""
+    # calls through the module attribute, including those inside torch's own Python functions
+    # (F.multi_head_attention_forward, which a torch-function mode sees only as a whole)
+    _patch(F, "scaled_dot_product_attention", fused_sdpa, "attention")
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("transformers.models.") or mod is None:
+            continue
+        for fn_name, (repl, needs) in _HF_KERNELS.items():
+            orig = getattr(mod, fn_name, None)
+            if orig is None or not callable(orig) or getattr(orig, "_traincast_patch", False):
+                continue
+            if _params(orig)[:len(needs)] == needs:
+                _patch(mod, fn_name, repl, "kernels")
+
+
 class FusedKernels:
-    """While active: ``F.scaled_dot_product_attention`` runs as the fused kernel CUDA picks (``attention=True``),
-    and the Mamba functions of every loaded transformers model run as the mamba_ssm / causal-conv1d kernels.
-    ``patched`` counts the transformers functions replaced."""
+    """While active in this thread: ``F.scaled_dot_product_attention`` runs as the fused kernel CUDA picks
+    (``attention=True``), and the Mamba functions of every loaded transformers model run as the mamba_ssm /
+    causal-conv1d kernels. The module attributes are patched while any thread traces (counted), and each patch
+    dispatches on the calling thread, so other threads keep the originals."""
 
     def __init__(self, attention: bool = True):
         self.attention = attention
-        self._saved: list[tuple[object, str, object]] = []
         self._mode = None
+        self._was = (False, False)
 
     def __enter__(self):
-        for name, mod in list(sys.modules.items()):
-            if not name.startswith("transformers.models.") or mod is None:
-                continue
-            for fn_name, (repl, needs) in _HF_KERNELS.items():
-                orig = getattr(mod, fn_name, None)
-                if orig is None or not callable(orig) or _params(orig)[:len(needs)] != needs:
-                    continue
-                self._saved.append((mod, fn_name, orig))
-                setattr(mod, fn_name, repl)
-        if self.attention:
-            # calls through the module attribute, including those inside torch's own Python functions
-            # (F.multi_head_attention_forward, which a torch-function mode sees only as a whole) ...
-            self._saved.append((F, "scaled_dot_product_attention", _SDPA))
-            F.scaled_dot_product_attention = fused_sdpa
-            # ... and calls through names bound at import (from torch.nn.functional import ...)
+        global _PATCH_USERS
+        with _PATCH_LOCK:
+            _patch_loaded_modules()
+            _PATCH_USERS += 1
+        self._was = (_TRACING.kernels, _TRACING.attention)
+        _TRACING.kernels, _TRACING.attention = True, self.attention
+        if self.attention:  # calls through names bound at import (from torch.nn.functional import ...)
             self._mode = _SdpaMode()
             self._mode.__enter__()
         return self
 
     def __exit__(self, *exc):
+        global _PATCH_USERS
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
-        for mod, fn_name, orig in reversed(self._saved):
-            setattr(mod, fn_name, orig)
-        self._saved.clear()
+        _TRACING.kernels, _TRACING.attention = self._was
+        with _PATCH_LOCK:
+            _PATCH_USERS -= 1
+            if _PATCH_USERS == 0:
+                for mod, name, orig in _PATCHED.values():
+                    setattr(mod, name, orig)
+                _PATCHED.clear()
         return False
 
 
@@ -615,7 +663,7 @@ _SDPA = F.scaled_dot_product_attention
 class _SdpaMode(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is _SDPA:
+        if func is _SDPA and _TRACING.attention:
             return fused_sdpa(*args, **kwargs)
         return func(*args, **kwargs)
 
