@@ -5,9 +5,11 @@
     >>> wl.flops("forward") / 32 / 2e9   # GMACs per image
     4.1...
 
-A model is a zoo name, a spec file (``.yaml``/``.json``), a Hugging Face
-``config.json`` (built from the config, no weights), or an ``nn.Module``
-together with an ``inputs`` description.
+A model is any text a model source recognises (``workload.sources.SOURCES``): a
+zoo or torchvision name, ``timm:NAME``, ``package.module:factory``, a diffusers
+or Hugging Face config (built from the config, no weights), a spec file
+(``.yaml``/``.json``); or an ``nn.Module`` together with an ``inputs``
+description.
 """
 
 from __future__ import annotations
