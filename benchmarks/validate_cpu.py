@@ -70,6 +70,8 @@ def main() -> None:
             m, b = k.rsplit("|", 1)
             rounds[(m, int(b))] = r
 
+    skipped: dict = {}
+
     def measure_round(plan, rnd):
         for m, b in plan:
             if True:
@@ -77,8 +79,14 @@ def main() -> None:
                 if rounds.get(key, 0) >= rnd:
                     continue
                 seq = args.seq_len if m in ("gpt2", "bert-small", "bert-tiny") else None
-                r = measure_steps([m], [b], steps=args.steps, isolate=not args.in_process, seq_len=seq,
-                                  threads=args.threads)[0]
+                try:
+                    r = measure_steps([m], [b], steps=args.steps, isolate=not args.in_process, seq_len=seq,
+                                      threads=args.threads)[0]
+                except Exception as e:  # a model that cannot train at this batch (BatchNorm on one value per channel)
+                    skipped[key] = f"{type(e).__name__}: {e}"
+                    rounds[key] = rnd
+                    print(f"  round {rnd} {m} b{b} cannot be trained: {skipped[key]}", flush=True)
+                    continue
                 keep = key not in done or r.measured_s < done[key].measured_s
                 if keep:
                     done[key] = r
@@ -92,7 +100,9 @@ def main() -> None:
     for rnd in range(1, args.rounds + 1):
         measure_round(plan, rnd)
     m_cal = [done[(m, b)] for m in cal_models for b in CAL_BATCHES]
-    m_held = [done[(m, b)] for m in held_models for b in bs]
+    m_held = [done[(m, b)] for m in held_models for b in bs if (m, b) in done]
+    for (m, b), why in skipped.items():
+        print(f"not scored: {m} b{b} ({why})")
     from traincast.fit.calibration import run_layer_campaign
     from traincast.store import Store
 
