@@ -15,6 +15,7 @@ from traincast.predict.base import OpTimes, Predictor
 from traincast.predict.comm import SYNC_METHODS, CommTime, gradient_sync
 from traincast.predict.registry import default_predictor
 from traincast.predict.rnn import with_cudnn_recurrent
+from traincast.predict.roofline import check_precision
 from traincast.workload.records import PHASES, MemoryFootprint, Workload
 
 
@@ -168,7 +169,10 @@ class WorkloadFamily:
         from traincast.workload import trace
 
         if batch not in self._traces:
-            self._traces[batch] = trace(self.model, batch_size=batch, **self.kw)
+            from traincast.workload.precision import apply_fp8
+
+            # FP8 precisions: the linear layers' GEMMs, casts and amax work as Transformer Engine runs them
+            self._traces[batch] = apply_fp8(trace(self.model, batch_size=batch, **self.kw))
         return self._traces[batch]
 
     def at(self, batch: int) -> Workload:
@@ -344,9 +348,11 @@ def hardware_of(cat: Catalog, *, gpu=None, instance: str | None = None, gpus: in
     per_node_max = inst.gpus if inst else None
     gpn, n_nodes = _layout(gpus, nodes, per_node_max)
     if inst is None:
-        inst = cat.cheapest_instance(device, gpn)
+        inst = cat.cheapest_instance(device, gpn) or cat.reference_system(device)
         if inst is not None and inst.gpus != gpn and n_nodes == 1 and gpn > inst.gpus:
             gpn, n_nodes = _layout(gpus, None, inst.gpus)
+        elif inst is None and device.nvlink_domain_gpus and not nodes and gpn > device.nvlink_domain_gpus:
+            gpn, n_nodes = _layout(gpus, None, device.nvlink_domain_gpus)
     net = network_gbit_per_s or (inst.network_gbit_per_s if inst and inst.network_gbit_per_s
                                  else float(system_table()["network"]["default_inter_node_gbit_per_s"]))
     return device, inst, gpn, n_nodes, net
@@ -425,6 +431,7 @@ def forecast(
     parallel = strategy is not None and not strategy.is_plain_data_parallel
     device, inst, gpn, n_nodes, net = hardware_of(cat, gpu=gpu, instance=instance, gpus=gpus, nodes=nodes,
                                                   network_gbit_per_s=network_gbit_per_s)
+    check_precision(device, precision)
     b = batch_size
     if not per_gpu_batch and not parallel:
         if batch_size < gpus:
