@@ -38,10 +38,12 @@ def _names(kind: str) -> str:
 
 
 def _parallel_names(kind: str) -> str:
-    from traincast.predict.parallel.strategy import RECOMPUTATIONS, SCHEDULES
+    from traincast.predict.parallel.strategy import CONTEXT_PARALLEL, RECOMPUTATIONS, SCHEDULES
 
     if kind == "schedule":
         return SCHEDULES.describe()
+    if kind == "cp_kind":
+        return CONTEXT_PARALLEL.describe()
     return RECOMPUTATIONS.describe()
 
 
@@ -83,6 +85,13 @@ def render_forecast(f, console=console) -> None:
         rows = [r for r in rows if r[0] != "largest per-GPU batch that fits"]
         rows.append(["largest micro-batch that fits", str(f.max_per_gpu_batch)])
     console.print(table(title, ["", ""], rows))
+    if f.shares:
+        labels = {"fp8_gemm": "FP8 GEMMs", "fp8_cast_amax": "FP8 casts, transposes, amax",
+                  "cp_comm_exposed": "context-parallel comm, exposed", "cp_comm_hidden": "context-parallel comm, "
+                  "hidden behind attention"}
+        console.print(table("share of the step (busiest GPU)", ["", "time", "share"],
+                            [[labels[k], dur(v["s"]), f"{100 * v['share']:.1f}%"] for k, v in f.shares.items()
+                             if v["s"] > 0]))
     if f.strategy:
         _render_parallel(f, console)
         for n in f.notes:
@@ -167,6 +176,8 @@ def register(app: typer.Typer) -> None:
                                                help="split norms and dropout over the tensor ranks by tokens"),
         offload_optimizer: bool = typer.Option(False, "--offload-optimizer",
                                                help="optimizer states and step on the CPU (ZeRO-Offload)"),
+        cp: int = typer.Option(1, "--cp", help="context-parallel degree: the sequence split over cp GPUs"),
+        cp_kind: str = typer.Option("ring", "--cp-kind", help=_parallel_names("cp_kind")),
     ):
         """Forecast iteration, epoch and total time, cost and memory of a training job."""
         from traincast.predict.options import forecast_from_options
@@ -178,7 +189,8 @@ def register(app: typer.Typer) -> None:
                                   device=device, profile=profile, predictor=predictor_name, adaptation=adaptation,
                                   catalog=_catalog(catalog), tp=tp, pp=pp, dp=dp, ep=ep, zero=zero, fsdp=fsdp,
                                   micro_batch=micro_batch, schedule=schedule, recompute=recompute,
-                                  sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer)
+                                  sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer,
+                                  cp=cp, cp_kind=cp_kind)
         if as_json:
             print_json(f.to_dict())
         else:

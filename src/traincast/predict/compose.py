@@ -286,6 +286,10 @@ class Forecast:
     bubble_share: float = 0.0
     comm_exposed_by_kind: dict = field(default_factory=dict)
     comm_total_by_kind: dict = field(default_factory=dict)
+    # FP8 and context parallelism (issue 22): seconds per step of the busiest GPU and their shares of the
+    # iteration: fp8_gemm, fp8_cast_amax (casts, transposes, amax passes and the amax-history update),
+    # cp_comm_exposed, cp_comm_hidden (the key/value exchange hidden behind attention)
+    shares: dict = field(default_factory=dict)
     workload: Workload | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
@@ -365,6 +369,31 @@ def cluster_of(cat: Catalog, *, gpu=None, instance: str | None = None, gpus: int
                                                   network_gbit_per_s=network_gbit_per_s)
     return device, Cluster(device=device, gpus_per_node=gpn, nodes=n_nodes, inter_node_gbit_per_s=net,
                            instance=inst.name if inst else None), inst
+
+
+FP8_OVERHEAD_ATENS = ("fp8_cast_transpose", "fp8_amax", "fp8_amax_scale_update")
+
+
+def step_shares(iteration_s: float, fp8_gemm_s: float = 0.0, fp8_cast_s: float = 0.0, cp_exposed_s: float = 0.0,
+                cp_total_s: float = 0.0) -> dict:
+    """Seconds and shares of the iteration in FP8 GEMMs, FP8 casts/amax and context-parallel communication
+    (exposed and hidden); empty when the step has none of them."""
+    vals = {"fp8_gemm": fp8_gemm_s, "fp8_cast_amax": fp8_cast_s, "cp_comm_exposed": cp_exposed_s,
+            "cp_comm_hidden": max(0.0, cp_total_s - cp_exposed_s)}
+    if not any(vals.values()):
+        return {}
+    it = max(iteration_s, 1e-12)
+    return {k: {"s": v, "share": v / it} for k, v in vals.items()}
+
+
+def _fp8_times(ops, times) -> tuple[float, float]:
+    gemm = cast = 0.0
+    for o, t in zip(ops, times):
+        if o.dtype == "fp8" and o.op_class == "matmul":
+            gemm += t
+        elif o.aten in FP8_OVERHEAD_ATENS:
+            cast += t
+    return gemm, cast
 
 
 def _top_modules(wl: Workload, op_times: OpTimes, n: int = 10) -> tuple[dict, ...]:
@@ -535,6 +564,7 @@ def forecast(
         bottleneck=st.bottleneck(), top_modules=_top_modules(wl, st.op_times), scaling=tuple(rows),
         notes=tuple(notes), straggler_s=st.straggler_s,
         strategy=strategy.to_dict() if strategy is not None else None, workload=wl,
+        shares=step_shares(st.iteration_s, *_fp8_times(wl.ops, st.op_times.times_s)),
     )
 
 
@@ -615,6 +645,8 @@ def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nod
         straggler_s=step.straggler_s, strategy=strategy, stages=stages, bubble_share=step.bubble_share,
         comm_exposed_by_kind=dict(step.comm_exposed_by_kind), comm_total_by_kind=dict(step.comm_total_by_kind),
         workload=wl,
+        shares=step_shares(step.iteration_s, step.fp8_gemm_s, step.fp8_cast_s,
+                           step.comm_exposed_by_kind.get("context", 0.0), step.comm_total_by_kind.get("context", 0.0)),
     )
 
 
