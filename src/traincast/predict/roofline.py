@@ -24,6 +24,8 @@ Per op::
   ``conv_half_dim`` (0: off).
 - ``memory[class] x memory_scale``: the fraction of the datasheet bandwidth an op class reaches; an op
   whose tensors exceed ``cache_bytes`` (when set) streams from DRAM at ``dram_factor`` times that.
+- causal fused attention: the FLOPs its kernels execute (:func:`executed_flops`: the tiles above the diagonal
+  skipped, about half the dense count).
 - ``launches``: a foreach (multi-tensor) op over n tensors launches ceil(n / ``foreach_chunk``) kernels.
 - ``overhead``: ``op_overhead_us`` per launch, or ``light_overhead_us`` (where set: CPUs) for ops that
   are no autograd node (:func:`is_light`).
@@ -610,13 +612,39 @@ class CompiledOps:
                           with_bound=with_bound)
 
 
+CAUSAL_TILE = 128  # query/key tile of fused attention kernels (FlashAttention-2/3, cuDNN, xFormers: 64-128)
+
+
+def attention_is_causal(op) -> bool:
+    """Whether a fused attention op was called with a causal mask (its ``is_causal`` argument)."""
+    if op.op_class != "attention" or not op.args:
+        return False
+    bools = [a for a in op.args if isinstance(a, bool)]
+    if not bools:
+        return False
+    if "efficient" in op.aten:  # (attn_bias, compute_lse, dropout_p, is_causal) / (..., grad_input_mask, is_causal)
+        return bools[-1]
+    return bools[0] if "flash" in op.aten or "cudnn" in op.aten else False
+
+
+def executed_flops(op) -> float:
+    """FLOPs a kernel executes: the op's count, except causal fused attention, whose kernels skip the key tiles
+    above the diagonal: of n x n tiles (n = keys / ``CAUSAL_TILE``) they compute n(n+1)/2, a share of
+    1/2 + 1/(2n) of the dense count the FLOP formula gives."""
+    if not attention_is_causal(op):
+        return float(op.flops)
+    keys = op.input_shapes[1][-2] if len(op.input_shapes) > 1 and len(op.input_shapes[1]) >= 2 else 0
+    n = max(1.0, keys / CAUSAL_TILE)
+    return float(op.flops) * min(1.0, 0.5 + 0.5 / n)
+
+
 def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineParams) -> CompiledOps:
     """Traced ops (``OpRecord``s) as arrays: each op's unit and peak (by dtype and precision), efficiency key,
     memory class, GEMM dimension, tensors per launch, light flag and fresh output bytes (counted at
     ``params.fresh_alloc_min_bytes``)."""
     min_bytes = params.fresh_alloc_min_bytes if params.fresh_alloc_gb_per_s else 0.0
     return CompiledOps.from_arrays(
-        [o.flops for o in ops], [o.bytes_total for o in ops], [o.op_class for o in ops], device,
+        [executed_flops(o) for o in ops], [o.bytes_total for o in ops], [o.op_class for o in ops], device,
         precision=precision, dtype=[o.dtype for o in ops], key=[compute_key(o) for o in ops],
         dmin=[gemm_min_dim(o) for o in ops], n_tensors=[o.n_tensors for o in ops], light=[is_light(o) for o in ops],
         winograd=[winograd_eligible(o) for o in ops],

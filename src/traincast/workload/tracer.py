@@ -421,10 +421,10 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
              for mod, name in names.items() if isinstance(mod, torch.nn.RNNBase)]
     modes = []
     half = autocast_dtype(precision)
+    if fused_attention:  # entered first: autocast (inner) casts SDPA's inputs before the fused kernel replaces it
+        modes.append(FusedAttention())
     if half is not None:
         modes.append(AutocastEmulation(half))
-    if fused_attention:
-        modes.append(FusedAttention())
 
     def set_phase(phase: str) -> None:
         recorder.phase = phase
