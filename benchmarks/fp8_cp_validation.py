@@ -53,6 +53,13 @@ def forecast_row(row: dict, catalog, families: dict):
     from traincast.predict.options import forecast_from_options
 
     model = str(CONFIGS / f"{row['model']}.json")
+    cfg = json.loads(Path(model).read_text())
+    if row["seq_len"] > cfg.get("max_position_embeddings", 0):
+        # long-context runs extend the positions (RoPE scaling); the shapes are otherwise the model's
+        cfg["max_position_embeddings"] = row["seq_len"]
+        tmp = Path(tempfile.gettempdir()) / f"fp8cp-{row['model']}-{row['seq_len']}.json"
+        tmp.write_text(json.dumps(cfg))
+        model = str(tmp)
     key = (model, row["precision"], row["seq_len"])
     if key not in families:
         families[key] = WorkloadFamily(model, optimizer="adamw", precision=row["precision"], seq_len=row["seq_len"])
