@@ -262,3 +262,27 @@ def test_forecast_reports_fp8_and_cp_shares(cli, capsys, small_gpt):
     # single GPU, FP8: the shares come from the per-op times
     f = forecast(small_gpt, gpu="H100", batch_size=4, seq_len=SEQ, precision="fp8-current", optimizer="adamw")
     assert f.shares["fp8_gemm"]["s"] > 0 and f.shares["cp_comm_exposed"]["s"] == 0
+
+
+def test_fp8_all_gather_moves_one_byte_per_layer_weight(small_gpt, h100):
+    fam = WorkloadFamily(small_gpt, optimizer="adamw", precision="fp8", seq_len=SEQ)
+    pm = ParallelModel(fam, h100, Cluster(h100, 8, 1), default_predictor(), "fp8", collectives=ideal_params(),
+                       exact_traces=True)
+    base = ParallelConfig(dp=8, sharding="fsdp-full", micro_batch=2)
+    plain = pm.evaluate(base, per_replica_batch=4)
+    f8 = pm.evaluate(replace(base, fp8_all_gather=True), per_replica_batch=4)
+    wl, _ = pm.base()
+    pbytes = wl.memory.parameter_bytes / wl.parameters
+    layer = 12 * H * H + 13 * H
+    link = h100.link.gb_per_s * 1e9
+    m = 2  # micro-batches; each gathers every layer forward and backward
+    saved = m * LAYERS * 2 * (7 / 8) * layer * (pbytes - 1) / link
+    assert plain.comm_total_by_kind["sharding"] - f8.comm_total_by_kind["sharding"] == pytest.approx(saved, rel=1e-9)
+    # the gathered unit and the prefetched one: the largest unit, the embeddings (whole, bf16 path) here
+    emb = (VOCAB * H + SEQ * H) * pbytes
+    assert f8.memory["buffers"] == pytest.approx(2 * max(layer * 1.0, emb), rel=1e-6)
+    assert plain.memory["buffers"] == pytest.approx(2 * max(layer * pbytes, emb), rel=1e-6)
+    with pytest.raises(ConfigError, match="needs --zero 3 or --fsdp"):
+        from traincast.predict.parallel import resolve
+
+        resolve(8, fp8_all_gather=True)

@@ -178,6 +178,8 @@ def register(app: typer.Typer) -> None:
                                                help="optimizer states and step on the CPU (ZeRO-Offload)"),
         cp: int = typer.Option(1, "--cp", help="context-parallel degree: the sequence split over cp GPUs"),
         cp_kind: str = typer.Option("ring", "--cp-kind", help=_parallel_names("cp_kind")),
+        fp8_all_gather: bool = typer.Option(False, "--fp8-all-gather",
+                                            help="FSDP/ZeRO-3 gathers the layers' weights in FP8 (FP8 precisions)"),
     ):
         """Forecast iteration, epoch and total time, cost and memory of a training job."""
         from traincast.predict.options import forecast_from_options
@@ -190,7 +192,7 @@ def register(app: typer.Typer) -> None:
                                   catalog=_catalog(catalog), tp=tp, pp=pp, dp=dp, ep=ep, zero=zero, fsdp=fsdp,
                                   micro_batch=micro_batch, schedule=schedule, recompute=recompute,
                                   sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer,
-                                  cp=cp, cp_kind=cp_kind)
+                                  cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather)
         if as_json:
             print_json(f.to_dict())
         else:

@@ -16,6 +16,7 @@ from traincast.predict.comm import SYNC_METHODS, CommTime, gradient_sync
 from traincast.predict.registry import default_predictor
 from traincast.predict.rnn import with_cudnn_recurrent
 from traincast.predict.roofline import check_precision
+from traincast.workload.precision import get_precision
 from traincast.workload.records import PHASES, MemoryFootprint, Workload
 
 
@@ -461,6 +462,8 @@ def forecast(
     device, inst, gpn, n_nodes, net = hardware_of(cat, gpu=gpu, instance=instance, gpus=gpus, nodes=nodes,
                                                   network_gbit_per_s=network_gbit_per_s)
     check_precision(device, precision)
+    if strategy is not None and strategy.fp8_all_gather and get_precision(precision).fp8 is None:
+        raise ConfigError("--fp8-all-gather needs an FP8 precision (--precision fp8 | fp8-current | mxfp8)")
     b = batch_size
     if not per_gpu_batch and not parallel:
         if batch_size < gpus:

@@ -678,9 +678,13 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     dense_params = [up - ep for up, ep in zip(unit_params, lay.expert_params)]
     per_gpu_params = [dense_params[u] / t + lay.expert_params[u] / t / max(1, cfg.ep) for u in range(n_units)]
     gather_f, gather_b = [0.0] * n_units, [0.0] * n_units
+    # bytes per gathered parameter: the trace's, or 1 for the layers' FP8 weights with an FP8 all-gather
+    # (torchao float8 / Megatron FSDP: each rank casts its shard, the gather moves FP8)
+    fp8_gather = cfg.fp8_all_gather and get_precision(base.precision).fp8 is not None
+    gather_item = [1.0 if fp8_gather and 0 < u < n_units - 1 else pbytes for u in range(n_units)]
     if sh.parameters and shard_group.ranks > 1:
         for u in range(n_units):
-            size = per_gpu_params[u] * pbytes
+            size = per_gpu_params[u] * gather_item[u]
             gather_f[u] = coll("all-gather", size, shard_group)
             gather_b[u] = coll("all-gather", size, shard_group) + coll("reduce-scatter", per_gpu_params[u] * gbytes,
                                                                         shard_group)
@@ -824,7 +828,7 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         transient = max((uc.transient_bytes[u] for u in us), default=0.0)
         buffers = 0.0
         if sh.parameters and shard_group.ranks > 1:  # the gathered unit and the prefetched next one
-            buffers = 2 * max((per_gpu_params[u] for u in us), default=0.0) * pbytes
+            buffers = 2 * max((per_gpu_params[u] * gather_item[u] for u in us), default=0.0)
         copies = sum(lay.weight_copy_bytes[u] for u in us) / t if lay.weight_copy_bytes else 0.0
         if sh.parameters and shard_group.ranks > 1:  # only the gathered units' copies exist at once
             copies = 2 * max((lay.weight_copy_bytes[u] for u in us), default=0) / t if lay.weight_copy_bytes else 0.0
