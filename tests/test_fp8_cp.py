@@ -286,3 +286,14 @@ def test_fp8_all_gather_moves_one_byte_per_layer_weight(small_gpt, h100):
         from traincast.predict.parallel import resolve
 
         resolve(8, fp8_all_gather=True)
+
+
+def test_parallelize_searches_given_context_degrees(cli, capsys, small_gpt):
+    args = ["parallelize", small_gpt, "--gpu", "H100", "--gpus", "8", "-b", "16", "--seq-len", str(SEQ),
+            "--micro-batches", "1,2", "--cp", "1,2,4", "--shardings", "none", "--recompute", "none", "--top", "50",
+            "--json"]
+    assert run(args, cli) == 0, capsys.readouterr().err
+    d = json.loads(capsys.readouterr().out)
+    cps = {c["config"]["cp"] for c in d["top"]}
+    assert {1, 2, 4} <= cps
+    assert all(c["config"]["gpus"] == 8 for c in d["top"])
