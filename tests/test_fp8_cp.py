@@ -297,3 +297,17 @@ def test_parallelize_searches_given_context_degrees(cli, capsys, small_gpt):
     cps = {c["config"]["cp"] for c in d["top"]}
     assert {1, 2, 4} <= cps
     assert all(c["config"]["gpus"] == 8 for c in d["top"])
+
+
+def test_fp8_attention_option(cli, capsys, small_gpt, bf16_trace, h100):
+    f8 = apply_fp8(replace(bf16_trace, precision="fp8"), fp8_attention=True)
+    att = [o for o in f8.ops if o.op_class == "attention"]
+    assert att and all(o.dtype == "fp8" for o in att)
+    assert compute_unit("attention", "fp8", h100, "fp8") == ("fp8", "tensor")
+    plain = [o for o in apply_fp8(replace(bf16_trace, precision="fp8")).ops if o.op_class == "attention"]
+    assert all(o.dtype == "bf16" for o in plain)
+    args = ["predict", small_gpt, "--gpu", "H100", "-b", "4", "--seq-len", str(SEQ), "--fp8-attention",
+            "--precision", "amp-bf16"]
+    assert run(args, cli) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--fp8-attention needs an FP8 precision" in err[0]

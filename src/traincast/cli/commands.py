@@ -180,6 +180,8 @@ def register(app: typer.Typer) -> None:
         cp_kind: str = typer.Option("ring", "--cp-kind", help=_parallel_names("cp_kind")),
         fp8_all_gather: bool = typer.Option(False, "--fp8-all-gather",
                                             help="FSDP/ZeRO-3 gathers the layers' weights in FP8 (FP8 precisions)"),
+        fp8_attention: bool = typer.Option(False, "--fp8-attention",
+                                           help="FP8 precisions: the attention kernels in FP8 too (cuDNN FP8 attention)"),
     ):
         """Forecast iteration, epoch and total time, cost and memory of a training job."""
         from traincast.predict.options import forecast_from_options
@@ -192,7 +194,7 @@ def register(app: typer.Typer) -> None:
                                   catalog=_catalog(catalog), tp=tp, pp=pp, dp=dp, ep=ep, zero=zero, fsdp=fsdp,
                                   micro_batch=micro_batch, schedule=schedule, recompute=recompute,
                                   sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer,
-                                  cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather)
+                                  cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather, fp8_attention=fp8_attention)
         if as_json:
             print_json(f.to_dict())
         else:
@@ -269,10 +271,12 @@ def register(app: typer.Typer) -> None:
             return
         f = lambda x: "-" if x is None else f"{x:g}"  # noqa: E731
         rows = [[d.name, d.generation, f(d.fp32_tflops), f(d.tf32_tflops), f(d.fp16_tflops), f(d.bf16_tflops),
-                 f"{d.memory_gib:g}", f"{d.memory_bandwidth_gb_per_s:g}", f"{d.link.type} {d.link.gb_per_s:g}",
+                 f(d.fp8_tflops), f(d.fp4_tflops), f"{d.memory_gib:g}", f"{d.memory_bandwidth_gb_per_s:g}",
+                 f"{d.link.type} {d.link.gb_per_s:g}" + (f" x{d.nvlink_domain_gpus}" if d.nvlink_domain_gpus else ""),
                  d.date] for d in devs]
-        console.print(table("devices (TFLOP/s dense; memory GiB; bandwidth GB/s; link GB/s per direction)",
-                            ["name", "gen", "fp32", "tf32", "fp16", "bf16", "mem", "bw", "link", "date"], rows, 2))
+        console.print(table("devices (TFLOP/s dense; memory GiB; bandwidth GB/s; link GB/s per direction x GPUs per "
+                            "NVLink domain)", ["name", "gen", "fp32", "tf32", "fp16", "bf16", "fp8", "fp4", "mem", "bw",
+                                               "link", "date"], rows, 2))
 
     @app.command()
     def instances(catalog: Catalogs = typer.Option(None, "--catalog"), as_json: bool = typer.Option(False, "--json")):

@@ -160,9 +160,11 @@ def interpolate(a: Workload, b: Workload, batch: int) -> Workload | None:
 class WorkloadFamily:
     """Traces of one model configuration at any per-device batch, with a cache."""
 
-    def __init__(self, model, *, optimizer="sgd", precision="fp32", seq_len=None, freeze=None, inputs=None):
+    def __init__(self, model, *, optimizer="sgd", precision="fp32", seq_len=None, freeze=None, inputs=None,
+                 fp8_attention: bool = False):
         self.model = model
         self.kw = dict(optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze, inputs=inputs)
+        self.fp8_attention = fp8_attention  # FP8 precisions: the attention kernels in FP8 too
         self._traces: dict[int, Workload] = {}
         self._interpolated: dict[int, Workload] = {}
 
@@ -173,7 +175,8 @@ class WorkloadFamily:
             from traincast.workload.precision import apply_fp8
 
             # FP8 precisions: the linear layers' GEMMs, casts and amax work as Transformer Engine runs them
-            self._traces[batch] = apply_fp8(trace(self.model, batch_size=batch, **self.kw))
+            self._traces[batch] = apply_fp8(trace(self.model, batch_size=batch, **self.kw),
+                                            fp8_attention=self.fp8_attention)
         return self._traces[batch]
 
     def at(self, batch: int) -> Workload:
@@ -435,6 +438,7 @@ def forecast(
     family: WorkloadFamily | None = None,
     exact_trace: bool = True,
     strategy=None,
+    fp8_attention: bool = False,
 ) -> Forecast:
     """Forecast a training job: step, epoch, total time, cost, memory.
 
@@ -464,6 +468,8 @@ def forecast(
     check_precision(device, precision)
     if strategy is not None and strategy.fp8_all_gather and get_precision(precision).fp8 is None:
         raise ConfigError("--fp8-all-gather needs an FP8 precision (--precision fp8 | fp8-current | mxfp8)")
+    if fp8_attention and get_precision(precision).fp8 is None:
+        raise ConfigError("--fp8-attention needs an FP8 precision (--precision fp8 | fp8-current | mxfp8)")
     b = batch_size
     if not per_gpu_batch and not parallel:
         if batch_size < gpus:
@@ -473,7 +479,7 @@ def forecast(
             notes.append(f"global batch {batch_size} does not divide over {gpus} GPUs; {b} per GPU assumed")
     global_batch = b * gpus
     family = family or WorkloadFamily(model, optimizer=optimizer, precision=precision,
-                                      seq_len=seq_len, freeze=freeze, inputs=inputs)
+                                      seq_len=seq_len, freeze=freeze, inputs=inputs, fp8_attention=fp8_attention)
     predictor = predictor or default_predictor()
     exact = exact_trace or predictor.needs_shapes
     wl = None if parallel else family.trace(b) if exact else family.at(b)

@@ -46,7 +46,7 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                           freeze: str | None = None, instance: str | None = None, seq_len: int | None = None,
                           network_gbit: float | None = None, device: str | None = None, profile: str | None = None,
                           predictor: str | None = None, adaptation: str = "none", catalog: Catalog | None = None,
-                          family: WorkloadFamily | None = None, **layout) -> Forecast:
+                          family: WorkloadFamily | None = None, fp8_attention: bool = False, **layout) -> Forecast:
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
 
     ``device='local'`` or ``profile=NAME|FILE``: the calibrated device profile instead of a catalog GPU (they
@@ -72,5 +72,6 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
     f = forecast(model, gpu=gpu, gpus=gpus, predictor=pred, nodes=nodes, batch_size=batch_size,
                  per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size, precision=precision,
                  optimizer=optimizer, instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap,
-                 freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=family, strategy=strategy)
+                 freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=family, strategy=strategy,
+                 fp8_attention=fp8_attention)
     return replace(f, notes=tuple(warnings) + f.notes) if warnings else f
