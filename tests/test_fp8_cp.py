@@ -311,3 +311,15 @@ def test_fp8_attention_option(cli, capsys, small_gpt, bf16_trace, h100):
     assert run(args, cli) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--fp8-attention needs an FP8 precision" in err[0]
+
+
+def test_plan_with_fp8_keeps_to_gpus_that_have_it(small_gpt):
+    from traincast.plan.pareto import plan
+
+    with pytest.raises(ConfigError, match="needs FP8 tensor cores"):
+        plan(small_gpt, epochs=1, dataset_size=1000, batch_size=16, gpus=(8,), gpu_types=("H100", "A100-80GB"),
+             precision="fp8", optimizer="adamw", seq_len=SEQ, layouts="data-parallel")
+    res = plan(small_gpt, epochs=1, dataset_size=1000, batch_size=16, gpus=(8,), precision="fp8-current",
+               optimizer="adamw", seq_len=SEQ, layouts="data-parallel")
+    cat = get_catalog()
+    assert res.configs and all(cat.device(c.device).fp8_tflops for c in res.configs)
