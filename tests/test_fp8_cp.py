@@ -323,3 +323,14 @@ def test_plan_with_fp8_keeps_to_gpus_that_have_it(small_gpt):
                optimizer="adamw", seq_len=SEQ, layouts="data-parallel")
     cat = get_catalog()
     assert res.configs and all(cat.device(c.device).fp8_tflops for c in res.configs)
+
+
+def test_context_split_holds_on_interpolated_micro_batches(small_gpt, h100):
+    fam = WorkloadFamily(small_gpt, optimizer="adamw", precision="amp-bf16", seq_len=SEQ)
+    pm = ParallelModel(fam, h100, Cluster(h100, 8, 1), default_predictor(), "amp-bf16", exact_traces=False)
+    pm.base(2)
+    fam.trace(4)  # micro-batch 3 is interpolated from 2 and 4 (no shapes)
+    assert not fam.at(3).ops[5].input_shapes
+    one = pm.evaluate(ParallelConfig(dp=8, micro_batch=3), per_replica_batch=3, simulate_pipeline=False)
+    two = pm.evaluate(ParallelConfig(dp=4, cp=2, micro_batch=3), per_replica_batch=3, simulate_pipeline=False)
+    assert two.flops_per_gpu == pytest.approx(one.flops_per_gpu / 2, rel=0.01)

@@ -208,18 +208,24 @@ def shard_ops(ops, layout: ModelLayout, t: int, sp: bool, indices=None, tokens: 
     return out
 
 
-def cp_split_ops(ops, c: int, token_sizes) -> list[OpRecord]:
-    """The ops as one of ``c`` context-parallel ranks runs them: every op over a token dimension (``token_sizes``)
-    gets 1/c of its work and its token dimension divided (the attention core too: with causal load balancing
-    each rank computes 1/c of the causal score matrix; Ulysses: the whole sequence on 1/c of the heads); ops
-    without a token dimension (weight casts, optimizer) stay whole."""
+def has_token_dim(op: OpRecord, token_sizes) -> bool:
+    """Whether one of the op's tensors has a token dimension (a size in ``token_sizes``)."""
+    return op.phase != "optimizer" and any(d in token_sizes for s in (*op.input_shapes, *op.output_shapes) for d in s)
+
+
+def cp_split_ops(ops, c: int, token_sizes, carries=None) -> list[OpRecord]:
+    """The ops as one of ``c`` context-parallel ranks runs them: every op over a token dimension (``token_sizes``;
+    or where ``carries`` says so, for interpolated ops without shapes) gets 1/c of its work and its token
+    dimension divided (the attention core too: with causal load balancing each rank computes 1/c of the causal
+    score matrix; Ulysses: the whole sequence on 1/c of the heads); ops without a token dimension (weight casts,
+    optimizer) stay whole."""
     if c <= 1:
         return list(ops)
     sizes = tuple(x for x in token_sizes if x and x % c == 0)
     out = []
-    for o in ops:
-        shapes = (*o.input_shapes, *o.output_shapes)
-        if o.phase == "optimizer" or not any(d in sizes for s in shapes for d in s):
+    for k, o in enumerate(ops):
+        tok = carries[k] if carries is not None else has_token_dim(o, sizes)
+        if not tok:
             out.append(o)
             continue
         out.append(replace(o, flops=int(o.flops / c), bytes_read=int(o.bytes_read / c),
@@ -332,7 +338,12 @@ class ParallelModel:
         idx = [i for u in reps for i in members[u]]
         new_ops = shard_ops(wl.ops, lay, t, sp, idx, tokens)
         if c > 1:  # context parallelism: every rank 1/c of the tokens (after the tensor split)
-            new_ops = cp_split_ops(new_ops, c, {tokens, lay.seq_len, tokens // t if sp and t > 1 else 0})
+            # which ops carry tokens: read on the traced anchor (interpolated ops have no shapes)
+            anchor = self.family.anchor_of(wl) if hasattr(self.family, "anchor_of") else wl
+            anchor_tokens = tuple(x for x in (lay.tokens, lay.seq_len) if x)
+            carries = [has_token_dim(anchor.ops[i], anchor_tokens) for i in idx] if len(anchor.ops) == len(wl.ops) \
+                else None
+            new_ops = cp_split_ops(new_ops, c, {tokens, lay.seq_len, tokens // t if sp and t > 1 else 0}, carries)
         calls = wl.recurrent_calls if t == 1 else ()
         sub = replace(wl, ops=tuple(new_ops), recurrent_calls=calls)
         ot = self.predictor.predict(sub, self.device, self.precision)
