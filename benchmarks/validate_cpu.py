@@ -51,6 +51,8 @@ def main() -> None:
     ap.add_argument("--plot", default="out/validate_cpu.png")
     ap.add_argument("--layer-samples", type=int, default=160, help="single-op samples for the per-class fit")
     ap.add_argument("--no-layers", action="store_true", help="fit on whole-model steps only")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads of every measurement and of the calibrated device (default: torch's)")
     ap.add_argument("--in-process", action="store_true",
                     help="time every (model, batch) in this process instead of a fresh one each")
     args = ap.parse_args()
@@ -75,7 +77,8 @@ def main() -> None:
                 if rounds.get(key, 0) >= rnd:
                     continue
                 seq = args.seq_len if m in ("gpt2", "bert-small", "bert-tiny") else None
-                r = measure_steps([m], [b], steps=args.steps, isolate=not args.in_process, seq_len=seq)[0]
+                r = measure_steps([m], [b], steps=args.steps, isolate=not args.in_process, seq_len=seq,
+                                  threads=args.threads)[0]
                 keep = key not in done or r.measured_s < done[key].measured_s
                 if keep:
                     done[key] = r
@@ -93,9 +96,11 @@ def main() -> None:
     from traincast.fit.calibration import run_layer_campaign
     from traincast.store import Store
 
-    layers = [] if args.no_layers else run_layer_campaign(args.layer_samples, store=Store(cache.with_suffix(".db")))
+    layers = [] if args.no_layers else run_layer_campaign(args.layer_samples, threads=args.threads,
+                                                           store=Store(cache.with_suffix(".db")))
     print(f"layer campaign: {len(layers)} forward single-op samples")
-    prof = calibrate(cal_models, CAL_BATCHES, measured=m_cal, name="validate-cpu", layer_samples=layers)
+    prof = calibrate(cal_models, CAL_BATCHES, measured=m_cal, name="validate-cpu", layer_samples=layers,
+                     threads=args.threads)
     print("fitted parameters:", ", ".join(f"{k}={v:.3g}" for k, v in prof.fit["parameters"].items()))
     cal_rows, held_rows = predict_measured(prof, m_cal), predict_measured(prof, m_held)
     for label, rows in (("calibration", cal_rows), ("held-out", held_rows)):

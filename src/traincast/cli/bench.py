@@ -251,3 +251,41 @@ def register(app: typer.Typer) -> None:
         console.print(f"gradients {r.grad_bytes / 2**20:.2f} MiB in {len(r.bucket_bytes)} buckets; all-reduce in DDP hook "
                       f"{_fmt_ms(r.comm_hook_ms)} per step (overlaps backward); standalone all-reduce "
                       f"{_fmt_ms(ar.median_ms if ar else None)} (IQR {_fmt_ms(ar.iqr_ms if ar else None)})")
+
+    @bench.command("input")
+    def input_cmd(
+        image_size: int = typer.Option(224, "--image-size", help="the model's input size (square)"),
+        source_width: int = typer.Option(500, "--source-width", help="width of the stored JPEG images"),
+        source_height: int = typer.Option(375, "--source-height", help="height of the stored JPEG images"),
+        jpeg_quality: int = typer.Option(90, "--jpeg-quality"),
+        samples: int = typer.Option(64, "--samples", "-n", help="images per repeat"),
+        repeats: int = typer.Option(5, "--repeats"),
+        workers: Optional[str] = typer.Option(None, "--workers",
+                                              help="also run a real DataLoader with these worker counts, e.g. 1,2"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """The image input pipeline on this CPU: JPEG decode + training augmentation per image and core."""
+        from dataclasses import asdict
+
+        from traincast.measure.inputs import time_input_pipeline, time_loader
+
+        ws = []
+        if workers:
+            try:
+                ws = [int(w) for w in workers.split(",") if w.strip()]
+            except ValueError:
+                raise ConfigError(f"--workers takes worker counts separated by commas, e.g. 1,2; got {workers!r}") from None
+        t = time_input_pipeline(image_size, source_width=source_width, source_height=source_height,
+                                jpeg_quality=jpeg_quality, samples=samples, repeats=repeats)
+        loaders = {w: time_loader(w, image_size, source_width=source_width, source_height=source_height,
+                                  jpeg_quality=jpeg_quality) for w in ws}
+        if as_json:
+            typer.echo(json.dumps(asdict(t) | {"per_sample_ms": t.per_sample_ms,
+                                               "loader_samples_per_s": {str(k): v for k, v in loaders.items()}}))
+            return
+        console.print(f"{source_width}x{source_height} JPEG (q{jpeg_quality}, {t.jpeg_bytes / 1e3:.0f} kB) -> "
+                      f"{image_size}x{image_size}: decode {_fmt_ms(t.decode_ms)}, augmentation {_fmt_ms(t.augment_ms)}, "
+                      f"{_fmt_ms(t.per_sample_ms)} per image per core (IQR {_fmt_ms(t.iqr_ms)})")
+        for w, rate in loaders.items():
+            console.print(f"DataLoader, {w} worker(s): {rate:,.0f} images/s "
+                          f"(one core per worker would give {w * 1e3 / t.per_sample_ms:,.0f})")

@@ -64,6 +64,7 @@ def render_forecast(f, console=console) -> None:
         ["  optimizer", dur(f.optimizer_s)],
         ["  communication (exposed / total)", f"{dur(f.communication_s)} / {dur(f.communication_total_s)}"],
         ["  fixed per step", dur(f.overhead_s)],
+    ] + ([["  waiting for the data loader", dur(f.input_wait_s)]] if f.input_wait_s > 0 else []) + [
         ["steps per epoch", "-" if f.steps_per_epoch is None else f"{f.steps_per_epoch:,}"],
         ["epoch", dur(f.epoch_s)],
         [f"total ({f.epochs:g} epochs)", dur(f.total_s)],
@@ -182,6 +183,9 @@ def register(app: typer.Typer) -> None:
                                             help="FSDP/ZeRO-3 gathers the layers' weights in FP8 (FP8 precisions)"),
         fp8_attention: bool = typer.Option(False, "--fp8-attention",
                                            help="FP8 precisions: the attention kernels in FP8 too (cuDNN FP8 attention)"),
+        loader_workers: Optional[int] = typer.Option(None, "--loader-workers",
+                                                     help="data-loader worker processes per GPU decoding images "
+                                                          "(default: from --instance's vCPUs; else not counted)"),
     ):
         """Forecast iteration, epoch and total time, cost and memory of a training job."""
         from traincast.predict.options import forecast_from_options
@@ -194,7 +198,8 @@ def register(app: typer.Typer) -> None:
                                   catalog=_catalog(catalog), tp=tp, pp=pp, dp=dp, ep=ep, zero=zero, fsdp=fsdp,
                                   micro_batch=micro_batch, schedule=schedule, recompute=recompute,
                                   sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer,
-                                  cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather, fp8_attention=fp8_attention)
+                                  cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather, fp8_attention=fp8_attention,
+                                  loader_workers=loader_workers)
         if as_json:
             print_json(f.to_dict())
         else:

@@ -13,6 +13,8 @@ from traincast.hardware.catalog import Catalog, get_catalog, system_table
 from traincast.hardware.records import GIB, Cluster, Device
 from traincast.predict.base import OpTimes, Predictor
 from traincast.predict.comm import SYNC_METHODS, CommTime, gradient_sync
+from traincast.predict.inputs import input_pipeline, workers_per_gpu
+from traincast.predict.inputs import note as input_note
 from traincast.predict.registry import default_predictor
 from traincast.predict.rnn import with_cudnn_recurrent
 from traincast.predict.roofline import check_precision
@@ -283,6 +285,10 @@ class Forecast:
     scaling: tuple[ScalingRow, ...] = ()
     notes: tuple[str, ...] = ()
     straggler_s: float = 0.0  # waiting for the slowest GPU
+    # the image input pipeline (predict/inputs.py): None for models that read no images; input_wait_s is in
+    # iteration_s (the step waits for the loader by that much)
+    input_pipeline: dict | None = None
+    input_wait_s: float = 0.0
     # parallel layouts (None / empty for plain data parallelism): the layout, per-stage times, the pipeline
     # bubble, exposed and total communication by kind (tensor, pipeline, data, sharding, expert)
     strategy: dict | None = None
@@ -439,6 +445,7 @@ def forecast(
     exact_trace: bool = True,
     strategy=None,
     fp8_attention: bool = False,
+    loader_workers: int | None = None,
 ) -> Forecast:
     """Forecast a training job: step, epoch, total time, cost, memory.
 
@@ -448,7 +455,9 @@ def forecast(
 
     ``batch_size`` is the global batch (strong scaling) unless ``per_gpu_batch``
     (weak scaling). ``gpu`` or ``instance`` names the hardware; with only a GPU,
-    the price is that of the cheapest catalog instance carrying it. With
+    the price is that of the cheapest catalog instance carrying it. ``loader_workers``: data-loader worker
+    processes per GPU decoding and augmenting images (default: from a named ``instance``'s vCPUs; with neither,
+    the input pipeline is not counted and a note says how many cores would keep up). With
     ``exact_trace=False`` the workload may be interpolated from a ``family``'s
     traces at other batch sizes (exact in FLOPs and bytes; used by planning).
     """
@@ -502,6 +511,15 @@ def forecast(
             exact=exact, notes=notes)
     st = step_time(wl, cluster_for(gpn, n_nodes), predictor, precision, sync, overlap)
     notes.extend(predictor.notes(wl, device, precision))
+    ip = None
+    if device.kind == "gpu":  # on a CPU the loader shares the cores that train: not modelled
+        workers = loader_workers
+        if workers is None and instance is not None and inst is not None:
+            workers = workers_per_gpu(inst.vcpus, inst.gpus)
+        ip = input_pipeline(wl, b, st.iteration_s, workers)
+        if ip is not None:
+            notes.append(input_note(ip, b, st.iteration_s))
+    wait_s = ip.wait_s if ip is not None else 0.0
     moe = wl.balanced_expert_gemms
     if moe:
         notes.append(f"mixture of experts: {moe} expert GEMMs per forward timed with the routed tokens "
@@ -512,7 +530,7 @@ def forecast(
                      "per epoch)")
     else:
         steps = math.ceil(dataset_size / global_batch)
-        epoch_s = steps * st.iteration_s
+        epoch_s = steps * (st.iteration_s + wait_s)
         total_s = epoch_s * epochs
     usd_h = None
     if inst is not None and inst.usd_per_hour is not None:
@@ -562,7 +580,7 @@ def forecast(
         precision=precision, optimizer=wl.optimizer, predictor=st.op_times.predictor,
         sync=sync, overlap=overlap, per_gpu_batch=b, global_batch=global_batch,
         dataset_size=None if dataset_size is None else int(dataset_size),
-        epochs=epochs, iteration_s=st.iteration_s, forward_s=st.forward_s, backward_s=st.backward_s,
+        epochs=epochs, iteration_s=st.iteration_s + wait_s, forward_s=st.forward_s, backward_s=st.backward_s,
         optimizer_s=st.optimizer_s, communication_s=st.communication_s,
         communication_total_s=st.communication_total_s, overhead_s=st.overhead_s,
         steps_per_epoch=steps, epoch_s=epoch_s, total_s=total_s, usd_per_hour=usd_h, cost_usd=cost,
@@ -570,8 +588,9 @@ def forecast(
         memory=wl.memory.to_dict(), flops={p: bw[p]["flops"] for p in PHASES} | {"total": wl.flops()},
         bytes={p: bw[p]["bytes"] for p in PHASES} | {"total": wl.bytes()},
         parameters=wl.parameters, trainable_parameters=wl.trainable_parameters,
-        bottleneck=st.bottleneck(), top_modules=_top_modules(wl, st.op_times), scaling=tuple(rows),
-        notes=tuple(notes), straggler_s=st.straggler_s,
+        bottleneck="input" if wait_s > 0 else st.bottleneck(), top_modules=_top_modules(wl, st.op_times),
+        scaling=tuple(rows), notes=tuple(notes), straggler_s=st.straggler_s,
+        input_pipeline=ip.to_dict() if ip is not None else None, input_wait_s=wait_s,
         strategy=strategy.to_dict() if strategy is not None else None, workload=wl,
         shares=step_shares(st.iteration_s, *_fp8_times(wl.ops, st.op_times.times_s)),
     )

@@ -46,11 +46,13 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                           freeze: str | None = None, instance: str | None = None, seq_len: int | None = None,
                           network_gbit: float | None = None, device: str | None = None, profile: str | None = None,
                           predictor: str | None = None, adaptation: str = "none", catalog: Catalog | None = None,
-                          family: WorkloadFamily | None = None, fp8_attention: bool = False, **layout) -> Forecast:
+                          family: WorkloadFamily | None = None, loader_workers: int | None = None,
+                          fp8_attention: bool = False, **layout) -> Forecast:
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
 
     ``device='local'`` or ``profile=NAME|FILE``: the calibrated device profile instead of a catalog GPU (they
     exclude ``gpu``, ``instance`` and another predictor). ``family``: reuse the traces of an earlier call.
+    ``loader_workers``: data-loader worker processes per GPU (the image input pipeline, predict/inputs.py).
     ``layout``: the parallel options (``tp``, ``pp``, ``dp``, ``ep``, ``zero``, ``fsdp``, ``micro_batch``,
     ``schedule``, ``recompute``, ``sequence_parallel``, ``offload_optimizer``: :func:`strategy_from_options`)."""
     cat = catalog or get_catalog()
@@ -73,5 +75,5 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                  per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size, precision=precision,
                  optimizer=optimizer, instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap,
                  freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=family, strategy=strategy,
-                 fp8_attention=fp8_attention)
+                 fp8_attention=fp8_attention, loader_workers=loader_workers)
     return replace(f, notes=tuple(warnings) + f.notes) if warnings else f
