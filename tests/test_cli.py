@@ -52,7 +52,7 @@ def test_trace_json(capsys):
     (["predict", "resnet18", "--gpu", "V100", "--batch-size", "-3"], "must be a positive number"),
     (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--epochs", "0"], "must be a positive number"),
     (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--sync", "mesh"], "unknown sync method"),
-    (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--precision", "fp8"], "unknown precision 'fp8'"),
+    (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--precision", "fp6"], "unknown precision 'fp6'"),
     (["predict", "resnet18", "--batch-size", "8"], "name the hardware"),
     (["predict", "missing.yaml", "--gpu", "V100", "--batch-size", "8"], "does not exist"),
     (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--catalog", "nope.yaml"], "does not exist"),

@@ -48,10 +48,12 @@ def _names(kind: str) -> str:
 
 
 def _parallel_names(kind: str) -> str:
-    from traincast.predict.parallel.strategy import RECOMPUTATIONS, SCHEDULES
+    from traincast.predict.parallel.strategy import CONTEXT_PARALLEL, RECOMPUTATIONS, SCHEDULES
 
     if kind == "schedule":
         return SCHEDULES.describe()
+    if kind == "cp_kind":
+        return CONTEXT_PARALLEL.describe()
     return RECOMPUTATIONS.describe()
 
 
@@ -94,6 +96,13 @@ def render_forecast(f, console=console) -> None:
         rows = [r for r in rows if r[0] != "largest per-GPU batch that fits"]
         rows.append(["largest micro-batch that fits", str(f.max_per_gpu_batch)])
     console.print(table(title, ["", ""], rows))
+    if f.shares:
+        labels = {"fp8_gemm": "FP8 GEMMs", "fp8_cast_amax": "FP8 casts, transposes, amax",
+                  "cp_comm_exposed": "context-parallel comm, exposed", "cp_comm_hidden": "context-parallel comm, "
+                  "hidden behind attention"}
+        console.print(table("share of the step (busiest GPU)", ["", "time", "share"],
+                            [[labels[k], dur(v["s"]), f"{100 * v['share']:.1f}%"] for k, v in f.shares.items()
+                             if v["s"] > 0]))
     if f.strategy:
         _render_parallel(f, console)
         for n in f.notes:
@@ -179,6 +188,12 @@ def register(app: typer.Typer) -> None:
                                                help="split norms and dropout over the tensor ranks by tokens"),
         offload_optimizer: bool = typer.Option(False, "--offload-optimizer",
                                                help="optimizer states and step on the CPU (ZeRO-Offload)"),
+        cp: int = typer.Option(1, "--cp", help="context-parallel degree: the sequence split over cp GPUs"),
+        cp_kind: str = typer.Option("ring", "--cp-kind", help=_parallel_names("cp_kind")),
+        fp8_all_gather: bool = typer.Option(False, "--fp8-all-gather",
+                                            help="FSDP/ZeRO-3 gathers the layers' weights in FP8 (FP8 precisions)"),
+        fp8_attention: bool = typer.Option(False, "--fp8-attention",
+                                           help="FP8 precisions: the attention kernels in FP8 too (cuDNN FP8 attention)"),
         loader_workers: Optional[int] = typer.Option(None, "--loader-workers",
                                                      help="data-loader worker processes per GPU decoding images "
                                                           "(default: from --instance's vCPUs; else not counted)"),
@@ -194,6 +209,7 @@ def register(app: typer.Typer) -> None:
                                   catalog=_catalog(catalog), tp=tp, pp=pp, dp=dp, ep=ep, zero=zero, fsdp=fsdp,
                                   micro_batch=micro_batch, schedule=schedule, recompute=recompute,
                                   sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer,
+                                  cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather, fp8_attention=fp8_attention,
                                   loader_workers=loader_workers, inputs=_inputs(input_shape))
         if as_json:
             print_json(f.to_dict())
@@ -274,10 +290,12 @@ def register(app: typer.Typer) -> None:
             return
         f = lambda x: "-" if x is None else f"{x:g}"  # noqa: E731
         rows = [[d.name, d.generation, f(d.fp32_tflops), f(d.tf32_tflops), f(d.fp16_tflops), f(d.bf16_tflops),
-                 f"{d.memory_gib:g}", f"{d.memory_bandwidth_gb_per_s:g}", f"{d.link.type} {d.link.gb_per_s:g}",
+                 f(d.fp8_tflops), f(d.fp4_tflops), f"{d.memory_gib:g}", f"{d.memory_bandwidth_gb_per_s:g}",
+                 f"{d.link.type} {d.link.gb_per_s:g}" + (f" x{d.nvlink_domain_gpus}" if d.nvlink_domain_gpus else ""),
                  d.date] for d in devs]
-        console.print(table("devices (TFLOP/s dense; memory GiB; bandwidth GB/s; link GB/s per direction)",
-                            ["name", "gen", "fp32", "tf32", "fp16", "bf16", "mem", "bw", "link", "date"], rows, 2))
+        console.print(table("devices (TFLOP/s dense; memory GiB; bandwidth GB/s; link GB/s per direction x GPUs per "
+                            "NVLink domain)", ["name", "gen", "fp32", "tf32", "fp16", "bf16", "fp8", "fp4", "mem", "bw",
+                                               "link", "date"], rows, 2))
 
     @app.command()
     def instances(catalog: Catalogs = typer.Option(None, "--catalog"), as_json: bool = typer.Option(False, "--json")):

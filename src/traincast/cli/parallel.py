@@ -31,6 +31,9 @@ def register(app: typer.Typer) -> None:
         recomputes: str = typer.Option("none,selective,full", "--recompute", help="recomputations to consider"),
         micro_batches: str = typer.Option("1,2,4,8,16", "--micro-batches", help="micro-batch sizes to consider"),
         max_tp: Optional[int] = typer.Option(None, "--max-tp", help="largest tensor degree (default: GPUs per node)"),
+        cps: Optional[str] = typer.Option(None, "--cp", help="context-parallel degrees to consider, e.g. 1,2,4,8 "
+                                          "(default: 1, and powers of two up to a node for sequences >= 8K)"),
+        cp_kinds: str = typer.Option("ring", "--cp-kinds", help="context parallelism to consider: ring, all-to-all"),
         top: int = typer.Option(10, "--top", help="layouts to list"),
         catalog: Optional[list[Path]] = typer.Option(None, "--catalog", help="extra catalog YAML file(s)"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output, with `best`"),
@@ -45,7 +48,12 @@ def register(app: typer.Typer) -> None:
         rcs = tuple(RECOMPUTATIONS.canonical(x.lower()) for x in split_list(recomputes, "--recompute"))
         mbs = split_list(micro_batches, "--micro-batches", int)
         from traincast.errors import positive
+        from traincast.predict.parallel.strategy import CONTEXT_PARALLEL
 
+        ctx = tuple(split_list(cps, "--cp", int)) if cps else None
+        for c in ctx or ():
+            positive("--cp entries", c)
+        kinds = tuple(CONTEXT_PARALLEL.canonical(x.lower()) for x in split_list(cp_kinds, "--cp-kinds"))
         for m in mbs:
             positive("--micro-batches entries", m)
         positive("--top", top)
@@ -64,7 +72,7 @@ def register(app: typer.Typer) -> None:
             res = run(model, gpu=gpu, gpus=gpus, nodes=nodes, batch_size=batch_size, seq_len=seq_len,
                       precision=precision, optimizer=optimizer, instance=instance, network_gbit_per_s=network,
                       catalog=get_catalog(catalog or ()), top=top, progress=progress, shardings=shs, recomputes=rcs,
-                      micro_batches=mbs, max_tp=max_tp)
+                      micro_batches=mbs, max_tp=max_tp, context=ctx, cp_kinds=kinds)
         finally:
             if prog is not None:
                 prog.stop()

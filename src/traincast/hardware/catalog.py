@@ -33,6 +33,9 @@ class _Peaks(Document):
     fp16: PositiveFloat | None = None
     bf16: PositiveFloat | None = None
     fp32_matrix: PositiveFloat | None = None
+    fp8: PositiveFloat | None = None  # FP8 (E4M3/E5M2) tensor cores, per-tensor scaled (Hopper, Ada, Blackwell)
+    mxfp8: PositiveFloat | None = None  # MXFP8 block-scaled FP8 tensor cores (Blackwell)
+    fp4: PositiveFloat | None = None  # NVFP4 / MXFP4 tensor cores (Blackwell)
 
 
 class _LinkRow(Document):
@@ -58,6 +61,9 @@ class DeviceRow(Document):
     base_clock_mhz: PositiveFloat | None = None
     fp32_int32_shared_lanes_per_sm: Annotated[int, Field(strict=True, ge=0, le=4096)] = 0
     intra_node_link: _LinkRow | None = None
+    # GPUs of one NVLink domain (all-to-all at the link bandwidth): 8 on an HGX board, 72 in a GB200/GB300 NVL72
+    # rack (18 trays of 4), 2 or 4 for PCIe cards with NVLink bridges; None: the node (instance) is the domain
+    nvlink_domain_gpus: Annotated[int, Field(strict=True, ge=1, le=100_000)] | None = None
     tdp_w: PositiveFloat | None = None
     source: str = ""
     date: Text = ""
@@ -98,6 +104,7 @@ def _device(r: DeviceRow) -> Device:
         tdp_w=r.tdp_w, source=r.source, date=str(r.date), aliases=tuple(r.aliases), note=r.note or "",
         fp32_matrix_tflops=pk.fp32_matrix, base_clock_mhz=r.base_clock_mhz,
         fp32_int32_shared_lanes_per_sm=r.fp32_int32_shared_lanes_per_sm,
+        fp8_tflops=pk.fp8, mxfp8_tflops=pk.mxfp8, fp4_tflops=pk.fp4, nvlink_domain_gpus=r.nvlink_domain_gpus,
     )
 
 
@@ -213,6 +220,12 @@ class Catalog:
             return min(fits, key=lambda i: (gpus // i.gpus, i.usd_per_hour / i.gpus))
         # else the largest one (rented whole, or pro rata when ``gpus`` is smaller)
         return min(cands, key=lambda i: (-i.gpus, i.usd_per_hour / i.gpus))
+
+    def reference_system(self, device: Device) -> Instance | None:
+        """An unpriced system row carrying ``device`` (a vendor reference system such as a DGX or an NVL72 rack):
+        its GPUs per node (NVLink domain) and network where no priced instance carries the device."""
+        cands = [i for i in self.instances_with(device) if i.usd_per_hour is None]
+        return max(cands, key=lambda i: i.gpus) if cands else None
 
 
 def _shipped(name: str) -> str:

@@ -43,6 +43,12 @@ class Device:
     base_clock_mhz: float | None = None
     # FP32 lanes per SM that are shared with INT32 work (GA10x, AD10x: 64 of 128); 0: all FP32 lanes dedicated
     fp32_int32_shared_lanes_per_sm: int = 0
+    # dense FP8 / MXFP8 / FP4 tensor-core peaks (None: the device has no such units)
+    fp8_tflops: float | None = None
+    mxfp8_tflops: float | None = None
+    fp4_tflops: float | None = None
+    # GPUs in one NVLink domain (None: the node is the domain)
+    nvlink_domain_gpus: int | None = None
 
     @property
     def has_tensor_cores(self) -> bool:
@@ -52,13 +58,17 @@ class Device:
         return self.generation in system_table()["tensor_core_generations"]
 
     def peak_flops_per_s(self, dtype: str) -> float:
-        """Dense peak for ``dtype`` in fp32 | tf32 | fp16 | bf16 | fp32_matrix, falling back to fp32."""
+        """Dense peak for ``dtype`` in fp32 | tf32 | fp16 | bf16 | fp32_matrix | fp8 | mxfp8 | fp4, falling back to
+        fp32."""
         tflops = {
             "fp32": self.fp32_tflops,
             "fp32_matrix": self.fp32_matrix_tflops,
             "tf32": self.tf32_tflops,
             "fp16": self.fp16_tflops,
             "bf16": self.bf16_tflops,
+            "fp8": self.fp8_tflops,
+            "mxfp8": self.mxfp8_tflops,
+            "fp4": self.fp4_tflops,
         }.get(dtype)
         return (tflops or self.fp32_tflops) * 1e12
 

@@ -155,6 +155,22 @@ def plan(
                  if i.usd_per_hour is not None and i.device.kind == "gpu" and (devs is None or i.device.name in devs)]
     if not insts:
         raise ConfigError("no priced instance matches --gpu-types/--instances")
+    from traincast.predict.roofline import check_precision
+
+    if instances or gpu_types:  # hardware the user named must run the precision (FP8 needs FP8 tensor cores)
+        for i in insts:
+            check_precision(i.device, precision)
+    else:  # every catalog instance: those that can run it
+        able = []
+        for i in insts:
+            try:
+                check_precision(i.device, precision)
+                able.append(i)
+            except ConfigError:
+                pass
+        if not able:
+            raise ConfigError(f"no priced instance has the tensor cores --precision {precision} needs")
+        insts = able
     if isinstance(predictor, str):
         predictor = PREDICTORS.canonical(predictor)
     if adaptation not in (None, "auto", "none"):

@@ -17,6 +17,8 @@ from traincast.predict.inputs import input_pipeline, workers_per_gpu
 from traincast.predict.inputs import note as input_note
 from traincast.predict.registry import default_predictor
 from traincast.predict.rnn import with_cudnn_recurrent
+from traincast.predict.roofline import check_precision
+from traincast.workload.precision import get_precision
 from traincast.workload.records import PHASES, MemoryFootprint, Workload
 
 
@@ -160,9 +162,11 @@ def interpolate(a: Workload, b: Workload, batch: int) -> Workload | None:
 class WorkloadFamily:
     """Traces of one model configuration at any per-device batch, with a cache."""
 
-    def __init__(self, model, *, optimizer="sgd", precision="fp32", seq_len=None, freeze=None, inputs=None):
+    def __init__(self, model, *, optimizer="sgd", precision="fp32", seq_len=None, freeze=None, inputs=None,
+                 fp8_attention: bool = False):
         self.model = model
         self.kw = dict(optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze, inputs=inputs)
+        self.fp8_attention = fp8_attention  # FP8 precisions: the attention kernels in FP8 too
         self._traces: dict[int, Workload] = {}
         self._interpolated: dict[int, Workload] = {}
 
@@ -170,7 +174,11 @@ class WorkloadFamily:
         from traincast.workload import trace
 
         if batch not in self._traces:
-            self._traces[batch] = trace(self.model, batch_size=batch, **self.kw)
+            from traincast.workload.precision import apply_fp8
+
+            # FP8 precisions: the linear layers' GEMMs, casts and amax work as Transformer Engine runs them
+            self._traces[batch] = apply_fp8(trace(self.model, batch_size=batch, **self.kw),
+                                            fp8_attention=self.fp8_attention)
         return self._traces[batch]
 
     def at(self, batch: int) -> Workload:
@@ -288,6 +296,10 @@ class Forecast:
     bubble_share: float = 0.0
     comm_exposed_by_kind: dict = field(default_factory=dict)
     comm_total_by_kind: dict = field(default_factory=dict)
+    # FP8 and context parallelism (issue 22): seconds per step of the busiest GPU and their shares of the
+    # iteration: fp8_gemm, fp8_cast_amax (casts, transposes, amax passes and the amax-history update),
+    # cp_comm_exposed, cp_comm_hidden (the key/value exchange hidden behind attention)
+    shares: dict = field(default_factory=dict)
     workload: Workload | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
@@ -350,9 +362,11 @@ def hardware_of(cat: Catalog, *, gpu=None, instance: str | None = None, gpus: in
     per_node_max = inst.gpus if inst else None
     gpn, n_nodes = _layout(gpus, nodes, per_node_max)
     if inst is None:
-        inst = cat.cheapest_instance(device, gpn)
+        inst = cat.cheapest_instance(device, gpn) or cat.reference_system(device)
         if inst is not None and inst.gpus != gpn and n_nodes == 1 and gpn > inst.gpus:
             gpn, n_nodes = _layout(gpus, None, inst.gpus)
+        elif inst is None and device.nvlink_domain_gpus and not nodes and gpn > device.nvlink_domain_gpus:
+            gpn, n_nodes = _layout(gpus, None, device.nvlink_domain_gpus)
     net = network_gbit_per_s or (inst.network_gbit_per_s if inst and inst.network_gbit_per_s
                                  else float(system_table()["network"]["default_inter_node_gbit_per_s"]))
     return device, inst, gpn, n_nodes, net
@@ -365,6 +379,31 @@ def cluster_of(cat: Catalog, *, gpu=None, instance: str | None = None, gpus: int
                                                   network_gbit_per_s=network_gbit_per_s)
     return device, Cluster(device=device, gpus_per_node=gpn, nodes=n_nodes, inter_node_gbit_per_s=net,
                            instance=inst.name if inst else None), inst
+
+
+FP8_OVERHEAD_ATENS = ("fp8_cast_transpose", "fp8_amax", "fp8_amax_scale_update")
+
+
+def step_shares(iteration_s: float, fp8_gemm_s: float = 0.0, fp8_cast_s: float = 0.0, cp_exposed_s: float = 0.0,
+                cp_total_s: float = 0.0) -> dict:
+    """Seconds and shares of the iteration in FP8 GEMMs, FP8 casts/amax and context-parallel communication
+    (exposed and hidden); empty when the step has none of them."""
+    vals = {"fp8_gemm": fp8_gemm_s, "fp8_cast_amax": fp8_cast_s, "cp_comm_exposed": cp_exposed_s,
+            "cp_comm_hidden": max(0.0, cp_total_s - cp_exposed_s)}
+    if not any(vals.values()):
+        return {}
+    it = max(iteration_s, 1e-12)
+    return {k: {"s": v, "share": v / it} for k, v in vals.items()}
+
+
+def _fp8_times(ops, times) -> tuple[float, float]:
+    gemm = cast = 0.0
+    for o, t in zip(ops, times):
+        if o.dtype == "fp8" and o.op_class == "matmul":
+            gemm += t
+        elif o.aten in FP8_OVERHEAD_ATENS:
+            cast += t
+    return gemm, cast
 
 
 def _top_modules(wl: Workload, op_times: OpTimes, n: int = 10) -> tuple[dict, ...]:
@@ -405,6 +444,7 @@ def forecast(
     family: WorkloadFamily | None = None,
     exact_trace: bool = True,
     strategy=None,
+    fp8_attention: bool = False,
     loader_workers: int | None = None,
 ) -> Forecast:
     """Forecast a training job: step, epoch, total time, cost, memory.
@@ -434,6 +474,11 @@ def forecast(
     parallel = strategy is not None and not strategy.is_plain_data_parallel
     device, inst, gpn, n_nodes, net = hardware_of(cat, gpu=gpu, instance=instance, gpus=gpus, nodes=nodes,
                                                   network_gbit_per_s=network_gbit_per_s)
+    check_precision(device, precision)
+    if strategy is not None and strategy.fp8_all_gather and get_precision(precision).fp8 is None:
+        raise ConfigError("--fp8-all-gather needs an FP8 precision (--precision fp8 | fp8-current | mxfp8)")
+    if fp8_attention and get_precision(precision).fp8 is None:
+        raise ConfigError("--fp8-attention needs an FP8 precision (--precision fp8 | fp8-current | mxfp8)")
     b = batch_size
     if not per_gpu_batch and not parallel:
         if batch_size < gpus:
@@ -443,7 +488,7 @@ def forecast(
             notes.append(f"global batch {batch_size} does not divide over {gpus} GPUs; {b} per GPU assumed")
     global_batch = b * gpus
     family = family or WorkloadFamily(model, optimizer=optimizer, precision=precision,
-                                      seq_len=seq_len, freeze=freeze, inputs=inputs)
+                                      seq_len=seq_len, freeze=freeze, inputs=inputs, fp8_attention=fp8_attention)
     predictor = predictor or default_predictor()
     exact = exact_trace or predictor.needs_shapes
     wl = None if parallel else family.trace(b) if exact else family.at(b)
@@ -548,6 +593,7 @@ def forecast(
         scaling=tuple(rows), notes=tuple(notes), straggler_s=st.straggler_s,
         input_pipeline=ip.to_dict() if ip is not None else None, input_wait_s=wait_s,
         strategy=strategy.to_dict() if strategy is not None else None, workload=wl,
+        shares=step_shares(st.iteration_s, *_fp8_times(wl.ops, st.op_times.times_s)),
     )
 
 
@@ -629,6 +675,8 @@ def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nod
         straggler_s=step.straggler_s, strategy=strategy, stages=stages, bubble_share=step.bubble_share,
         comm_exposed_by_kind=dict(step.comm_exposed_by_kind), comm_total_by_kind=dict(step.comm_total_by_kind),
         workload=wl,
+        shares=step_shares(step.iteration_s, step.fp8_gemm_s, step.fp8_cast_s,
+                           step.comm_exposed_by_kind.get("context", 0.0), step.comm_total_by_kind.get("context", 0.0)),
     )
 
 

@@ -20,13 +20,14 @@ def strategy_from_options(gpus: int, nodes: int | None = None, instance: str | N
                           catalog: Catalog | None = None, *, tp: int = 1, pp: int = 1, dp: int | None = None, ep: int = 1,
                           zero: int | None = None, fsdp: str | None = None, micro_batch: int | None = None,
                           schedule: str = "1f1b", recompute: str = "none", sequence_parallel: bool = False,
-                          offload_optimizer: bool = False):
+                          offload_optimizer: bool = False, cp: int = 1, cp_kind: str = "ring",
+                          fp8_all_gather: bool = False):
     """The parallel layout the options ask for (None for plain data parallelism), and warnings."""
     from traincast.predict.parallel import resolve
 
     trivial = (tp == 1 and pp == 1 and dp in (None, gpus) and ep == 1 and zero in (None, 0) and fsdp is None
                and micro_batch is None and str(schedule).lower() == "1f1b" and str(recompute).lower() == "none"
-               and not sequence_parallel and not offload_optimizer)
+               and not sequence_parallel and not offload_optimizer and cp == 1 and not fp8_all_gather)
     if trivial:
         return None, []
     gpn = None
@@ -36,7 +37,7 @@ def strategy_from_options(gpus: int, nodes: int | None = None, instance: str | N
         gpn = (catalog or get_catalog()).instance(instance).gpus
     return resolve(gpus, gpus_per_node=gpn, tp=tp, pp=pp, dp=dp, ep=ep, zero=zero, fsdp=fsdp, micro_batch=micro_batch,
                    schedule=schedule, recompute=recompute, sequence_parallel=sequence_parallel,
-                   offload_optimizer=offload_optimizer)
+                   offload_optimizer=offload_optimizer, cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather)
 
 
 def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes: int | None = None, batch_size: int,
@@ -46,7 +47,7 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                           network_gbit: float | None = None, device: str | None = None, profile: str | None = None,
                           predictor: str | None = None, adaptation: str = "none", catalog: Catalog | None = None,
                           family: WorkloadFamily | None = None, loader_workers: int | None = None, inputs=None,
-                          **layout) -> Forecast:
+                          fp8_attention: bool = False, **layout) -> Forecast:
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
 
     ``device='local'`` or ``profile=NAME|FILE``: the calibrated device profile instead of a catalog GPU (they
@@ -74,5 +75,5 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                  per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size, precision=precision,
                  optimizer=optimizer, instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap,
                  freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=family, strategy=strategy,
-                 loader_workers=loader_workers, inputs=inputs)
+                 fp8_attention=fp8_attention, loader_workers=loader_workers, inputs=inputs)
     return replace(f, notes=tuple(warnings) + f.notes) if warnings else f

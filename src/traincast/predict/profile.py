@@ -59,6 +59,10 @@ class _ProfileDevice(Document):
     fp32_matrix_tflops: PositiveFloat | None = None
     base_clock_mhz: PositiveFloat | None = None
     fp32_int32_shared_lanes_per_sm: Annotated[int, Field(ge=0)] = 0
+    fp8_tflops: PositiveFloat | None = None
+    mxfp8_tflops: PositiveFloat | None = None
+    fp4_tflops: PositiveFloat | None = None
+    nvlink_domain_gpus: Annotated[int, Field(ge=1)] | None = None
 
 
 class ProfileFile(Document):

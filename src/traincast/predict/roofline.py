@@ -24,6 +24,8 @@ Per op::
   ``conv_half_dim`` (0: off).
 - ``memory[class] x memory_scale``: the fraction of the datasheet bandwidth an op class reaches; an op
   whose tensors exceed ``cache_bytes`` (when set) streams from DRAM at ``dram_factor`` times that.
+- causal fused attention: the workload already counts the (query, key) pairs its kernels compute, about half
+  the dense count (``workload/fused.py``); the roofline takes the op's FLOPs as they are.
 - ``launches``: a foreach (multi-tensor) op over n tensors launches ceil(n / ``foreach_chunk``) kernels.
 - ``overhead``: ``op_overhead_us`` per launch, or ``light_overhead_us`` (where set: CPUs) for ops that
   are no autograd node (:func:`is_light`).
@@ -457,6 +459,11 @@ def compute_unit(op_class: str, dtype: str, device: Device, precision: str = "fp
     """(peak dtype, ``simt`` | ``tensor``) an op of this class and traced dtype runs at on ``device``."""
     if op_class not in TENSOR_CLASSES:
         return "fp32", "simt"
+    if dtype == "fp8":  # FP8 GEMMs (precisions with an FP8 recipe): the recipe's peak (fp8 or mxfp8)
+        rec = get_precision(precision).fp8
+        peak_name = rec.device_peak if rec is not None else "fp8"
+        check_precision(device, precision)
+        return peak_name, "tensor"
     if dtype in ("fp16", "bf16"):
         if device.has_tensor_cores:
             peak = device.fp16_tflops if dtype == "fp16" else device.bf16_tflops
@@ -468,6 +475,23 @@ def compute_unit(op_class: str, dtype: str, device: Device, precision: str = "fp
     if device.tf32_tflops and prec.tf32_for(op_class):
         return "tf32", "tensor"
     return "fp32", "simt"
+
+
+def check_precision(device: Device, precision: str) -> None:
+    """ConfigError when ``device`` cannot run ``precision``: FP8 needs FP8 tensor cores (the catalog's ``fp8``
+    peak: Hopper, Ada, Blackwell), MXFP8 block-scaled ones (``mxfp8``: Blackwell)."""
+    from traincast.errors import ConfigError
+
+    prec = get_precision(precision)
+    if prec.fp8 is None:
+        return
+    need = prec.fp8.device_peak
+    if not getattr(device, f"{need}_tflops", None):
+        has = [n for n in ("fp8", "mxfp8") if getattr(device, f"{n}_tflops", None)]
+        what = "MXFP8 (block-scaled FP8) tensor cores (Blackwell)" if need == "mxfp8" else \
+            "FP8 tensor cores (Hopper, Ada Lovelace, Blackwell)"
+        alt = "--precision fp8" if "fp8" in has else "--precision amp-bf16"
+        raise ConfigError(f"--precision {prec.name} needs {what}; {device.name} has none: use {alt}")
 
 
 _GEMM_KIND = {"matmul": 1, "conv": 2}  # which half dimension applies: gemm_half_dim, conv_half_dim

@@ -10,11 +10,23 @@ switches set around a real step) and prediction (which peak each op runs at) all
   tensor-core kernel ran (NeuSight's kernels, for example); fp32 GEMMs stay off matrix units.
 - ``tf32``: TF32 for matmuls and convolutions.
 - ``amp-fp16`` / ``amp-bf16``: ``torch.autocast`` with that dtype; what stays fp32 follows ``fp32``.
+- ``fp8`` / ``fp8-current`` / ``mxfp8``: ``amp-bf16`` with the linear layers' GEMMs (forward, data gradient and
+  weight gradient) on FP8 tensor cores, as NVIDIA Transformer Engine runs them (torchao float8 the same way):
+  ``fp8`` delayed per-tensor scaling (the amax of earlier steps; the amax comes out of the cast kernel itself),
+  ``fp8-current`` current per-tensor scaling (one more pass over each tensor for its amax before the cast),
+  ``mxfp8`` MX block scaling (one E8M0 scale per 32 values, Blackwell). Attention, norms and the element-wise
+  rest stay BF16 (``fp8_attention=True`` in :func:`apply_fp8`: the attention core too). The linear layers of the
+  repeated blocks only: the embedding and the output head stay BF16 (Transformer Engine's and torchtitan's
+  defaults). :func:`apply_fp8` turns a traced ``amp-bf16`` step into the FP8 one: the GEMMs read 1-byte operands
+  and run at the FP8 peak; each linear layer gains its casts (input and output gradient: cast + transpose per
+  micro-batch, a copy for the other GEMM layout; the weight: cast + transpose once per step, replacing
+  autocast's BF16 weight copy) and its amax work; the saved linear inputs are kept in FP8.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass
 
 from traincast.registry import Registry
@@ -27,6 +39,7 @@ class Precision:
     tf32_matmul: bool  # torch.backends.cuda.matmul.allow_tf32
     tf32_conv: bool  # torch.backends.cudnn.allow_tf32
     fp32_matrix: bool  # fp32 GEMMs and convolutions may run on full-FP32 matrix units (AMD CDNA MFMA)
+    fp8: "Fp8Recipe | None" = None  # the linear layers' GEMMs in FP8 with this scaling recipe
 
     @property
     def is_mixed(self) -> bool:
@@ -52,6 +65,35 @@ class Precision:
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
+@dataclass(frozen=True)
+class Fp8Recipe:
+    """How FP8 GEMMs are scaled (Transformer Engine's recipes).
+
+    ``block``: values sharing one scale (0: one scale per tensor); ``amax_pass``: the cast first reads the tensor
+    once more for its amax (current scaling; delayed scaling takes the amax of earlier steps and the cast kernel
+    records the new one as it goes; block scaling computes each block's scale inside the cast); ``transpose``:
+    Hopper's FP8 GEMMs take only the "TN" layout, so the weight gradient needs transposed FP8 copies of the input
+    and the output gradient (written by the same cast kernel: cast + transpose); MXFP8 writes a row-wise and a
+    column-wise quantised copy instead; ``device_peak``: the catalog's peak it needs (``fp8`` or ``mxfp8``)."""
+
+    name: str
+    block: int
+    amax_pass: bool
+    transpose: bool
+    device_peak: str
+
+    def copy_bytes_per_value(self) -> float:
+        """Bytes written per value a cast quantises: the FP8 value, its second layout, the block scales."""
+        per = 1.0 + (1.0 / self.block if self.block else 0.0)
+        return 2 * per if self.transpose else per
+
+
+FP8_DELAYED = Fp8Recipe("delayed per-tensor scaling", block=0, amax_pass=False, transpose=True, device_peak="fp8")
+FP8_CURRENT = Fp8Recipe("current per-tensor scaling", block=0, amax_pass=True, transpose=True, device_peak="fp8")
+MXFP8 = Fp8Recipe("MXFP8 block scaling (32 values per E8M0 scale)", block=32, amax_pass=False, transpose=True,
+                  device_peak="mxfp8")
+
+
 PRECISIONS: Registry[Precision] = Registry("precision")
 
 
@@ -71,6 +113,133 @@ _add("amp-bf16", "torch.autocast to bfloat16 (the rest as fp32)",
      autocast="bf16", tf32_matmul=False, tf32_conv=True, fp32_matrix=True)
 
 
+_add("fp8", "FP8 linear-layer GEMMs, delayed per-tensor scaling (Transformer Engine's default recipe); the rest "
+     "bf16 autocast; needs FP8 tensor cores (Hopper, Ada, Blackwell)",
+     autocast="bf16", tf32_matmul=False, tf32_conv=True, fp32_matrix=True, fp8=FP8_DELAYED)
+_add("fp8-current", "FP8 linear-layer GEMMs, current per-tensor scaling (an amax pass before each cast; "
+     "torchao float8's default)", autocast="bf16", tf32_matmul=False, tf32_conv=True, fp32_matrix=True,
+     fp8=FP8_CURRENT)
+_add("mxfp8", "FP8 linear-layer GEMMs with MX block scaling (1 scale per 32 values); Blackwell only",
+     autocast="bf16", tf32_matmul=False, tf32_conv=True, fp32_matrix=True, fp8=MXFP8)
+
+
 def get_precision(name: str | Precision) -> Precision:
     """The registered precision ``name`` (UnknownNameError with did-you-mean otherwise)."""
     return name if isinstance(name, Precision) else PRECISIONS.get(name)
+
+
+# --- FP8: the traced bf16 step as Transformer Engine runs it --------------------------------------------------
+_LAYER = re.compile(r"\.\d+(\.|$)")  # a module inside an indexed container: a repeated block (layer)
+_HALF = ("bf16", "fp16")
+AMAX_HISTORY = 1024  # Transformer Engine's DelayedScaling default amax_history_len (recipe.py)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _is_linear_gemm(o) -> bool:
+    """A 2-D GEMM (mm / addmm) of a linear layer inside a repeated block, in half precision."""
+    return (o.op_class == "matmul" and o.aten in ("mm", "addmm") and o.dtype in _HALF and o.phase != "optimizer"
+            and bool(_LAYER.search(o.module)) and len(o.input_shapes) >= 2
+            and all(len(s) == 2 for s in o.input_shapes[-2:]))
+
+
+def fp8_linear_modules(ops) -> dict:
+    """Linear modules whose GEMMs go to FP8: module -> (M, K, N) of its first forward GEMM."""
+    out: dict = {}
+    for o in ops:
+        if o.phase == "forward" and _is_linear_gemm(o) and o.module not in out:
+            (m, k), (_, n) = o.input_shapes[-2], o.input_shapes[-1]
+            out[o.module] = (int(m), int(k), int(n))
+    return out
+
+
+def apply_fp8(wl, precision: "str | Precision | None" = None, fp8_attention: bool = False):
+    """``wl`` (traced under ``amp-bf16``) as the FP8 precision ``precision`` runs it (``wl.precision`` when not
+    given; ``wl`` unchanged for precisions without FP8).
+
+    Per linear layer of the repeated blocks (forward GEMM ``M x K`` input by ``K x N`` weight):
+
+    - its forward, data-gradient and weight-gradient GEMMs run in FP8: dtype ``fp8``, operands read at 1 byte
+      (+ 1/32 for MXFP8's block scales), outputs as traced (BF16);
+    - ``fp8_cast_transpose`` of the input (per micro-batch): reads the BF16 input (2MK bytes), writes the FP8 input
+      and its transpose for the weight gradient (2MK; MXFP8: row- and column-wise copies with scales);
+    - ``fp8_cast_transpose`` of the output gradient in the backward pass: reads 2MN, writes 2MN the same way;
+    - the weight: autocast's BF16 weight copy becomes the FP8 weight and its transpose (same 2 bytes per weight);
+    - current scaling: an ``fp8_amax`` reduction pass over each tensor before its cast (reads it once more);
+    - delayed scaling: one ``fp8_amax_scale_update`` per step over every FP8 tensor's amax history
+      (Transformer Engine's fused update, 3 tensors per layer, history of 1,024);
+    - memory: the saved linear inputs are kept in FP8 (1 byte, MXFP8 1 + 1/32) instead of BF16; the weight copies
+      as written above; parameters, gradients and optimizer states stay as traced (FP32 master weights).
+
+    ``fp8_attention``: the attention core's kernels run in FP8 too (cuDNN FP8 attention)."""
+    from dataclasses import replace
+
+    from traincast.workload.records import OpRecord
+
+    prec = get_precision(precision if precision is not None else wl.precision)
+    rec = prec.fp8
+    if rec is None:
+        return wl
+    mods = fp8_linear_modules(wl.ops)
+    if not mods:
+        return replace(wl, precision=prec.name)
+    per_val = 1.0 + (1.0 / rec.block if rec.block else 0.0)  # bytes per FP8 value with its share of scales
+    copy_bytes = rec.copy_bytes_per_value()
+
+    def cast(module, phase, shape, src_item=2):
+        n = _numel(shape)
+        out = []
+        if rec.amax_pass:
+            out.append(OpRecord("fp8_amax", phase, module, "reduction", 0, int(n * src_item), 4, "bf16",
+                                (tuple(shape),), ((),)))
+        out.append(OpRecord("fp8_cast_transpose", phase, module, "copy", 0, int(n * src_item), int(n * copy_bytes),
+                            "fp8", (tuple(shape),), (tuple(shape),) * (2 if rec.transpose else 1)))
+        return out
+
+    ops = []
+    act_delta = 0.0
+    bwd_cast_done: set = set()
+    for o in wl.ops:
+        m = o.module
+        if m in mods and o.phase != "optimizer":
+            M, K, N = mods[m]
+            if o.phase == "forward" and o.op_class == "copy" and o.aten == "_to_copy" and o.output_shapes and \
+                    tuple(o.output_shapes[0]) in ((K, N), (N, K)):
+                # autocast's weight copy -> the FP8 weight (and its transpose), cast once per step
+                n = _numel(o.output_shapes[0])
+                extra_read = o.bytes_read if rec.amax_pass else 0
+                new_w = int(n * copy_bytes)
+                act_delta += new_w - o.bytes_written
+                ops.append(replace(o, aten="fp8_cast_transpose", dtype="fp8", bytes_written=new_w,
+                                   bytes_read=o.bytes_read + extra_read))
+                continue
+            if _is_linear_gemm(o):
+                ins = o.input_shapes
+                opnd = sum(_numel(s) for s in ins[-2:])
+                bias = o.bytes_read - 2 * opnd if o.aten == "addmm" else 0
+                if o.phase == "forward":
+                    bwd_cast_done.discard(m)
+                    ops.extend(cast(m, "forward", ins[-2]))
+                    # the saved input: FP8 instead of BF16
+                    act_delta -= _numel(ins[-2]) * (2 - per_val)
+                elif m not in bwd_cast_done:
+                    bwd_cast_done.add(m)
+                    ops.extend(cast(m, "backward", (M, N)))
+                ops.append(replace(o, dtype="fp8", bytes_read=int(max(0, bias) + opnd * per_val)))
+                continue
+        if fp8_attention and o.op_class == "attention" and o.dtype in _HALF:
+            ops.append(replace(o, dtype="fp8", bytes_read=o.bytes_read // 2))
+            continue
+        ops.append(o)
+    if not rec.amax_pass and not rec.block:  # delayed scaling: the per-step amax-history and scale update
+        n_t = 3 * len(mods)
+        nbytes = n_t * AMAX_HISTORY * 4
+        ops.append(OpRecord("fp8_amax_scale_update", "optimizer", "fp8", "reduction", 0, nbytes, nbytes, "fp32",
+                            ((n_t, AMAX_HISTORY),), ((n_t, AMAX_HISTORY),), n_tensors=1))
+    mem = replace(wl.memory, activation_bytes=max(0, int(wl.memory.activation_bytes + act_delta)))
+    return replace(wl, ops=tuple(ops), memory=mem, precision=prec.name)

@@ -11,8 +11,8 @@
 from traincast.predict.parallel.engine import ParallelModel, ParallelStep, evaluate, straggler_share
 from traincast.predict.parallel.layout import ModelLayout, analyse
 from traincast.predict.parallel.strategy import (
-    RECOMPUTATIONS, SCHEDULES, SHARDINGS, ParallelConfig, parse_schedule, resolve,
+    CONTEXT_PARALLEL, RECOMPUTATIONS, SCHEDULES, SHARDINGS, ParallelConfig, parse_schedule, resolve,
 )
 
-__all__ = ["ModelLayout", "ParallelConfig", "ParallelModel", "ParallelStep", "RECOMPUTATIONS", "SCHEDULES",
+__all__ = ["CONTEXT_PARALLEL", "ModelLayout", "ParallelConfig", "ParallelModel", "ParallelStep", "RECOMPUTATIONS", "SCHEDULES",
            "SHARDINGS", "analyse", "evaluate", "parse_schedule", "resolve", "straggler_share"]

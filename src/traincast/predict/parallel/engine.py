@@ -48,6 +48,7 @@ from traincast.predict.collectives import CollectiveParams, Group, collective_s,
 from traincast.predict.parallel.layout import ModelLayout, analyse
 from traincast.predict.parallel.schedule import PipelineResult, closed_form, simulate
 from traincast.predict.parallel.strategy import ParallelConfig
+from traincast.workload.precision import get_precision
 from traincast.workload.records import OpRecord, Workload
 
 
@@ -207,6 +208,36 @@ def shard_ops(ops, layout: ModelLayout, t: int, sp: bool, indices=None, tokens: 
     return out
 
 
+def has_token_dim(op: OpRecord, token_sizes) -> bool:
+    """Whether one of the op's tensors has a token dimension (a size in ``token_sizes``)."""
+    return op.phase != "optimizer" and any(d in token_sizes for s in (*op.input_shapes, *op.output_shapes) for d in s)
+
+
+def cp_split_ops(ops, c: int, token_sizes, carries=None) -> list[OpRecord]:
+    """The ops as one of ``c`` context-parallel ranks runs them: every op over a token dimension (``token_sizes``;
+    or where ``carries`` says so, for interpolated ops without shapes) gets 1/c of its work and its token
+    dimension divided (the attention core too: with causal load balancing each rank computes 1/c of the causal
+    score matrix; Ulysses: the whole sequence on 1/c of the heads); ops without a token dimension (weight casts,
+    optimizer) stay whole."""
+    if c <= 1:
+        return list(ops)
+    sizes = tuple(x for x in token_sizes if x and x % c == 0)
+    out = []
+    for k, o in enumerate(ops):
+        tok = carries[k] if carries is not None else has_token_dim(o, sizes)
+        if not tok:
+            out.append(o)
+            continue
+        out.append(replace(o, flops=int(o.flops / c), bytes_read=int(o.bytes_read / c),
+                           bytes_written=int(o.bytes_written / c),
+                           input_shapes=tuple(_split_shape(x, c, tokens=sizes) for x in o.input_shapes),
+                           output_shapes=tuple(_split_shape(x, c, tokens=sizes) for x in o.output_shapes)))
+    return out
+
+
+FP8_CAST_ATENS = ("fp8_cast_transpose", "fp8_amax")
+
+
 # --- per-unit costs at one (t, sequence parallel, micro-batch) ---------------------------------------------------
 @dataclass(frozen=True)
 class UnitCosts:
@@ -223,6 +254,10 @@ class UnitCosts:
     forward_flops: tuple[float, ...] = ()  # per unit, one tensor rank, per micro-batch
     backward_flops: tuple[float, ...] = ()
     core_forward_flops: tuple[float, ...] = ()
+    attention_forward_s: tuple[float, ...] = ()  # the attention kernels alone (what ring attention overlaps)
+    attention_backward_s: tuple[float, ...] = ()
+    fp8_gemm_s: tuple[float, ...] = ()  # forward + backward, FP8 GEMMs
+    fp8_cast_s: tuple[float, ...] = ()  # forward + backward, FP8 casts, transposes and amax passes
 
 
 class ParallelModel:
@@ -278,8 +313,8 @@ class ParallelModel:
         return self.base()[1]
 
     # --- costs -----------------------------------------------------------------------------------------------
-    def unit_costs(self, t: int, sp: bool, mb: int) -> UnitCosts:
-        key = (t, sp, mb)
+    def unit_costs(self, t: int, sp: bool, mb: int, c: int = 1) -> UnitCosts:
+        key = (t, sp, mb, c)
         if key in self._costs:
             return self._costs[key]
         wl, lay = self.inputs(mb)
@@ -302,6 +337,13 @@ class ParallelModel:
         reps = sorted(set(rep_of.values()))
         idx = [i for u in reps for i in members[u]]
         new_ops = shard_ops(wl.ops, lay, t, sp, idx, tokens)
+        if c > 1:  # context parallelism: every rank 1/c of the tokens (after the tensor split)
+            # which ops carry tokens: read on the traced anchor (interpolated ops have no shapes)
+            anchor = self.family.anchor_of(wl) if hasattr(self.family, "anchor_of") else wl
+            anchor_tokens = tuple(x for x in (lay.tokens, lay.seq_len) if x)
+            carries = [has_token_dim(anchor.ops[i], anchor_tokens) for i in idx] if len(anchor.ops) == len(wl.ops) \
+                else None
+            new_ops = cp_split_ops(new_ops, c, {tokens, lay.seq_len, tokens // t if sp and t > 1 else 0}, carries)
         calls = wl.recurrent_calls if t == 1 else ()
         sub = replace(wl, ops=tuple(new_ops), recurrent_calls=calls)
         ot = self.predictor.predict(sub, self.device, self.precision)
@@ -312,8 +354,18 @@ class ParallelModel:
         ffl = dict.fromkeys(reps, 0.0)
         bfl = dict.fromkeys(reps, 0.0)
         cfl = dict.fromkeys(reps, 0.0)
+        af = dict.fromkeys(reps, 0.0)
+        ab = dict.fromkeys(reps, 0.0)
+        f8g = dict.fromkeys(reps, 0.0)
+        f8c = dict.fromkeys(reps, 0.0)
         for i, o, s in zip(idx, new_ops, ot.times_s):
             u = lay.roles[i].unit
+            if o.op_class == "attention":
+                (af if o.phase == "forward" else ab)[u] += s
+            if o.dtype == "fp8" and o.op_class == "matmul":
+                f8g[u] += s
+            elif o.aten in FP8_CAST_ATENS:
+                f8c[u] += s
             if o.phase == "forward":
                 fwd[u] += s
                 ffl[u] += o.flops
@@ -335,7 +387,7 @@ class ParallelModel:
             f = op_factor(r.role, t, sp)
             if r.role in ("col", "row") and not r.split:
                 f = op_factor(r.role, t, sp, False)
-            a = act_total * sh * f
+            a = act_total * sh * f / c
             act[r.unit] += a
             if r.attention_core:
                 core_act[r.unit] += a
@@ -348,7 +400,11 @@ class ParallelModel:
             step_overhead_s=ot.step_overhead_s, predictor=ot.predictor,
             forward_flops=tuple(ffl[rep_of[u]] for u in range(n_units)),
             backward_flops=tuple(bfl[rep_of[u]] for u in range(n_units)),
-            core_forward_flops=tuple(cfl[rep_of[u]] for u in range(n_units)))
+            core_forward_flops=tuple(cfl[rep_of[u]] for u in range(n_units)),
+            attention_forward_s=tuple(af[rep_of[u]] for u in range(n_units)),
+            attention_backward_s=tuple(ab[rep_of[u]] for u in range(n_units)),
+            fp8_gemm_s=tuple(f8g[rep_of[u]] for u in range(n_units)),
+            fp8_cast_s=tuple(f8c[rep_of[u]] for u in range(n_units)))
         self._costs[key] = uc
         return uc
 
@@ -380,17 +436,24 @@ class ParallelModel:
         (Megatron-LM's order)."""
         g = self.cluster.gpus_per_node
         tp_rpn = min(cfg.tp, g)
-        dp_rpn = max(1, min(cfg.dp, g // cfg.tp)) if cfg.tp < g else 1
-        ep_rpn = max(1, min(cfg.ep, g // cfg.tp)) if cfg.tp < g else 1
-        pp_same_node = cfg.tp * cfg.dp < g
-        shard = cfg.dp
+        inner = cfg.tp * cfg.cp  # tensor, then context ranks innermost: inside the node / NVLink domain first
+        cp_rpn = max(1, min(cfg.cp, g // cfg.tp)) if cfg.tp < g else 1
+        # gradients are reduced (and states sharded) over the data x context ranks (Megatron-LM, torchtitan)
+        dcp = cfg.dp * cfg.cp
+        dp_rpn = max(1, min(dcp, g // cfg.tp)) if cfg.tp < g else 1
+        ep_rpn = max(1, min(cfg.ep, g // inner)) if inner < g else 1
+        pp_same_node = inner * cfg.dp < g
+        shard = dcp
         if cfg.sharding_spec.within_node:
-            shard = max(1, min(cfg.dp, g // cfg.tp)) if cfg.tp < g else 1
+            shard = max(1, min(dcp, g // cfg.tp)) if cfg.tp < g else 1
         return {
             "tensor": self._group(cfg.tp, tp_rpn),
-            "data": self._group(cfg.dp, dp_rpn),
+            "context": self._group(cfg.cp, cp_rpn),
+            # one hop of the ring: inside the node while the tensor x context ranks fit it
+            "context-ring": self._group(2, 2 if inner <= g else 1),
+            "data": self._group(dcp, dp_rpn),
             "shard": self._group(shard, min(shard, dp_rpn)),
-            "replica": self._group(max(1, cfg.dp // shard), 1 if cfg.dp // shard > 1 else 1),
+            "replica": self._group(max(1, dcp // shard), 1),
             "expert": self._group(cfg.ep, ep_rpn),
             "pipeline": self._group(2, 2 if pp_same_node else 1),
         }
@@ -446,6 +509,9 @@ class ParallelStep:
     notes: tuple[str, ...] = ()
     flops_per_gpu: float = 0.0  # FLOPs one GPU of the busiest stage executes per step (recomputation included)
     flops_per_replica: float = 0.0  # FLOPs all GPUs of one data-parallel replica execute per step
+    fp8_gemm_s: float = 0.0  # the busiest GPU's FP8 GEMMs per step (forward, backward)
+    fp8_cast_s: float = 0.0  # ... FP8 casts, transposes and amax passes per step (the amax-history update is in
+    # the optimizer's time)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -470,9 +536,31 @@ def _layers_per_chunk(lay: ModelLayout, cfg: ParallelConfig) -> int:
     return L // chunks
 
 
-def check_against_model(lay: ModelLayout, cfg: ParallelConfig) -> None:
-    """Degrees the model cannot take: tensor degree vs heads and split features, pipeline vs layers."""
+def check_against_model(lay: ModelLayout, cfg: ParallelConfig, model_name: str = "the model") -> None:
+    """Degrees the model cannot take: tensor degree vs heads and split features, pipeline vs layers, context
+    degree vs the sequence, its attention and (Ulysses) the heads."""
     t = cfg.tp
+    c = cfg.cp
+    if c > 1:
+        spec = cfg.cp_spec
+        if not lay.heads:
+            raise ConfigError(f"--cp {c}: {model_name} has no attention over a token sequence to split (context "
+                              "parallelism splits the sequence of a transformer's attention)")
+        if not any(lay.attention_ops):
+            raise ConfigError(f"--cp {c}: {model_name}'s attention is not one fused kernel (explicit scores, mask "
+                              "and softmax); ring and all-to-all context parallelism need flash/fused attention")
+        if not lay.seq_len:
+            raise ConfigError(f"--cp {c}: the sequence length of {model_name} is unknown; give --seq-len")
+        parts = c * spec.chunks_per_rank
+        if lay.seq_len % parts:
+            what = f"2 x --cp {c} = {parts} chunks (causal load balancing)" if spec.chunks_per_rank == 2 else \
+                f"--cp {c}"
+            raise ConfigError(f"--cp {c}: the sequence length {lay.seq_len} does not divide into {what}")
+        if spec.heads_split:
+            if (lay.heads // max(1, t)) % c:
+                raise ConfigError(f"--cp {c} --cp-kind all-to-all: the {lay.heads} attention heads"
+                                  + (f" / --tp {t}" if t > 1 else "") + f" do not divide over {c} ranks (Ulysses "
+                                  "splits the heads; use --cp-kind ring)")
     if t > 1:
         if not lay.tp_capable:
             raise ConfigError(f"--tp {t}: this model has no linear layers to split inside its layers "
@@ -499,12 +587,13 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     m = per_replica_batch // mb
     base, _ = model.base(mb)
     _, lay = model.inputs(mb)
-    check_against_model(lay, cfg)
+    check_against_model(lay, cfg, base.model)
     t, p, v, sp = cfg.tp, cfg.pp, cfg.virtual_stages, cfg.sequence_parallel
     if cfg.schedule_spec.interleaved and m % p:
         raise ConfigError(f"the interleaved schedule needs the micro-batches per step ({m}) to be a multiple of "
                           f"--pp {p}")
-    uc = model.unit_costs(t, sp, mb)
+    ncp = cfg.cp
+    uc = model.unit_costs(t, sp, mb, ncp)
     groups = model.groups(cfg)
     cp = model.collectives
     notes: list[str] = []
@@ -524,10 +613,10 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         chunk_units = [list(range(n_units))]
 
     # tensor-parallel communication per unit per micro-batch
-    item = 2 if base.precision.startswith("amp") or base.precision in ("fp16", "bf16") else 4
+    item = 2 if get_precision(base.precision).autocast or base.precision in ("fp16", "bf16") else 4
     tokens = lay.tokens * mb // lay.batch
     hid = lay.hidden or 0
-    msg = tokens * hid * item
+    msg = tokens * hid * item / ncp  # one rank's hidden states: 1/cp of the tokens with context parallelism
     tg = groups["tensor"]
 
     def coll(kind, size, group):
@@ -548,6 +637,37 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
                 tp_b[u] = cols * ar
         if lay.vocab:  # the vocabulary-parallel embedding's output
             tp_f[0] += rs if sp else ar
+    # context parallelism, per attention call and micro-batch (one tensor rank's heads)
+    cp_f_tot, cp_b_tot = [0.0] * n_units, [0.0] * n_units
+    cp_f_exp, cp_b_exp = [0.0] * n_units, [0.0] * n_units
+    if ncp > 1:
+        head_dim = hid / lay.heads
+        kv_dim = (lay.kv_heads or lay.heads) * head_dim
+        if cfg.cp_spec.ring:
+            # the rank's K and V (2 chunks of tokens / 2cp) go round the ring: cp - 1 steps, each overlapped with
+            # the attention of the chunk already there (1/cp of the rank's attention); backward: K, V and dK, dV
+            kv_bytes = 2 * tokens / ncp * kv_dim / t * item
+            send_f = coll("send-recv", kv_bytes, groups["context-ring"])
+            send_b = coll("send-recv", 2 * kv_bytes, groups["context-ring"])
+            for u in range(n_units):
+                k = lay.attention_ops[u]
+                if not k:
+                    continue
+                step_f = uc.attention_forward_s[u] / k / ncp
+                step_b = uc.attention_backward_s[u] / k / ncp
+                cp_f_tot[u] = k * (ncp - 1) * send_f
+                cp_b_tot[u] = k * (ncp - 1) * send_b
+                cp_f_exp[u] = k * (ncp - 1) * max(0.0, send_f - step_f)
+                cp_b_exp[u] = k * (ncp - 1) * max(0.0, send_b - step_b)
+        else:
+            # Ulysses: Q, K, V from a sequence split to a heads split before the attention, the output back after
+            qkv = tokens / ncp * (hid + 2 * kv_dim) / t * item
+            out = tokens / ncp * hid / t * item
+            a2a = coll("all-to-all", qkv, groups["context"]) + coll("all-to-all", out, groups["context"])
+            for u in range(n_units):
+                k = lay.attention_ops[u]
+                cp_f_tot[u] = cp_f_exp[u] = k * a2a
+                cp_b_tot[u] = cp_b_exp[u] = k * a2a
     # expert parallelism: all-to-all dispatch and combine per MoE layer, forward and backward
     ep_s = 0.0
     if cfg.ep > 1 and lay.moe_layers:
@@ -569,9 +689,13 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     dense_params = [up - ep for up, ep in zip(unit_params, lay.expert_params)]
     per_gpu_params = [dense_params[u] / t + lay.expert_params[u] / t / max(1, cfg.ep) for u in range(n_units)]
     gather_f, gather_b = [0.0] * n_units, [0.0] * n_units
+    # bytes per gathered parameter: the trace's, or 1 for the layers' FP8 weights with an FP8 all-gather
+    # (torchao float8 / Megatron FSDP: each rank casts its shard, the gather moves FP8)
+    fp8_gather = cfg.fp8_all_gather and get_precision(base.precision).fp8 is not None
+    gather_item = [1.0 if fp8_gather and 0 < u < n_units - 1 else pbytes for u in range(n_units)]
     if sh.parameters and shard_group.ranks > 1:
         for u in range(n_units):
-            size = per_gpu_params[u] * pbytes
+            size = per_gpu_params[u] * gather_item[u]
             gather_f[u] = coll("all-gather", size, shard_group)
             gather_b[u] = coll("all-gather", size, shard_group) + coll("reduce-scatter", per_gpu_params[u] * gbytes,
                                                                         shard_group)
@@ -581,12 +705,12 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         f = b = rec = tpc = 0.0
         prev_f = prev_b = 0.0
         for k, u in enumerate(us):
-            fu = uc.forward_s[u] + tp_f[u] + ep_s * moe[u]
-            bu = uc.backward_s[u] + tp_b[u] + ep_s * moe[u]
+            fu = uc.forward_s[u] + tp_f[u] + ep_s * moe[u] + cp_f_exp[u]
+            bu = uc.backward_s[u] + tp_b[u] + ep_s * moe[u] + cp_b_exp[u]
             r = 0.0
             is_layer = 0 < u < n_units - 1
             if rc.whole_layers and is_layer:
-                r = uc.forward_s[u] + tp_f[u] + ep_s * moe[u]
+                r = uc.forward_s[u] + tp_f[u] + ep_s * moe[u] + cp_f_exp[u]
             elif rc.attention_core:
                 r = uc.core_forward_s[u]
             # gathers hidden behind the previous unit's compute (the first one is not)
@@ -703,7 +827,7 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         act = sum(uc.activation_bytes[u] for u in us)
         if rc.whole_layers:
             keep = sum(uc.activation_bytes[u] for u in us if u not in layer_units)
-            inputs = len(layer_units) * lay.residual_bytes * mb / lay.batch / (t if sp else 1)
+            inputs = len(layer_units) * lay.residual_bytes * mb / lay.batch / (t if sp else 1) / ncp
             act = keep + inputs
             extra = max((uc.activation_bytes[u] for u in layer_units), default=0.0)
         else:
@@ -715,7 +839,7 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         transient = max((uc.transient_bytes[u] for u in us), default=0.0)
         buffers = 0.0
         if sh.parameters and shard_group.ranks > 1:  # the gathered unit and the prefetched next one
-            buffers = 2 * max((per_gpu_params[u] for u in us), default=0.0) * pbytes
+            buffers = 2 * max((per_gpu_params[u] * gather_item[u] for u in us), default=0.0)
         copies = sum(lay.weight_copy_bytes[u] for u in us) / t if lay.weight_copy_bytes else 0.0
         if sh.parameters and shard_group.ranks > 1:  # only the gathered units' copies exist at once
             copies = 2 * max((lay.weight_copy_bytes[u] for u in us), default=0) / t if lay.weight_copy_bytes else 0.0
@@ -753,13 +877,20 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     ep_total = m * 2 * ep_s * sum(moe[u] for c in cs for u in chunk_units[c])
     gather_total = m * sum(gather_f[u] + gather_b[u] for c in cs for u in chunk_units[c])
     gather_exposed = m * sum(max(0.0, f_chunk[c] + b_chunk[c] - sum(uc.forward_s[u] + uc.backward_s[u] + tp_f[u]
-                                                                    + tp_b[u] + 2 * ep_s * moe[u] for u in chunk_units[c])
+                                                                    + tp_b[u] + 2 * ep_s * moe[u] + cp_f_exp[u]
+                                                                    + cp_b_exp[u] for u in chunk_units[c])
                                      - rec_chunk[c]) for c in cs)
     gather_exposed = gather_exposed if gather_exposed > 1e-9 else 0.0  # float noise of the difference above
+    rec_cp = (lambda u: cp_f_exp[u] if rc.whole_layers and 0 < u < n_units - 1 else 0.0)
+    cp_exposed = m * sum(cp_f_exp[u] + cp_b_exp[u] + rec_cp(u) for c in cs for u in chunk_units[c])
+    cp_total = m * sum(cp_f_tot[u] + cp_b_tot[u] + (cp_f_tot[u] if rec_cp(u) else 0.0)
+                       for c in cs for u in chunk_units[c])
     by_kind_exposed = {"tensor": tp_total, "pipeline": pp_total, "data": dp_exposed + zero_ag_s,
-                       "sharding": gather_exposed, "expert": ep_total}
+                       "sharding": gather_exposed, "expert": ep_total, "context": cp_exposed}
     by_kind_total = {"tensor": tp_total, "pipeline": pp_total, "data": dp_total + zero_ag_s,
-                     "sharding": gather_total, "expert": ep_total}
+                     "sharding": gather_total, "expert": ep_total, "context": cp_total}
+    fp8_gemm = m * sum(uc.fp8_gemm_s[u] for c in cs for u in chunk_units[c]) if uc.fp8_gemm_s else 0.0
+    fp8_cast = m * sum(uc.fp8_cast_s[u] for c in cs for u in chunk_units[c]) if uc.fp8_cast_s else 0.0
     def unit_flops(u: int) -> float:
         is_layer = 0 < u < n_units - 1
         extra = uc.forward_flops[u] if (rc.whole_layers and is_layer) else (uc.core_forward_flops[u] if rc.attention_core else 0.0)
@@ -775,7 +906,8 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         communication_exposed_s=sum(by_kind_exposed.values()), communication_total_s=sum(by_kind_total.values()),
         comm_exposed_by_kind=by_kind_exposed, comm_total_by_kind=by_kind_total, stages=tuple(stages),
         memory=memory, peak_memory_bytes=peak, memory_capacity_bytes=cap, fits_in_memory=fits,
-        max_micro_batch=max_mb, predictor=uc.predictor, pipeline_method=method, notes=tuple(notes))
+        max_micro_batch=max_mb, predictor=uc.predictor, pipeline_method=method, notes=tuple(notes),
+        fp8_gemm_s=fp8_gemm, fp8_cast_s=fp8_cast)
 
 
 def _bucketed(coll, kind: str, nbytes: float, group: Group, bucket: float) -> float:

@@ -73,6 +73,7 @@ class ModelLayout:
     # per unit: bytes of the low-precision copies of its weights that autocast makes in the forward pass and
     # autograd keeps for the backward pass (counted once per step, not per micro-batch)
     weight_copy_bytes: tuple[int, ...] = ()
+    attention_ops: tuple[int, ...] = ()  # per unit: fused attention kernels per forward pass
 
     @property
     def layers(self) -> int:
@@ -409,7 +410,9 @@ def _analyse(wl: Workload) -> ModelLayout:
                        seq_len=seq, unit_params=tuple(unit_params), expert_params=tuple(expert_params),
                        tied_params=tied, act_share=share, row_linears=tuple(row_count), col_groups=tuple(col_groups),
                        tp_width=tp_width, vocab=vocab, residual_bytes=int(res_bytes), moe_layers=moe_layers,
-                       batch=max(1, wl.batch_size), weight_copy_bytes=tuple(copies))
+                       batch=max(1, wl.batch_size), weight_copy_bytes=tuple(copies),
+                       attention_ops=tuple(sum(1 for i in fwd_idx if op_unit[i] == u and ops[i].op_class == "attention")
+                                           for u in range(len(units))))
 
 
 def _gemm_split(op, role: str, k_f: int, n_f: int, tokens: int) -> tuple[str, int]:

@@ -75,21 +75,25 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
                       shardings: tuple[str, ...] = ("none", "zero1", "zero3"),
                       recomputes: tuple[str, ...] = ("none", "selective", "full"),
                       virtual: tuple[int, ...] = (2, 4), micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16),
-                      sequence_parallel: tuple[bool, ...] = (False, True), offload: bool = False):
+                      sequence_parallel: tuple[bool, ...] = (False, True), offload: bool = False,
+                      context: tuple[int, ...] | None = None, cp_kinds: tuple[str, ...] = ("ring",)):
     """Every layout of ``gpus`` GPUs the model can take (degrees, sharding, micro-batch, recomputation, sequence
-    parallelism, schedule)."""
+    parallelism, schedule, context-parallel degree). ``context``: the context degrees to try (None: 1, and for
+    sequences of at least ``LONG_SEQUENCE`` tokens every power of two up to the GPUs of a node / NVLink domain)."""
     lay = model.layout
     g = model.cluster.gpus_per_node
     max_tp = max_tp or min(g, gpus)
     layers = lay.layers
+    if context is None:
+        context = auto_context_degrees(lay, g, gpus)
     out = []
-    for tp in _divisors(gpus):
-        if tp > max_tp:
+    for tp, cp in ((tp, cp) for cp in context for tp in _divisors(gpus)):
+        if tp > max_tp or gpus % (tp * cp):
             continue
-        for pp in _divisors(gpus // tp):
+        for pp in _divisors(gpus // (tp * cp)):
             if pp > 1 and (layers == 0 or layers % pp):
                 continue
-            dp = gpus // (tp * pp)
+            dp = gpus // (tp * pp * cp)
             if global_batch % dp:
                 continue
             per_replica = global_batch // dp
@@ -106,16 +110,34 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
                         scheds += [("interleaved", v) for v in virtual if layers % (pp * v) == 0 and m % pp == 0]
                     for rc in recomputes:
                         for sp in (sequence_parallel if tp > 1 else (False,)):
-                            for sname, v in scheds:
+                            for (sname, v), kind in ((x, k) for x in scheds for k in (cp_kinds if cp > 1 else ("ring",))):
                                 cfg = ParallelConfig(tp=tp, pp=pp, dp=dp, sharding=sh, micro_batch=mb, schedule=sname,
                                                      virtual_stages=v, recompute=rc, sequence_parallel=sp,
-                                                     offload_optimizer=offload)
+                                                     offload_optimizer=offload, cp=cp, cp_kind=kind)
                                 try:
                                     check_against_model(lay, cfg)
                                 except TraincastError:
                                     continue
                                 out.append((cfg, per_replica))
     return out
+
+
+LONG_SEQUENCE = 8192  # tokens from which `parallelize` also tries context parallelism
+
+
+def auto_context_degrees(lay, gpus_per_node: int, gpus: int) -> tuple[int, ...]:
+    """1, and for long sequences (``LONG_SEQUENCE``) of a model with fused attention every power of two up to the
+    GPUs of a node (NVLink domain) that splits the sequence into 2 chunks per rank."""
+    seq = lay.seq_len or 0
+    if seq < LONG_SEQUENCE or not lay.heads or not any(lay.attention_ops):
+        return (1,)
+    out = [1]
+    c = 2
+    while c <= min(gpus_per_node, gpus):
+        if seq % (2 * c) == 0 and gpus % c == 0:
+            out.append(c)
+        c *= 2
+    return tuple(out)
 
 
 def search(model: ParallelModel, gpus: int, global_batch: int, *, top: int = 10, progress=None, **kw) -> SearchResult:
@@ -129,7 +151,7 @@ def search(model: ParallelModel, gpus: int, global_batch: int, *, top: int = 10,
         raise ConfigError(f"no layout of {gpus} GPUs divides the global batch {global_batch} and the model's "
                           f"{model.layout.layers} layers; try a batch that is a multiple of the GPUs")
     # cheapest first: shorter per-unit cost tables are shared
-    layouts.sort(key=lambda x: (x[0].tp, x[0].sequence_parallel, x[0].micro_batch))
+    layouts.sort(key=lambda x: (x[0].tp, x[0].cp, x[0].sequence_parallel, x[0].micro_batch))
     steps = []
     oom = 0
     for k, (cfg, per_replica) in enumerate(layouts):
@@ -175,6 +197,9 @@ def parallelize(model_spec, *, gpu=None, gpus: int, nodes: int | None = None, ba
     positive("--batch-size", batch_size)
     device, cluster, _inst = cluster_of(cat, gpu=gpu, instance=instance, gpus=gpus, nodes=nodes,
                                         network_gbit_per_s=network_gbit_per_s)
+    from traincast.predict.roofline import check_precision
+
+    check_precision(device, precision)
     family = family or WorkloadFamily(model_spec, optimizer=optimizer, precision=precision, seq_len=seq_len)
     pm = ParallelModel(family, device, cluster, predictor or default_predictor(), precision)
     return search(pm, gpus, batch_size, top=top, progress=progress, **kw)

@@ -75,6 +75,30 @@ RECOMPUTATIONS.add("full", Recomputation(False, True), help="keep each layer's i
 
 
 @dataclass(frozen=True)
+class ContextParallel:
+    """How the attention of a sequence split over ``cp`` ranks sees the whole sequence.
+
+    ``ring``: ring attention with causal load balancing (Megatron-LM / Transformer Engine: the sequence cut into
+    2 x cp chunks, rank r holding chunks r and 2cp-1-r), the key/value chunks passed around the ring in cp - 1
+    send/recv steps, each overlapped with the attention of the chunk already there; ``all-to-all``: DeepSpeed-
+    Ulysses, an all-to-all turns the sequence split into a heads split around the attention (cp divides the
+    heads)."""
+
+    ring: bool
+    chunks_per_rank: int  # sequence chunks per rank (causal load balancing: 2)
+    heads_split: bool  # the attention runs on heads / cp with the whole sequence (Ulysses)
+
+
+CONTEXT_PARALLEL: Registry[ContextParallel] = Registry("context parallelism")
+CONTEXT_PARALLEL.add("ring", ContextParallel(True, 2, False), aliases=("p2p", "ring-attention"),
+                     help="ring attention, 2 chunks per rank (causal load balancing), KV send/recv overlapped with "
+                          "attention (Megatron-LM / Transformer Engine, torchtitan)")
+CONTEXT_PARALLEL.add("all-to-all", ContextParallel(False, 1, True), aliases=("ulysses", "a2a"),
+                     help="DeepSpeed-Ulysses: all-to-all from sequence to heads split around attention (cp divides "
+                          "the heads)")
+
+
+@dataclass(frozen=True)
 class ParallelConfig:
     """One layout of a training job over ``tp x pp x dp`` GPUs (``ep`` expert-parallel ranks inside the data-
     parallel ones). ``micro_batch``: samples per micro-batch per replica (None: the whole per-replica batch)."""
@@ -91,10 +115,17 @@ class ParallelConfig:
     sequence_parallel: bool = False
     offload_optimizer: bool = False
     overlap_grad_sync: bool = True  # data-parallel gradient buckets overlap the last backward pass (DDP)
+    cp: int = 1  # context-parallel degree: the sequence split over cp ranks (they share the samples)
+    cp_kind: str = "ring"  # CONTEXT_PARALLEL entry
+    fp8_all_gather: bool = False  # ZeRO-3/FSDP gathers the layers' weights in FP8 (FP8 precisions)
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def cp_spec(self) -> ContextParallel:
+        return CONTEXT_PARALLEL.get(self.cp_kind)
 
     @property
     def sharding_spec(self) -> Sharding:
@@ -111,7 +142,7 @@ class ParallelConfig:
     @property
     def is_plain_data_parallel(self) -> bool:
         """Replicas only, no micro-batching, no recomputation: the data-parallel forecast of ``step_time``."""
-        return (self.tp == 1 and self.pp == 1 and self.ep == 1 and self.sharding == "none"
+        return (self.tp == 1 and self.pp == 1 and self.ep == 1 and self.cp == 1 and self.sharding == "none"
                 and self.recompute == "none" and not self.offload_optimizer and self.micro_batch is None)
 
     @property
@@ -120,6 +151,8 @@ class ParallelConfig:
 
     def label(self) -> str:
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
+        if self.cp > 1:
+            parts.insert(2, f"cp{self.cp}" + ("" if self.cp_kind == "ring" else f"-{self.cp_kind}"))
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
         if self.sharding != "none":
@@ -136,6 +169,8 @@ class ParallelConfig:
             parts.append("offload")
         if not self.overlap_grad_sync:
             parts.append("no-overlap")
+        if self.fp8_all_gather:
+            parts.append("fp8-all-gather")
         return " ".join(parts)
 
     def to_dict(self) -> dict:
@@ -169,24 +204,30 @@ def parse_schedule(text: str) -> tuple[str, int]:
 def resolve(gpus: int, *, tp: int = 1, pp: int = 1, dp: int | None = None, ep: int = 1, zero: int | None = None,
             fsdp: str | None = None, sharding: str | None = None, micro_batch: int | None = None,
             schedule: str = "1f1b", recompute: str = "none", sequence_parallel: bool = False,
-            offload_optimizer: bool = False, gpus_per_node: int | None = None) -> tuple[ParallelConfig, list[str]]:
+            offload_optimizer: bool = False, gpus_per_node: int | None = None, cp: int = 1,
+            cp_kind: str = "ring", fp8_all_gather: bool = False) -> tuple[ParallelConfig, list[str]]:
     """A :class:`ParallelConfig` from the options a user gives, and warnings. ``dp`` defaults to gpus / (tp x pp);
     degrees that do not multiply to ``gpus``, ZeRO and FSDP both, and other impossible choices raise
     ConfigError naming them."""
     warnings: list[str] = []
-    for name, v in (("--tp", tp), ("--pp", pp), ("--ep", ep)):
+    for name, v in (("--tp", tp), ("--pp", pp), ("--ep", ep), ("--cp", cp)):
         if not isinstance(v, int) or v < 1:
             raise ConfigError(f"{name} must be a whole number >= 1, got {v!r}")
     if dp is not None and (not isinstance(dp, int) or dp < 1):
         raise ConfigError(f"--dp must be a whole number >= 1, got {dp!r}")
     if micro_batch is not None and (not isinstance(micro_batch, int) or micro_batch < 1):
         raise ConfigError(f"--micro-batch must be a whole number >= 1, got {micro_batch!r}")
-    if gpus % (tp * pp):
-        raise ConfigError(f"--tp {tp} x --pp {pp} = {tp * pp} does not divide the {gpus} GPUs")
+    cp_label = f" x --cp {cp}" if cp > 1 else ""
+    if gpus % (tp * pp * cp):
+        raise ConfigError(f"--tp {tp} x --pp {pp}{cp_label} = {tp * pp * cp} does not divide the {gpus} GPUs")
     if dp is None:
-        dp = gpus // (tp * pp)
-    if tp * pp * dp != gpus:
-        raise ConfigError(f"--tp {tp} x --pp {pp} x --dp {dp} = {tp * pp * dp}, not the {gpus} GPUs")
+        dp = gpus // (tp * pp * cp)
+    if tp * pp * cp * dp != gpus:
+        raise ConfigError(f"--tp {tp} x --pp {pp}{cp_label} x --dp {dp} = {tp * pp * cp * dp}, not the {gpus} GPUs")
+    cp_kind = CONTEXT_PARALLEL.canonical(str(cp_kind).strip().lower())
+    if gpus_per_node and cp > 1 and tp * cp > gpus_per_node:
+        warnings.append(f"context parallelism across nodes: --tp {tp} x --cp {cp} spans more than the "
+                        f"{gpus_per_node} GPUs of a node (NVLink domain); its key/value exchange goes over the network")
     if ep > 1 and dp % ep:
         raise ConfigError(f"--ep {ep} does not divide the data-parallel degree {dp} (experts are spread over "
                           "data-parallel ranks)")
@@ -215,11 +256,14 @@ def resolve(gpus: int, *, tp: int = 1, pp: int = 1, dp: int | None = None, ep: i
     if gpus_per_node and tp > gpus_per_node:
         warnings.append(f"tensor parallelism across nodes: --tp {tp} spans {-(-tp // gpus_per_node)} nodes of "
                         f"{gpus_per_node} GPUs; its all-reduces go over the network every layer")
+    if fp8_all_gather and not SHARDINGS.get(sharding).parameters:
+        raise ConfigError("--fp8-all-gather gathers sharded parameters: it needs --zero 3 or --fsdp full|hybrid")
     if offload_optimizer and SHARDINGS.get(sharding).parameters:
         warnings.append("optimizer offload with parameter sharding: the offloaded step works on each rank's shard")
     return ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep, sharding=sharding, micro_batch=micro_batch, schedule=sched,
                           virtual_stages=v, recompute=recompute, sequence_parallel=bool(sequence_parallel),
-                          offload_optimizer=bool(offload_optimizer)), warnings
+                          offload_optimizer=bool(offload_optimizer), cp=cp, cp_kind=cp_kind,
+                          fp8_all_gather=bool(fp8_all_gather)), warnings
 
 
 def with_micro_batch(cfg: ParallelConfig, micro_batch: int) -> ParallelConfig:
