@@ -527,7 +527,15 @@ def _standin_loss(out):
 
 
 # --- the step ---------------------------------------------------------------------------------------------
-def _prepare_config(cfg) -> None:
+def _prepare_config(cfg, notes: list[str]) -> None:
+    # SpecAugment (wav2vec2, HuBERT, SEW...) draws its time and feature masks with numpy on the CPU, which
+    # meta tensors cannot index; its masked fill costs next to nothing, so it is left out
+    off = [k for k in ("mask_time_prob", "mask_feature_prob") if (getattr(cfg, k, 0) or 0) > 0]
+    for k in off:
+        setattr(cfg, k, 0.0)
+    if off:
+        notes.append("SpecAugment's masking (" + ", ".join(off) + ") is left out: it is drawn on the CPU with "
+                     "numpy, and its masked fill costs next to nothing")
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
     for c in _subconfigs(cfg):
@@ -612,12 +620,12 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
     class has no fused attention (then ``eager``). A head without a loss of its own trains on the mean of its
     outputs (a stand-in loss of negligible cost; the forecast says so)."""
     opts = current_options()
-    _prepare_config(cfg)
+    notes: list[str] = []
+    _prepare_config(cfg, notes)
     limit = _position_limit(cfg)
     if limit and seq_len > limit:
         raise ConfigError(f"--seq-len {seq_len} exceeds {name}'s {limit} positions")
     model = _build(cls, cfg, device, name)
-    notes: list[str] = []
     try:
         params = dict(inspect.signature(model.forward).parameters)
     except (TypeError, ValueError):
@@ -693,18 +701,34 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
 
     step = supervised_step(name, model, make_batch, loss_fn, batch_size=batch_size, device=device,
                            optimizer=optimizer, precision=precision, freeze=freeze, input_description=desc)
-    step.stages = [(phase, _guarded(fn, name, cls_name, phase)) for phase, fn in step.stages]
+    step.stages = [(phase, _guarded(fn, name, cls_name, phase, device)) for phase, fn in step.stages]
     return step
 
 
-def _guarded(fn, name, cls_name, phase):
+@contextlib.contextmanager
+def _on_meta(phase: str, device):
+    """On the meta device, in the backward a boolean-mask index takes every element, as the tracer answers
+    value reads for a dense batch."""
+    if device.type != "meta":
+        yield
+        return
+    import torch.fx.experimental._config as fx_config
+
+    with contextlib.ExitStack() as stack:
+        if phase == "backward":
+            stack.enter_context(fx_config.patch(meta_nonzero_assume_all_nonzero=True))
+        yield
+
+
+def _guarded(fn, name, cls_name, phase, device):
     """``fn`` whose failures become one TraceError line naming the class and what stopped it."""
     doing = {"forward": "running its forward", "backward": "running its backward",
              "optimizer": "stepping the optimizer"}.get(phase, phase)
 
     def run():
         try:
-            fn()
+            with _on_meta(phase, device):
+                fn()
         except TraincastError:
             raise
         except Exception as exc:  # noqa: BLE001 - a model's own code can fail in any way; the user gets one line
