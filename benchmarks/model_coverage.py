@@ -181,7 +181,7 @@ def run(todo: list[str], results: dict, opts: dict, jobs: int, timeout_s: float,
             busy = [w for w in workers if w.source]
             ready = mp.connection.wait([w.conn for w in busy], timeout=1.0)
             for w in busy:
-                res = None
+                res, src = None, w.source
                 if w.conn in ready:
                     try:
                         res = w.conn.recv()
@@ -199,7 +199,8 @@ def run(todo: list[str], results: dict, opts: dict, jobs: int, timeout_s: float,
                            "wall_s": round(time.perf_counter() - w.t0, 3)}
                     w.start()
                 if res is not None:
-                    results[w.source] = res
+                    res["source"] = src
+                    results[src] = res
                     counts[res["outcome"]] += 1
                     done += 1
                     w.source = None

@@ -245,7 +245,7 @@ def _hw(v) -> tuple[int, int] | None:
 def _position_limit(cfg) -> int | None:
     """The longest sequence a Hugging Face config's position embeddings take (None: no such limit)."""
     limit = (getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
-             or getattr(cfg, "n_ctx", None))
+             or getattr(cfg, "n_ctx", None) or getattr(cfg, "max_target_positions", None))
     if limit is None:
         limit = find(cfg, "max_position_embeddings", "n_positions", prefer=_SUB_TEXT, top_first=False) \
             if any(hasattr(c, "vocab_size") for c in _subconfigs(cfg, _SUB_TEXT)) and not hasattr(cfg, "vocab_size") \
@@ -368,6 +368,11 @@ def _input_features(ctx: _Ctx):
 
 
 def _input_values(ctx: _Ctx):
+    mel, length = find(ctx.cfg, "num_mel_bins", prefer=_SUB_AUDIO), find(ctx.cfg, "max_length", prefer=_SUB_AUDIO)
+    if isinstance(mel, int) and isinstance(length, int) and mel > 0 and length > 0:  # a spectrogram (AST)
+        frames = int(round(ctx.opts.audio_seconds * 100)) if ctx.opts.audio_seconds else length
+        ctx.desc.append(f"{frames / 100:g} s of {mel} log-mel features")
+        return torch.randn(ctx.batch, frames, mel)
     rate = find(ctx.cfg, "sampling_rate", "sample_rate", prefer=_SUB_AUDIO)
     rate = int(rate) if isinstance(rate, (int, float)) and rate > 0 else 16000
     secs = _audio_seconds(ctx, 10.0)
@@ -469,7 +474,7 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, image_sizes: bool = T
         if "bbox" in p:
             kw["bbox"] = torch.zeros(*kw["input_ids"].shape, 4, dtype=torch.long)
         ctx.desc.insert(0, f"{seq} tokens" + (f" ({n_img} image placeholders)" if n_img else "")
-                        + f", vocab {_vocab(cfg)}")
+                        + (" with boxes" if "bbox" in kw else "") + f", vocab {_vocab(cfg)}")
         if "image_sizes" in p and "pixel_values" in kw and image_sizes:
             h, w = _image_hw(ctx)
             kw["image_sizes"] = torch.tensor([[h, w]] * B)
@@ -527,15 +532,21 @@ def _standin_loss(out):
 
 
 # --- the step ---------------------------------------------------------------------------------------------
-def _prepare_config(cfg, notes: list[str]) -> None:
-    # SpecAugment (wav2vec2, HuBERT, SEW...) draws its time and feature masks with numpy on the CPU, which
-    # meta tensors cannot index; its masked fill costs next to nothing, so it is left out
+def _no_specaugment(cfg, device, notes: list[str]) -> None:
+    """SpecAugment (wav2vec2, HuBERT, SEW...) draws its time and feature masks with numpy on the CPU, which
+    meta tensors cannot index; its masked fill costs next to nothing, so the built model's forward skips it
+    (the model keeps its mask embedding: its parameters are the config's)."""
+    if device.type != "meta":
+        return
     off = [k for k in ("mask_time_prob", "mask_feature_prob") if (getattr(cfg, k, 0) or 0) > 0]
     for k in off:
         setattr(cfg, k, 0.0)
     if off:
         notes.append("SpecAugment's masking (" + ", ".join(off) + ") is left out: it is drawn on the CPU with "
                      "numpy, and its masked fill costs next to nothing")
+
+
+def _prepare_config(cfg, notes: list[str]) -> None:
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
     for c in _subconfigs(cfg):
@@ -622,10 +633,15 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
     opts = current_options()
     notes: list[str] = []
     _prepare_config(cfg, notes)
+    if opts.image_size:  # the model built for this image size (position embeddings, patch grids follow it)
+        for c in [cfg, *_subconfigs(cfg, _SUB_VISION)]:
+            if isinstance(getattr(c, "image_size", None), (int, list, tuple)):
+                c.image_size = opts.image_size
     limit = _position_limit(cfg)
     if limit and seq_len > limit:
         raise ConfigError(f"--seq-len {seq_len} exceeds {name}'s {limit} positions")
     model = _build(cls, cfg, device, name)
+    _no_specaugment(getattr(model, "config", cfg), device, notes)
     try:
         params = dict(inspect.signature(model.forward).parameters)
     except (TypeError, ValueError):
