@@ -159,7 +159,7 @@ def test_whisper_window_and_audio_seconds(capsys, tmp_path):
         conv.append(sum(o["flops"] for o in ops if o["aten"] == "convolution"))
         frames = ((16000 * secs - 10) // 5 + 1 - 3) // 2 + 1
         attn = [o for o in ops if "attention" in o["aten"]]
-        assert attn and all(o["shapes"][0] == [1, 2, frames, 32] for o in attn)
+        assert attn and all(o["input_shapes"][0] == [1, 2, frames, 32] for o in attn)
     assert conv[1] / conv[0] == pytest.approx(2, rel=0.01)
 
 
