@@ -197,6 +197,14 @@ _SUB_VISION = ("vision_config", "encoder", "vision_encoder", "image_config", "ba
 _SUB_AUDIO = ("audio_config", "encoder", "speech_config", "audio_encoder", "encoder_config")
 
 
+def _get(c, name, default=None):
+    """``getattr`` that never raises (per-layer configs refuse some global reads; properties need fields)."""
+    try:
+        return getattr(c, name, default)
+    except Exception:  # noqa: BLE001
+        return default
+
+
 def _subconfigs(cfg, prefer=()):
     """``cfg``'s nested configs, those named in ``prefer`` first (breadth first, cfg itself last)."""
     from transformers import PretrainedConfig
@@ -207,7 +215,7 @@ def _subconfigs(cfg, prefer=()):
         c = queue.pop(0)
         subs = []
         for k in list(prefer) + sorted(vars(c)):
-            v = getattr(c, k, None)
+            v = _get(c, k)
             if isinstance(v, PretrainedConfig) and id(v) not in seen:
                 seen.add(id(v))
                 subs.append(v)
@@ -221,7 +229,7 @@ def find(cfg, *names, prefer=(), top_first=True):
     order = ([cfg] + _subconfigs(cfg, prefer)) if top_first else (_subconfigs(cfg, prefer) + [cfg])
     for c in order:
         for n in names:
-            v = getattr(c, n, None)
+            v = _get(c, n)
             if v is not None and not isinstance(v, bool):
                 return v
     return None
@@ -244,11 +252,11 @@ def _hw(v) -> tuple[int, int] | None:
 
 def _position_limit(cfg) -> int | None:
     """The longest sequence a Hugging Face config's position embeddings take (None: no such limit)."""
-    limit = (getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
-             or getattr(cfg, "n_ctx", None) or getattr(cfg, "max_target_positions", None))
+    limit = (_get(cfg, "max_position_embeddings", None) or _get(cfg, "n_positions", None)
+             or _get(cfg, "n_ctx", None) or _get(cfg, "max_target_positions", None))
     if limit is None:
         limit = find(cfg, "max_position_embeddings", "n_positions", prefer=_SUB_TEXT, top_first=False) \
-            if any(hasattr(c, "vocab_size") for c in _subconfigs(cfg, _SUB_TEXT)) and not hasattr(cfg, "vocab_size") \
+            if any(_get(c, "vocab_size") is not None for c in _subconfigs(cfg, _SUB_TEXT)) and _get(cfg, "vocab_size") is None \
             else None
     return int(limit) if isinstance(limit, (int, float)) and limit > 0 else None
 
@@ -301,9 +309,9 @@ def _image_hw(ctx: _Ctx) -> tuple[int, int]:
     if ctx.opts.image_size:
         return ctx.opts.image_size, ctx.opts.image_size
     cfg = ctx.cfg
-    for c in [*_subconfigs(cfg, _SUB_VISION), cfg] if not hasattr(cfg, "image_size") else [cfg, *_subconfigs(cfg, _SUB_VISION)]:
-        hw = _hw(getattr(c, "image_size", None) or getattr(c, "input_size", None) or getattr(c, "img_size", None)
-                 or getattr(c, "crop_size", None) or getattr(c, "vision_image_size", None))
+    for c in [*_subconfigs(cfg, _SUB_VISION), cfg] if _get(cfg, "image_size") is None else [cfg, *_subconfigs(cfg, _SUB_VISION)]:
+        hw = _hw(_get(c, "image_size", None) or _get(c, "input_size", None) or _get(c, "img_size", None)
+                 or _get(c, "crop_size", None) or _get(c, "vision_image_size", None))
         if hw:
             return hw
     return 224, 224
@@ -395,7 +403,7 @@ _IMAGE_TOKEN_ID = ("image_token_id", "image_token_index", "image_token")
 def _image_tokens_guess(ctx: _Ctx) -> int:
     cfg = ctx.cfg
     for n in ("mm_tokens_per_image", "image_seq_length", "num_image_tokens", "num_query_tokens", "image_seq_len"):
-        v = getattr(cfg, n, None)
+        v = _get(cfg, n, None)
         if isinstance(v, int) and v > 0:
             return v
     h, _w = _image_hw(ctx)
@@ -403,7 +411,7 @@ def _image_tokens_guess(ctx: _Ctx) -> int:
     patch = patch[0] if isinstance(patch, (list, tuple)) else patch
     if isinstance(patch, int) and patch > 0:
         n = (h // patch) ** 2
-        if getattr(cfg, "vision_feature_select_strategy", "default") == "full":
+        if _get(cfg, "vision_feature_select_strategy", "default") == "full":
             n += 1
         return n
     return 256
@@ -414,7 +422,7 @@ _FEATURE_MISMATCH = re.compile(r"(?:image|video) (?:features and (?:image|video)
 
 # --- labels by head -----------------------------------------------------------------------------------------
 def _num_labels(cfg) -> int:
-    v = getattr(cfg, "num_labels", None)
+    v = _get(cfg, "num_labels", None)
     return int(v) if isinstance(v, int) and v > 0 else 2
 
 
@@ -482,7 +490,7 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, image_sizes: bool = T
     if "return_loss" in p:
         kw["return_loss"] = True
         kind = "own"
-    if getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in p and "input_ids" not in kw and kind != "lm":
+    if _get(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in p and "input_ids" not in kw and kind != "lm":
         kw["decoder_input_ids"] = _ids(ctx)
     if "labels" in p:
         lab = _labels(ctx, kind, kw)
@@ -506,7 +514,7 @@ def _labels(ctx: _Ctx, kind: str, kw: dict):
     if kind == "lm":
         if "input_ids" in kw:
             return kw["input_ids"].clone()
-        if getattr(cfg, "is_encoder_decoder", False) or "decoder_input_ids" in ctx.params:
+        if _get(cfg, "is_encoder_decoder", False) or "decoder_input_ids" in ctx.params:
             return _ids(ctx)  # the decoder's target text (speech or image in, text out)
         return None
     if kind == "class":
@@ -538,7 +546,7 @@ def _no_specaugment(cfg, device, notes: list[str]) -> None:
     (the model keeps its mask embedding: its parameters are the config's)."""
     if device.type != "meta":
         return
-    off = [k for k in ("mask_time_prob", "mask_feature_prob") if (getattr(cfg, k, 0) or 0) > 0]
+    off = [k for k in ("mask_time_prob", "mask_feature_prob") if (_get(cfg, k, 0) or 0) > 0]
     for k in off:
         setattr(cfg, k, 0.0)
     if off:
@@ -547,22 +555,20 @@ def _no_specaugment(cfg, device, notes: list[str]) -> None:
 
 
 def _prepare_config(cfg, notes: list[str]) -> None:
-    if hasattr(cfg, "use_cache"):
-        cfg.use_cache = False
-    for c in _subconfigs(cfg):
-        if hasattr(c, "use_cache"):
+    for c in [cfg, *_subconfigs(cfg)]:
+        if _get(c, "use_cache") is not None:
             c.use_cache = False
-    if getattr(cfg, "is_encoder_decoder", False) and getattr(cfg, "decoder_start_token_id", None) is None:
-        cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # labels shift right from it
-    dec = getattr(cfg, "decoder", None)
-    if dec is not None and getattr(cfg, "decoder_start_token_id", None) is None and hasattr(cfg, "decoder"):
-        cfg.decoder_start_token_id = getattr(dec, "decoder_start_token_id", None) or getattr(dec, "bos_token_id", None) or 0
-    if getattr(cfg, "pad_token_id", 0) is None and getattr(cfg, "is_encoder_decoder", False):
+    if _get(cfg, "is_encoder_decoder", False) and _get(cfg, "decoder_start_token_id", None) is None:
+        cfg.decoder_start_token_id = _get(cfg, "pad_token_id", None) or 0  # labels shift right from it
+    dec = _get(cfg, "decoder", None)
+    if dec is not None and _get(cfg, "decoder_start_token_id", None) is None and _get(cfg, "decoder") is not None:
+        cfg.decoder_start_token_id = _get(dec, "decoder_start_token_id", None) or _get(dec, "bos_token_id", None) or 0
+    if _get(cfg, "pad_token_id", 0) is None and _get(cfg, "is_encoder_decoder", False):
         cfg.pad_token_id = 0
 
 
 def _build(cls, cfg, device, name):
-    chose_sdpa = getattr(cfg, "_attn_implementation_internal", None) is None
+    chose_sdpa = _get(cfg, "_attn_implementation_internal", None) is None
     if chose_sdpa:
         try:
             cfg._attn_implementation = "sdpa"
@@ -622,6 +628,25 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
     return None, mode.scattered_rows
 
 
+def _one_line(fn):
+    """``fn`` whose unexpected failures become one TraceError line (no traceback reaches a user)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        try:
+            return fn(*args, **kw)
+        except TraincastError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a model's config or code can fail in any way
+            cls = args[2].__name__ if len(args) > 2 and isinstance(args[2], type) else "the model"
+            raise TraceError(f"cannot build {args[0] if args else 'the model'}: "
+                             f"{explain(exc, cls, 'making its training step')}") from None
+
+    return wrapper
+
+
+@_one_line
 def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, freeze, seq_len) -> TrainingStep:
     """A training step of the Hugging Face model ``cls(cfg)`` built on ``device`` (no weights downloaded),
     with the inputs its forward and config ask for and the labels its head needs (module docstring).
@@ -635,7 +660,7 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
     _prepare_config(cfg, notes)
     if opts.image_size:  # the model built for this image size (position embeddings, patch grids follow it)
         for c in [cfg, *_subconfigs(cfg, _SUB_VISION)]:
-            if isinstance(getattr(c, "image_size", None), (int, list, tuple)):
+            if isinstance(_get(c, "image_size", None), (int, list, tuple)):
                 c.image_size = opts.image_size
     limit = _position_limit(cfg)
     if limit and seq_len > limit:
@@ -672,7 +697,7 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
         need = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in ("self", "kwargs")]
         raise TraceError(f"{name}: {cls.__name__}.forward takes no input traincast knows how to make "
                          f"({', '.join(need or list(params)[:6])}); choose another head with --task "
-                         f"({', '.join(task_classes(getattr(cfg, 'model_type', '')))}) or pass an nn.Module with its inputs")
+                         f"({', '.join(task_classes(_get(cfg, 'model_type', '')))}) or pass an nn.Module with its inputs")
     if multimodal and device.type == "meta":
         # how many image placeholders the projector fills, and whether it wants image_sizes: as the model says
         for sizes in (False, True):
@@ -805,6 +830,7 @@ def load_config(data: dict, where: str = "config"):
     return cfg
 
 
+@_one_line
 def hf_config_step(source, *, batch_size, device, optimizer, precision, freeze, seq_len=None, task=None,
                    **_) -> TrainingStep:
     """A training step of the model a Hugging Face ``config.json`` describes, built from the config alone.
