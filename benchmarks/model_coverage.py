@@ -12,7 +12,7 @@ Any further source strings (a config path, ``timm:NAME``, ``pkg.mod:factory``) c
 
 Each model runs in a worker process (``--jobs`` of them) through the path the CLI uses
 (``traincast.predict.options.forecast_from_options``: trace on the meta device, then the forecast), at batch
-``--batch`` and ``--seq-len`` tokens, on ``--gpu``, with a per-model ``--timeout``. Outcomes:
+``--batch`` and ``--seq-len`` tokens (a model whose positions are fewer, CLIP's 77: its own limit), on ``--gpu``, with a per-model ``--timeout``. Outcomes:
   forecast   a forecast came back;
   refused    a ``TraincastError`` (one line, exit 2 in the CLI) -- grouped by reason below;
   traceback  any other exception (a bug: goal 0);
@@ -104,12 +104,21 @@ def _worker(conn, opts: dict) -> None:
         res: dict = {"source": source}
         try:
             model = _model_arg(source, tmp)
-            fam = WorkloadFamily(model, optimizer=opts["optimizer"], precision=opts["precision"],
-                                 seq_len=opts["seq_len"])
-            wl = fam.trace(opts["batch"])
+            seq_len = opts["seq_len"]
+            try:
+                fam = WorkloadFamily(model, optimizer=opts["optimizer"], precision=opts["precision"], seq_len=seq_len)
+                wl = fam.trace(opts["batch"])
+            except TraincastError as exc:  # a text tower shorter than --seq-len (CLIP's 77): its own length
+                m = re.search(r"--seq-len \d+ exceeds .*'s (\d+) positions", str(exc))
+                if not m:
+                    raise
+                seq_len = int(m.group(1))
+                fam = WorkloadFamily(model, optimizer=opts["optimizer"], precision=opts["precision"], seq_len=seq_len)
+                wl = fam.trace(opts["batch"])
+                res["seq_len"] = seq_len
             res["trace_s"] = round(wl.trace_s, 3)
             res["build_trace_s"] = round(time.perf_counter() - t0, 3)
-            f = forecast_from_options(model, gpu=opts["gpu"], batch_size=opts["batch"], seq_len=opts["seq_len"],
+            f = forecast_from_options(model, gpu=opts["gpu"], batch_size=opts["batch"], seq_len=seq_len,
                                       optimizer=opts["optimizer"], precision=opts["precision"], family=fam)
             res.update(outcome="forecast", parameters=wl.parameters, iteration_s=f.iteration_s,
                        inputs=wl.input_description)

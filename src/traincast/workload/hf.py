@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.overrides
 import torch.utils._python_dispatch
 from torch import nn
 
@@ -398,6 +399,25 @@ def _ids(ctx: _Ctx, n: int | None = None):
 
 # image placeholder tokens a vision-language model's projector fills, from its config
 _IMAGE_TOKEN_ID = ("image_token_id", "image_token_index", "image_token")
+_AUDIO_TOKEN_ID = ("audio_token_id", "audio_token_index")
+
+
+def _grid_patches(ctx: _Ctx, images):
+    """Qwen2-VL-style inputs: the images cut into ``temporal x patch x patch`` patches, flattened to one row
+    each (``sum(t*h*w) x C*temporal*patch^2``), with their grid ``image_grid_thw`` (one (t, h, w) per image);
+    h and w a multiple of the spatial merge."""
+    cfg = ctx.cfg
+    patch = find(cfg, "patch_size", prefer=_SUB_VISION)
+    patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch or 14)
+    tps = int(find(cfg, "temporal_patch_size", prefer=_SUB_VISION) or 2)
+    merge = int(find(cfg, "spatial_merge_size", "merge_size", prefer=_SUB_VISION) or 2)
+    b, c, h, w = images.shape
+    gh = max(merge, (h // patch) // merge * merge)
+    gw = max(merge, (w // patch) // merge * merge)
+    ctx.desc[-1] = f"{c}x{gh * patch}x{gw * patch} images in {patch}px patches"
+    rows = torch.randn(b * gh * gw, c * tps * patch * patch)
+    # the grid on the CPU: the model reads its values (.tolist()) to split the patches, as in real training
+    return rows, torch.tensor([[1, gh, gw]] * b, device="cpu")
 
 
 def _image_tokens_guess(ctx: _Ctx) -> int:
@@ -442,8 +462,10 @@ def _head_kind(cls) -> str:
     return "lm" if "LM" in n or "Generation" in n else "none"
 
 
-def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, image_sizes: bool = True) -> tuple[dict, str]:
-    """The keyword inputs of one training batch for ``cls``'s forward, and the head's label kind."""
+def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = frozenset()) -> tuple[dict, str]:
+    """The keyword inputs of one training batch for ``cls``'s forward, and the head's label kind.
+    ``image_tokens``: the placeholders of the image (or audio) features; ``variant``: forms some models want
+    (``sizes``: ``image_sizes`` passed; ``5d``: images as ``batch x 1 x C x H x W``)."""
     p = ctx.params
     cfg = ctx.cfg
     kw: dict = {}
@@ -453,17 +475,28 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, image_sizes: bool = T
     if "pixel_values" in p and (not text or find(cfg, *_IMAGE_TOKEN_ID) is not None or p["pixel_values"].default
                                 is inspect.Parameter.empty or "vision_config" in vars(cfg) or _needs_pixels(cls)):
         kw["pixel_values"] = _pixel_values(ctx)
+        if "image_grid_thw" in p and kw["pixel_values"].dim() == 4:
+            kw["pixel_values"], kw["image_grid_thw"] = _grid_patches(ctx, kw["pixel_values"])
+        elif "5d" in variant:
+            kw["pixel_values"] = kw["pixel_values"].unsqueeze(1)
     elif "pixel_values" not in p and "flattened_patches" in p:
         kw["flattened_patches"] = torch.randn(B, S, 2 + _channels(cfg) * 16 * 16)
     if "input_features" in p:
         kw["input_features"] = _input_features(ctx)
+        x = kw["input_features"]
+        frames = x.shape[-1] if _first_conv1d_in(ctx.model) == x.shape[1] else x.shape[1]
+        for mask in ("input_features_mask", "feature_attention_mask"):
+            if mask in p:
+                kw[mask] = torch.ones(B, frames, dtype=torch.long)
     elif "input_values" in p and "input_ids" not in p:
         kw["input_values"] = _input_values(ctx)
     if text and ("pixel_values" in kw or not kw or p["input_ids"].default is inspect.Parameter.empty
                  or kind in ("lm", "token", "span", "choice") or not any(k in p for k in ("input_features", "input_values"))):
-        n_img = 0
-        tok = find(cfg, *_IMAGE_TOKEN_ID)
-        if "pixel_values" in kw and isinstance(tok, int) and image_tokens is not None:
+        n_img, what = 0, "image"
+        tok = find(cfg, *_IMAGE_TOKEN_ID) if "pixel_values" in kw else None
+        if tok is None and "input_features" in kw:
+            tok, what = find(cfg, *_AUDIO_TOKEN_ID), "audio"
+        if isinstance(tok, int) and image_tokens is not None:
             n_img = image_tokens
         seq = max(S, n_img + 8)
         if kind == "choice":
@@ -477,13 +510,16 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, image_sizes: bool = T
             kw["input_ids"] = ids
             if "attention_mask" in p:
                 kw["attention_mask"] = torch.ones(B, seq, dtype=torch.long)
+            if "mm_token_type_ids" in p and n_img:  # 1 where the image placeholders are (multimodal RoPE)
+                kw["mm_token_type_ids"] = torch.zeros(B, seq, dtype=torch.long)
+                kw["mm_token_type_ids"][:, :n_img] = 1
         if "token_type_ids" in p and find(cfg, "type_vocab_size") not in (None, 0):
             kw["token_type_ids"] = torch.zeros_like(kw["input_ids"])
         if "bbox" in p:
             kw["bbox"] = torch.zeros(*kw["input_ids"].shape, 4, dtype=torch.long)
-        ctx.desc.insert(0, f"{seq} tokens" + (f" ({n_img} image placeholders)" if n_img else "")
+        ctx.desc.insert(0, f"{seq} tokens" + (f" ({n_img} {what} placeholders)" if n_img else "")
                         + (" with boxes" if "bbox" in kw else "") + f", vocab {_vocab(cfg)}")
-        if "image_sizes" in p and "pixel_values" in kw and image_sizes:
+        if "image_sizes" in p and "pixel_values" in kw and "sizes" in variant:
             h, w = _image_hw(ctx)
             kw["image_sizes"] = torch.tensor([[h, w]] * B)
     kw = {k: v for k, v in kw.items() if v is not None}
@@ -593,6 +629,22 @@ def _build(cls, cfg, device, name):
         raise ConfigError(f"cannot build {name}: {explain(exc, cls.__name__, 'building')}") from None
 
 
+class _MixedDevices(torch.overrides.TorchFunctionMode):
+    """A call that meets meta tensors and CPU tensors (positions a model computes on the CPU from values it
+    read, e.g. Qwen2-VL's patch grid; anchors made from numpy) runs on meta: the CPU ones are moved there
+    (before autograd records them, so the backward agrees)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_leaves, tree_map
+
+        kwargs = kwargs or {}
+        leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if any(t.device.type == "meta" for t in leaves) and any(t.device.type == "cpu" and t.dim() > 0 for t in leaves):
+            args, kwargs = tree_map(lambda t: t.detach().to("meta") if isinstance(t, torch.Tensor)
+                                    and t.device.type == "cpu" else t, (args, kwargs))
+        return func(*args, **kwargs)
+
+
 class _DryRun(torch.utils._python_dispatch.TorchDispatchMode):
     """A forward without autograd on meta tensors: value reads answer as the tracer answers them (checks
     true, counts one), and ``masked_scatter`` (how vision-language models put image features into the
@@ -621,7 +673,7 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
 
     mode = _DryRun()
     try:
-        with torch.no_grad(), BalancedExperts(), mode:
+        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices():
             model(**kw)
     except Exception as exc:  # noqa: BLE001 - judged by the caller
         return exc, mode.scattered_rows
@@ -672,20 +724,25 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
     except (TypeError, ValueError):
         params = {}
     ctx = _Ctx(cfg, model, params, batch_size, seq_len, opts, notes)
-    multimodal = "pixel_values" in params and "input_ids" in params and any(
-        n in vars(c) for c in [cfg, *_subconfigs(cfg)] for n in _IMAGE_TOKEN_ID)
-    if multimodal and find(cfg, *_IMAGE_TOKEN_ID) is None:
-        for n in _IMAGE_TOKEN_ID[:2]:
-            if n in vars(cfg):
-                setattr(cfg, n, _vocab(cfg) - 1)
-        notes.append(f"{name}: the config names no image token id; the last id of the vocabulary stands in")
+    token_fields = [n for n in (*_IMAGE_TOKEN_ID, *_AUDIO_TOKEN_ID)
+                    if any(n in vars(c) for c in [cfg, *_subconfigs(cfg)])]
+    multimodal = "input_ids" in params and (
+        ("pixel_values" in params and any(n in _IMAGE_TOKEN_ID for n in token_fields))
+        or ("input_features" in params and any(n in _AUDIO_TOKEN_ID for n in token_fields)))
+    for group in (_IMAGE_TOKEN_ID, _AUDIO_TOKEN_ID):
+        if multimodal and any(n in token_fields for n in group) and find(cfg, *group) is None:
+            for n in group[:2]:
+                if n in vars(cfg):
+                    setattr(cfg, n, _vocab(cfg) - 1)
+            notes.append(f"{name}: the config names no {group[0].split('_')[0]} token id; the last id of the "
+                         "vocabulary stands in")
     image_tokens = _image_tokens_guess(ctx) if multimodal else None
 
-    def inputs(n_img, sizes=True):
+    def inputs(n_img, variant=frozenset()):
         ctx.desc.clear()
         try:
             with torch.device(device):
-                return _make_inputs(ctx, cls, n_img, sizes)
+                return _make_inputs(ctx, cls, n_img, variant)
         except TraincastError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -698,15 +755,16 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
         raise TraceError(f"{name}: {cls.__name__}.forward takes no input traincast knows how to make "
                          f"({', '.join(need or list(params)[:6])}); choose another head with --task "
                          f"({', '.join(task_classes(_get(cfg, 'model_type', '')))}) or pass an nn.Module with its inputs")
-    if multimodal and device.type == "meta":
-        # how many image placeholders the projector fills, and whether it wants image_sizes: as the model says
-        for sizes in (False, True):
-            kw, kind = inputs(image_tokens, sizes)
+    if device.type == "meta" and (multimodal or "pixel_values" in kw):
+        # the forms the model takes (image_sizes or not, a frame axis or not), and how many placeholders its
+        # projector fills: as the model itself says in a forward without autograd
+        for variant in (frozenset(), frozenset({"sizes"}), frozenset({"5d"}), frozenset({"sizes", "5d"})):
+            kw, kind = inputs(image_tokens, variant)
             exc, rows = _dry_run(model, kw)
             m = _FEATURE_MISMATCH.search(str(exc)) if exc is not None else None
-            n = (int(m.group(1)) if m else rows[0] if rows else 0) // max(1, batch_size)
-            if n and n != image_tokens:  # the projector makes another number of image features than guessed
-                kw, kind = inputs(n, sizes)
+            n = (int(m.group(1)) if m else rows[0] if rows else 0) // max(1, batch_size) if multimodal else 0
+            if n and n != image_tokens:  # the projector makes another number of features than guessed
+                kw, kind = inputs(n, variant)
                 exc, _rows = _dry_run(model, kw)
                 image_tokens = n if exc is None else image_tokens
             if exc is None:
@@ -748,7 +806,8 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
 
 @contextlib.contextmanager
 def _on_meta(phase: str, device):
-    """On the meta device, in the backward a boolean-mask index takes every element, as the tracer answers
+    """On the meta device: CPU tensors a model makes (positions from values it read, anchors from numpy) meet
+    meta ones on meta, and in the backward a boolean-mask index takes every element, as the tracer answers
     value reads for a dense batch."""
     if device.type != "meta":
         yield
@@ -756,6 +815,8 @@ def _on_meta(phase: str, device):
     import torch.fx.experimental._config as fx_config
 
     with contextlib.ExitStack() as stack:
+        if phase in ("forward", "backward"):
+            stack.enter_context(_MixedDevices())
         if phase == "backward":
             stack.enter_context(fx_config.patch(meta_nonzero_assume_all_nonzero=True))
         yield
