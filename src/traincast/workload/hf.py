@@ -280,7 +280,12 @@ def explain(exc: BaseException, cls_name: str, doing: str) -> str:
                 "choose another head with --task or pass the model as an nn.Module with its inputs")
     if isinstance(exc, ImportError) or "requires the" in msg and "library" in msg:
         return f"{cls_name} needs a package that is not installed: {msg}"
-    if "nonzero" in msg or "data-dependent" in msg.lower() or "item()" in msg or "Cannot copy out of meta" in msg:
+    if "nonzero" in msg:
+        return ("its forward takes a shape from tensor values (torch.nonzero / torch.where), e.g. a "
+                "mixture-of-experts layer that loops over the experts its router picked; values do not exist "
+                "on the meta device. Hugging Face MoE models with grouped experts (Mixtral, Qwen-MoE, "
+                f"DeepSeek, ...) and SwitchTransformers trace with evenly loaded experts; {cls_name} does not")
+    if "data-dependent" in msg.lower() or "item()" in msg or "Cannot copy out of meta" in msg:
         return (f"{cls_name} takes a shape from tensor values while {doing} (e.g. a router or a dynamic mask), "
                 f"which do not exist on the meta device ({msg})")
     return f"{cls_name} stops while {doing}: {type(exc).__name__}: {msg}"
@@ -498,7 +503,7 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             tok, what = find(cfg, *_AUDIO_TOKEN_ID), "audio"
         if isinstance(tok, int) and image_tokens is not None:
             n_img = image_tokens
-        seq = max(S, n_img + 8)
+        seq = max(S, n_img + 8) if n_img else S  # room for the placeholders and some text
         if kind == "choice":
             n_choices = 2
             kw["input_ids"] = torch.randint(0, _vocab(cfg), (B, n_choices, seq))
@@ -807,8 +812,9 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
 @contextlib.contextmanager
 def _on_meta(phase: str, device):
     """On the meta device: CPU tensors a model makes (positions from values it read, anchors from numpy) meet
-    meta ones on meta, and in the backward a boolean-mask index takes every element, as the tracer answers
-    value reads for a dense batch."""
+    meta ones on meta, and in the backward a boolean-mask index (whose forward ran) takes every element, as the
+    tracer answers value reads for a dense batch. (In the forward a selection stays an error: a loop over the
+    experts a router picked would count every token per expert.)"""
     if device.type != "meta":
         yield
         return
