@@ -302,6 +302,14 @@ class _Ctx:
     opts: HFOptions
     notes: list[str]
     desc: list[str] = field(default_factory=list)
+    device: object = None
+
+    @property
+    def idev(self):
+        """Where integer inputs (ids, masks, labels, grids) live: on the CPU with real values when the model is on
+        meta, so that code reading their values (placeholder counts, rope indices, padding checks) gets the
+        answer real training gets; they move to meta where they meet the model's tensors."""
+        return "cpu" if self.device is None or torch.device(self.device).type == "meta" else self.device
 
 
 def _vocab(cfg) -> int:
@@ -398,8 +406,24 @@ def _seq(ctx: _Ctx) -> int:
     return ctx.seq_len
 
 
-def _ids(ctx: _Ctx, n: int | None = None):
-    return torch.randint(0, _vocab(ctx.cfg), (ctx.batch, n or _seq(ctx)))
+def _plain_token(cfg) -> int:
+    """A token id that is none of the config's special tokens (image, audio, pad, bos, ...)."""
+    special = set()
+    for c in [cfg, *_subconfigs(cfg)]:
+        for k, v in vars(c).items():
+            if ("token" in k or k.endswith("_id") or k.endswith("_index")) and isinstance(v, int):
+                special.add(v)
+            elif "token" in k and isinstance(v, (list, tuple)):
+                special.update(x for x in v if isinstance(x, int))
+    vocab = _vocab(cfg)
+    return next((i for i in range(min(100, vocab - 1), vocab) if i not in special), 0)
+
+
+def _ids(ctx: _Ctx, n: int | None = None, shape=None):
+    """Token ids (real values on the CPU when the model is on meta): a plain token throughout."""
+    if torch.device(ctx.idev).type == "cpu" and ctx.device is not None and torch.device(ctx.device).type == "meta":
+        return torch.full(shape or (ctx.batch, n or _seq(ctx)), _plain_token(ctx.cfg), dtype=torch.long, device="cpu")
+    return torch.randint(0, _vocab(ctx.cfg), shape or (ctx.batch, n or _seq(ctx)), device=ctx.idev)
 
 
 # image placeholder tokens a vision-language model's projector fills, from its config
@@ -422,7 +446,7 @@ def _grid_patches(ctx: _Ctx, images):
     ctx.desc[-1] = f"{c}x{gh * patch}x{gw * patch} images in {patch}px patches"
     rows = torch.randn(b * gh * gw, c * tps * patch * patch)
     # the grid on the CPU: the model reads its values (.tolist()) to split the patches, as in real training
-    return rows, torch.tensor([[1, gh, gw]] * b, device="cpu")
+    return rows, torch.tensor([[1, gh, gw]] * b, device=ctx.idev)
 
 
 def _image_tokens_guess(ctx: _Ctx) -> int:
@@ -492,7 +516,7 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         frames = x.shape[-1] if _first_conv1d_in(ctx.model) == x.shape[1] else x.shape[1]
         for mask in ("input_features_mask", "feature_attention_mask"):
             if mask in p:
-                kw[mask] = torch.ones(B, frames, dtype=torch.long)
+                kw[mask] = torch.ones(B, frames, dtype=torch.long, device=ctx.idev)
     elif "input_values" in p and "input_ids" not in p:
         kw["input_values"] = _input_values(ctx)
     if text and ("pixel_values" in kw or not kw or p["input_ids"].default is inspect.Parameter.empty
@@ -506,27 +530,28 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         seq = max(S, n_img + 8) if n_img else S  # room for the placeholders and some text
         if kind == "choice":
             n_choices = 2
-            kw["input_ids"] = torch.randint(0, _vocab(cfg), (B, n_choices, seq))
-            kw["attention_mask"] = torch.ones(B, n_choices, seq, dtype=torch.long) if "attention_mask" in p else None
+            kw["input_ids"] = _ids(ctx, shape=(B, n_choices, seq))
+            kw["attention_mask"] = (torch.ones(B, n_choices, seq, dtype=torch.long, device=ctx.idev)
+                                  if "attention_mask" in p else None)
         else:
             ids = _ids(ctx, seq)
             if n_img:
                 ids[:, :n_img] = tok  # meta: shapes only; the placeholders' count is what the model checks
             kw["input_ids"] = ids
             if "attention_mask" in p:
-                kw["attention_mask"] = torch.ones(B, seq, dtype=torch.long)
+                kw["attention_mask"] = torch.ones(B, seq, dtype=torch.long, device=ctx.idev)
             if "mm_token_type_ids" in p and n_img:  # 1 where the image placeholders are (multimodal RoPE)
-                kw["mm_token_type_ids"] = torch.zeros(B, seq, dtype=torch.long)
+                kw["mm_token_type_ids"] = torch.zeros(B, seq, dtype=torch.long, device=ctx.idev)
                 kw["mm_token_type_ids"][:, :n_img] = 1
         if "token_type_ids" in p and find(cfg, "type_vocab_size") not in (None, 0):
             kw["token_type_ids"] = torch.zeros_like(kw["input_ids"])
         if "bbox" in p:
-            kw["bbox"] = torch.zeros(*kw["input_ids"].shape, 4, dtype=torch.long)
+            kw["bbox"] = torch.zeros(*kw["input_ids"].shape, 4, dtype=torch.long, device=ctx.idev)
         ctx.desc.insert(0, f"{seq} tokens" + (f" ({n_img} {what} placeholders)" if n_img else "")
                         + (" with boxes" if "bbox" in kw else "") + f", vocab {_vocab(cfg)}")
         if "image_sizes" in p and "pixel_values" in kw and "sizes" in variant:
             h, w = _image_hw(ctx)
-            kw["image_sizes"] = torch.tensor([[h, w]] * B)
+            kw["image_sizes"] = torch.tensor([[h, w]] * B, device=ctx.idev)
     kw = {k: v for k, v in kw.items() if v is not None}
     if "return_loss" in p:
         kw["return_loss"] = True
@@ -539,8 +564,8 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             kw["labels"] = lab
             kind = "own"
     if kind == "span" and "start_positions" in p:
-        kw["start_positions"] = torch.zeros(B, dtype=torch.long)
-        kw["end_positions"] = torch.zeros(B, dtype=torch.long)
+        kw["start_positions"] = torch.zeros(B, dtype=torch.long, device=ctx.idev)
+        kw["end_positions"] = torch.zeros(B, dtype=torch.long, device=ctx.idev)
         kind = "own"
     return kw, kind
 
@@ -559,11 +584,11 @@ def _labels(ctx: _Ctx, kind: str, kw: dict):
             return _ids(ctx)  # the decoder's target text (speech or image in, text out)
         return None
     if kind == "class":
-        return torch.randint(0, _num_labels(cfg), (B,))
+        return torch.randint(0, _num_labels(cfg), (B,), device=ctx.idev)
     if kind == "choice":
-        return torch.randint(0, 2, (B,))
+        return torch.randint(0, 2, (B,), device=ctx.idev)
     if kind == "token" and "input_ids" in kw:
-        return torch.randint(0, _num_labels(cfg), kw["input_ids"].shape[:2])
+        return torch.randint(0, _num_labels(cfg), kw["input_ids"].shape[:2], device=ctx.idev)
     return None  # CTC: aten's ctc_loss has no meta kernel; loss_fn prices it as a frame-wise log-softmax
 
 
@@ -671,6 +696,28 @@ class _DryRun(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+@contextlib.contextmanager
+def _checks_off():
+    """transformers' ``torch_compilable_check`` (placeholder count == feature count, ...) passes: the dry run
+    is there to learn the counts the model makes."""
+    import sys
+
+    def passes(*_a, **_k):
+        return None
+
+    patched = []
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("transformers") and callable(
+                getattr(mod, "torch_compilable_check", None)):
+            patched.append((mod, mod.torch_compilable_check))
+            mod.torch_compilable_check = passes
+    try:
+        yield
+    finally:
+        for mod, fn in patched:
+            mod.torch_compilable_check = fn
+
+
 def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
     """Run the forward once without autograd on the meta device: the exception it raises (None: it ran), and
     the rows each ``masked_scatter`` filled."""
@@ -678,7 +725,7 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
 
     mode = _DryRun()
     try:
-        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices():
+        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(), _checks_off():
             model(**kw)
     except Exception as exc:  # noqa: BLE001 - judged by the caller
         return exc, mode.scattered_rows
@@ -728,7 +775,7 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
         params = dict(inspect.signature(model.forward).parameters)
     except (TypeError, ValueError):
         params = {}
-    ctx = _Ctx(cfg, model, params, batch_size, seq_len, opts, notes)
+    ctx = _Ctx(cfg, model, params, batch_size, seq_len, opts, notes, device=device)
     token_fields = [n for n in (*_IMAGE_TOKEN_ID, *_AUDIO_TOKEN_ID)
                     if any(n in vars(c) for c in [cfg, *_subconfigs(cfg)])]
     multimodal = "input_ids" in params and (
