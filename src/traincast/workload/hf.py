@@ -303,13 +303,18 @@ class _Ctx:
     notes: list[str]
     desc: list[str] = field(default_factory=list)
     device: object = None
+    real_ids: bool = False
 
     @property
     def idev(self):
-        """Where integer inputs (ids, masks, labels, grids) live: on the CPU with real values when the model is on
-        meta, so that code reading their values (placeholder counts, rope indices, padding checks) gets the
-        answer real training gets; they move to meta where they meet the model's tensors."""
-        return "cpu" if self.device is None or torch.device(self.device).type == "meta" else self.device
+        """Where integer inputs (ids, masks, labels, grids) live. For a multimodal model on meta (``real_ids``):
+        on the CPU with real values, so that code reading them (placeholder counts, multimodal rotary positions)
+        gets the answer real training gets; they move to meta where they meet the model's tensors."""
+        if self.device is None:
+            return "cpu"
+        if torch.device(self.device).type == "meta" and not self.real_ids:
+            return self.device
+        return "cpu" if torch.device(self.device).type == "meta" else self.device
 
 
 def _vocab(cfg) -> int:
@@ -420,8 +425,8 @@ def _plain_token(cfg) -> int:
 
 
 def _ids(ctx: _Ctx, n: int | None = None, shape=None):
-    """Token ids (real values on the CPU when the model is on meta): a plain token throughout."""
-    if torch.device(ctx.idev).type == "cpu" and ctx.device is not None and torch.device(ctx.device).type == "meta":
+    """Token ids: for a multimodal model on meta, a plain token throughout, on the CPU (real values)."""
+    if ctx.real_ids and ctx.device is not None and torch.device(ctx.device).type == "meta":
         return torch.full(shape or (ctx.batch, n or _seq(ctx)), _plain_token(ctx.cfg), dtype=torch.long, device="cpu")
     return torch.randint(0, _vocab(ctx.cfg), shape or (ctx.batch, n or _seq(ctx)), device=ctx.idev)
 
@@ -789,6 +794,7 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
             notes.append(f"{name}: the config names no {group[0].split('_')[0]} token id; the last id of the "
                          "vocabulary stands in")
     image_tokens = _image_tokens_guess(ctx) if multimodal else None
+    ctx.real_ids = multimodal
 
     def inputs(n_img, variant=frozenset()):
         ctx.desc.clear()
