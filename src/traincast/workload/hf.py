@@ -280,6 +280,11 @@ def explain(exc: BaseException, cls_name: str, doing: str) -> str:
                 "choose another head with --task or pass the model as an nn.Module with its inputs")
     if isinstance(exc, ImportError) or "requires the" in msg and "library" in msg:
         return f"{cls_name} needs a package that is not installed: {msg}"
+    m = re.search(r"do not match, tokens: (\d+), features: (\d+)", msg)
+    if m and m.group(1) == m.group(2):
+        return (f"{cls_name}: its vision projector's output width does not fit the text model's hidden size (the "
+                "config pairs towers of different widths, e.g. vision_config.out_hidden_size != "
+                "text_config.hidden_size); make them equal in the config.json")
     if "nonzero" in msg:
         return ("its forward takes a shape from tensor values (torch.nonzero / torch.where), e.g. a "
                 "mixture-of-experts layer that loops over the experts its router picked; values do not exist "
@@ -517,6 +522,8 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         kw["flattened_patches"] = torch.randn(B, S, 2 + _channels(cfg) * 16 * 16)
     if "input_features" in p:
         kw["input_features"] = _input_features(ctx)
+        if "flip" in variant and kw["input_features"].dim() == 3:  # the other layout (frames first / features first)
+            kw["input_features"] = kw["input_features"].transpose(1, 2).contiguous()
         x = kw["input_features"]
         frames = x.shape[-1] if _first_conv1d_in(ctx.model) == x.shape[1] else x.shape[1]
         for mask in ("input_features_mask", "feature_attention_mask"):
@@ -813,10 +820,13 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
         raise TraceError(f"{name}: {cls.__name__}.forward takes no input traincast knows how to make "
                          f"({', '.join(need or list(params)[:6])}); choose another head with --task "
                          f"({', '.join(task_classes(_get(cfg, 'model_type', '')))}) or pass an nn.Module with its inputs")
-    if device.type == "meta" and (multimodal or "pixel_values" in kw):
+    if device.type == "meta" and (multimodal or "pixel_values" in kw or "input_features" in kw):
         # the forms the model takes (image_sizes or not, a frame axis or not), and how many placeholders its
         # projector fills: as the model itself says in a forward without autograd
-        for variant in (frozenset(), frozenset({"sizes"}), frozenset({"5d"}), frozenset({"sizes", "5d"})):
+        forms = [frozenset(), frozenset({"sizes"}), frozenset({"5d"}), frozenset({"sizes", "5d"})]
+        if "pixel_values" not in kw:
+            forms = [frozenset(), frozenset({"flip"})]
+        for variant in forms:
             kw, kind = inputs(image_tokens, variant)
             exc, rows = _dry_run(model, kw)
             m = _FEATURE_MISMATCH.search(str(exc)) if exc is not None else None
@@ -824,6 +834,9 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
             if n and n != image_tokens:  # the projector makes another number of features than guessed
                 kw, kind = inputs(n, variant)
                 exc, _rows = _dry_run(model, kw)
+                same = re.search(r"do not match, tokens: (\d+), features: (\d+)", str(exc)) if exc else None
+                if same and same.group(1) == same.group(2):
+                    raise TraceError(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}")
                 image_tokens = n if exc is None else image_tokens
             if exc is None:
                 break
