@@ -104,7 +104,8 @@ def _worker(conn, opts: dict) -> None:
         res: dict = {"source": source}
         try:
             model = _model_arg(source, tmp)
-            seq_len = opts["seq_len"]
+            # --seq-len goes to sequence models (Hugging Face configs); image models take images
+            seq_len = opts["seq_len"] if source.startswith("hf:") or source.endswith(".json") else None
             try:
                 fam = WorkloadFamily(model, optimizer=opts["optimizer"], precision=opts["precision"], seq_len=seq_len)
                 wl = fam.trace(opts["batch"])
@@ -245,7 +246,7 @@ def report(results: dict, sources_run: list[str]) -> None:
         print(f"  {k:9s} {by[k]:5d}  {100 * by[k] / n:5.1f}%")
     kinds = defaultdict(Counter)
     for r in rows:
-        kinds[r["source"].split(":", 1)[0] if ":" in r["source"] else "other"][r["outcome"]] += 1
+        kinds[r["source"].split(":", 1)[0] if ":" in r["source"] else "other (torchvision, files)"][r["outcome"]] += 1
     if len(kinds) > 1:
         for k, c in sorted(kinds.items()):
             tot = sum(c.values())
@@ -292,11 +293,12 @@ def main(argv=None) -> None:
     ap.add_argument("--retry", default="", help="outcomes to run again from the cache: e.g. traceback,timeout,refused")
     args = ap.parse_args(argv)
 
-    todo = sources([s for s in args.sources.split(",") if s], args.diffusers_configs) + list(args.extra)
+    todo = sources([s for s in args.sources.split(",") if s], args.diffusers_configs)
     if args.only:
         todo = [s.strip() for s in args.only.split(",") if s.strip()]
     if args.sample is not None and args.sample < len(todo):
         todo = sorted(random.Random(args.seed).sample(todo, args.sample))
+    todo += [s for s in args.extra if s not in todo]
     results: dict = {}
     if args.cache and args.cache.is_file():
         results = json.loads(args.cache.read_text())
