@@ -11,6 +11,10 @@ from traincast.cli.render import console, count, dur, flops, print_json, size, s
 from traincast.errors import png_path
 
 Catalogs = Optional[list[Path]]
+HF_TASK_HELP = ("the head of a Hugging Face model where its type has several: causal-lm | masked-lm | seq2seq | "
+                "image-classification | contrastive | ctc | audio-classification | speech-seq2seq | "
+                "image-text-to-text | sequence-classification | ... (one per transformers auto mapping; "
+                "default: the config's architectures)")
 
 MODEL_HELP = ("the model: a zoo name or any torchvision classification model (see `traincast models`), "
               "timm:NAME (any timm model), package.module:factory (your own nn.Module; see --input-shape), a "
@@ -197,6 +201,13 @@ def register(app: typer.Typer) -> None:
         loader_workers: Optional[int] = typer.Option(None, "--loader-workers",
                                                      help="data-loader worker processes per GPU decoding images "
                                                           "(default: from --instance's vCPUs; else not counted)"),
+        task: Optional[str] = typer.Option(None, "--task", help=HF_TASK_HELP),
+        image_size: Optional[int] = typer.Option(None, "--image-size", help="image side in pixels of a Hugging "
+                                                 "Face vision model (default: its config's image_size)"),
+        audio_seconds: Optional[float] = typer.Option(None, "--audio-seconds", help="seconds of audio per sample "
+                                                      "of a Hugging Face speech model (default: 10; Whisper: 30)"),
+        num_frames: Optional[int] = typer.Option(None, "--num-frames", help="frames per clip of a Hugging Face "
+                                                 "video model (default: its config's num_frames)"),
     ):
         """Forecast iteration, epoch and total time, cost and memory of a training job."""
         from traincast.predict.options import forecast_from_options
@@ -210,7 +221,9 @@ def register(app: typer.Typer) -> None:
                                   micro_batch=micro_batch, schedule=schedule, recompute=recompute,
                                   sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer,
                                   cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather, fp8_attention=fp8_attention,
-                                  loader_workers=loader_workers, inputs=_inputs(input_shape))
+                                  loader_workers=loader_workers, inputs=_inputs(input_shape),
+                                  task=task, image_size=image_size, audio_seconds=audio_seconds,
+                                  num_frames=num_frames)
         if as_json:
             print_json(f.to_dict())
         else:
@@ -228,12 +241,21 @@ def register(app: typer.Typer) -> None:
         ops: bool = typer.Option(False, "--ops", help="list every op"),
         out: Optional[Path] = typer.Option(None, "--out", help="write the workload JSON to this file"),
         as_json: bool = typer.Option(False, "--json"),
+        task: Optional[str] = typer.Option(None, "--task", help=HF_TASK_HELP),
+        image_size: Optional[int] = typer.Option(None, "--image-size", help="image side in pixels of a Hugging "
+                                                 "Face vision model (default: its config's image_size)"),
+        audio_seconds: Optional[float] = typer.Option(None, "--audio-seconds", help="seconds of audio per sample "
+                                                      "of a Hugging Face speech model (default: 10; Whisper: 30)"),
+        num_frames: Optional[int] = typer.Option(None, "--num-frames", help="frames per clip of a Hugging Face "
+                                                 "video model (default: its config's num_frames)"),
     ):
         """Trace one training step on the meta device: ops, FLOPs, bytes, memory."""
+        from traincast.predict.options import hf_inputs
         from traincast.workload import PHASES, trace
 
-        wl = trace(model, batch_size=batch_size, precision=precision, optimizer=optimizer, seq_len=seq_len,
-                   freeze=freeze, inputs=_inputs(input_shape))
+        with hf_inputs(task, image_size, audio_seconds, num_frames) as notes:
+            wl = trace(model, batch_size=batch_size, precision=precision, optimizer=optimizer, seq_len=seq_len,
+                       freeze=freeze, inputs=_inputs(input_shape))
         if out is not None:
             wl.to_json(out)
         if as_json:
@@ -250,6 +272,9 @@ def register(app: typer.Typer) -> None:
             ["optimizer state", size(m.optimizer_state_bytes)], ["activations (saved for backward)", size(m.activation_bytes)],
             ["largest transient", size(m.transient_bytes)], ["peak", size(m.peak_bytes)],
         ]))
+        for n in dict.fromkeys(notes):
+            console.print(f"[yellow]note:[/yellow] {n}")
+        console.print(f"inputs: {wl.input_description}")
         console.print(f"parameters: {wl.parameters:,} ({wl.trainable_parameters:,} trainable); "
                       f"forward: {wl.flops('forward') / wl.batch_size / 2e9:.3f} GMACs per sample; "
                       f"traced in {wl.trace_s:.2f} s")

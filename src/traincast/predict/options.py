@@ -8,6 +8,7 @@ call it, so the two give one answer.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import replace
 
 from traincast.errors import ConfigError
@@ -47,14 +48,18 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                           network_gbit: float | None = None, device: str | None = None, profile: str | None = None,
                           predictor: str | None = None, adaptation: str = "none", catalog: Catalog | None = None,
                           family: WorkloadFamily | None = None, loader_workers: int | None = None, inputs=None,
-                          fp8_attention: bool = False, **layout) -> Forecast:
+                          fp8_attention: bool = False, task: str | None = None,
+                          image_size: int | None = None, audio_seconds: float | None = None,
+                          num_frames: int | None = None, **layout) -> Forecast:
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
 
     ``device='local'`` or ``profile=NAME|FILE``: the calibrated device profile instead of a catalog GPU (they
     exclude ``gpu``, ``instance`` and another predictor). ``family``: reuse the traces of an earlier call.
     ``loader_workers``: data-loader worker processes per GPU (the image input pipeline, predict/inputs.py).
     ``layout``: the parallel options (``tp``, ``pp``, ``dp``, ``ep``, ``zero``, ``fsdp``, ``micro_batch``,
-    ``schedule``, ``recompute``, ``sequence_parallel``, ``offload_optimizer``: :func:`strategy_from_options`)."""
+    ``schedule``, ``recompute``, ``sequence_parallel``, ``offload_optimizer``: :func:`strategy_from_options`).
+    ``task``, ``image_size``, ``audio_seconds``, ``num_frames``: the head and inputs of a Hugging Face model
+    (:func:`traincast.workload.hf.hf_options`); their notes join the forecast's."""
     cat = catalog or get_catalog()
     pred = None  # None: the default predictor (``auto``)
     if predictor is not None or adaptation != "none":
@@ -71,9 +76,20 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
         prof = find_profile(profile or "local")
         gpu, pred = prof.device_record(), prof.predictor()
     strategy, warnings = strategy_from_options(gpus, nodes, instance, cat, **layout)
-    f = forecast(model, gpu=gpu, gpus=gpus, predictor=pred, nodes=nodes, batch_size=batch_size,
-                 per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size, precision=precision,
-                 optimizer=optimizer, instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap,
-                 freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=family, strategy=strategy,
-                 fp8_attention=fp8_attention, loader_workers=loader_workers, inputs=inputs)
+    with hf_inputs(task, image_size, audio_seconds, num_frames) as hf_notes:
+        f = forecast(model, gpu=gpu, gpus=gpus, predictor=pred, nodes=nodes, batch_size=batch_size,
+                     per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size, precision=precision,
+                     optimizer=optimizer, instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap,
+                     freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=family, strategy=strategy,
+                     fp8_attention=fp8_attention, loader_workers=loader_workers, inputs=inputs)
+    warnings = list(warnings) + list(dict.fromkeys(hf_notes))
     return replace(f, notes=tuple(warnings) + f.notes) if warnings else f
+
+
+@contextmanager
+def hf_inputs(task=None, image_size=None, audio_seconds=None, num_frames=None):
+    """While active, Hugging Face models are built with these input options; yields the notes they add."""
+    from traincast.workload.hf import hf_options
+
+    with hf_options(task, image_size, audio_seconds, num_frames) as opts:
+        yield opts.notes

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from traincast.errors import ConfigError, UnknownNameError
+from traincast.errors import UnknownNameError
+from traincast.workload.hf import _position_limit, hf_config_step, hf_step, is_hf_config  # noqa: F401 - callers' names
 from traincast.workload.steps import (
     TrainingStep,
     apply_freeze,
@@ -204,148 +204,6 @@ def _transformer(entry: ZooEntry, *, batch_size, device, optimizer, precision, f
     seq_len = seq_len or entry.default_seq_len
     cfg, cls = _hf_config(entry.name, seq_len)
     return hf_step(entry.name, cfg, cls, batch_size=batch_size, device=device, optimizer=optimizer,
-                   precision=precision, freeze=freeze, seq_len=seq_len)
-
-
-def _position_limit(cfg) -> int | None:
-    """The longest sequence a Hugging Face config's position embeddings take (None: no such limit)."""
-    limit = (getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
-             or getattr(cfg, "n_ctx", None))
-    return int(limit) if limit else None
-
-
-def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, freeze, seq_len) -> TrainingStep:
-    """A language-model training step of the Hugging Face model ``cls(cfg)`` built on ``device`` (no weights
-    downloaded): random token ids of ``batch_size x seq_len``, the ids as labels, the model's own loss (a
-    class whose forward takes no labels, e.g. ``BertModel``: the mean of its first output).
-    Attention is PyTorch's fused ``scaled_dot_product_attention`` unless the config names another
-    ``attn_implementation`` (``eager``: the explicit matmul-softmax-matmul of the model's own code) or the
-    class has no fused attention (then ``eager``)."""
-    chose_sdpa = getattr(cfg, "_attn_implementation_internal", None) is None
-    if chose_sdpa:
-        cfg._attn_implementation = "sdpa"
-    if hasattr(cfg, "use_cache"):
-        cfg.use_cache = False
-    limit = _position_limit(cfg)
-    if limit and seq_len > limit:
-        raise ConfigError(f"--seq-len {seq_len} exceeds {name}'s {limit} positions")
-    try:
-        try:
-            with torch.device(device):
-                model = cls(cfg)
-        except ValueError as exc:
-            if not (chose_sdpa and "scaled_dot_product_attention" in str(exc)):
-                raise
-            cfg._attn_implementation = "eager"  # a class without fused attention: its own matmul-softmax-matmul
-            with torch.device(device):
-                model = cls(cfg)
-    except (ValueError, ArithmeticError) as exc:  # e.g. a hidden size its heads do not divide
-        raise ConfigError(f"cannot build {name}: {str(exc).splitlines()[0]}") from None
-    vocab = cfg.vocab_size
-    # a class with a language-model loss learns to predict the ids; one without (BertModel, an encoder)
-    # trains on the mean of its last hidden state, a stand-in loss of negligible cost
-    takes_labels = "labels" in inspect.signature(model.forward).parameters
-
-    def make_batch(dev):
-        ids = torch.randint(0, vocab, (batch_size, seq_len), device=dev)
-        mask = torch.ones(batch_size, seq_len, dtype=torch.long, device=dev)
-        kw = {"input_ids": ids, "attention_mask": mask}
-        return (), ({**kw, "labels": ids} if takes_labels else kw), None
-
-    def loss_fn(out, _target):
-        if takes_labels:
-            return out.loss
-        return out[0].float().mean()
-
-    return supervised_step(
-        name, model, make_batch, loss_fn,
-        batch_size=batch_size, device=device, optimizer=optimizer, precision=precision,
-        freeze=freeze, input_description=f"{batch_size}x{seq_len} tokens, vocab {vocab}",
-    )
-
-
-def is_hf_config(source) -> bool:
-    """Whether ``source`` is a Hugging Face ``config.json`` (a JSON mapping with a ``model_type``)."""
-    import json
-    from pathlib import Path
-
-    path = Path(str(source))
-    if path.suffix != ".json" or not path.is_file():
-        return False
-    try:
-        data = json.loads(path.read_text())
-    except (ValueError, OSError):
-        return False
-    return isinstance(data, dict) and "model_type" in data
-
-
-# size fields of Hugging Face configs that must be positive where a config has them
-_HF_SIZES = ("vocab_size", "hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers",
-             "num_attention_heads", "n_head", "num_heads", "intermediate_size", "d_ff", "n_inner",
-             "max_position_embeddings", "n_positions")
-
-
-def _check_sizes(path, cfg) -> None:
-    from traincast.errors import SpecError
-
-    for name in _HF_SIZES:
-        v = getattr(cfg, name, None)
-        if isinstance(v, bool) or v is None or isinstance(v, (list, tuple, dict)):  # per-layer lists: the model's
-            continue
-        if not isinstance(v, (int, float)) or not v > 0:
-            raise SpecError(f"{path}: {name} must be a positive integer, got {v!r}")
-
-
-def hf_config_step(source, *, batch_size, device, optimizer, precision, freeze, seq_len=None, **_) -> TrainingStep:
-    """A training step of the model a Hugging Face ``config.json`` describes, built from the config alone.
-
-    The class is the config's first ``architectures`` entry (a transformers model class), else the
-    causal-LM, masked-LM or seq2seq-LM class transformers maps the ``model_type`` to. ``seq_len`` defaults
-    to the config's position limit (512 where it has none)."""
-    import json
-    from pathlib import Path
-
-    import transformers as tf
-
-    from traincast.errors import SpecError
-
-    tf.logging.set_verbosity_error()
-    path = Path(str(source))
-    data = json.loads(path.read_text())
-    model_type = data["model_type"]
-    rest = {k: v for k, v in data.items() if k != "model_type"}
-    if not isinstance(model_type, str):
-        raise SpecError(f"{path}: model_type must be a string such as \"gpt2\", got {model_type!r}")
-    if model_type not in tf.CONFIG_MAPPING:
-        raise SpecError(f"{path}: model_type {model_type!r} is not one transformers {tf.__version__} knows")
-    try:
-        cfg = tf.AutoConfig.for_model(model_type, **rest)
-    except Exception as exc:  # noqa: BLE001 - transformers validates fields with its own error types
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
-        raise SpecError(f"{path}: not a valid {model_type} config: {lines[-1][:160]}") from None
-    _check_sizes(path, cfg)
-    archs = data.get("architectures")
-    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
-        raise SpecError(f"{path}: architectures must be a list of class names, e.g. [\"GPT2LMHeadModel\"]; "
-                        f"got {archs!r}")
-    arch = (archs or [None])[0]
-    cls = getattr(tf, arch, None) if isinstance(arch, str) else None
-    if cls is None or not hasattr(cls, "_from_config"):
-        if arch is not None:
-            raise SpecError(f"{path}: architectures[0] {arch!r} is not a model class of transformers {tf.__version__}")
-        for auto in (tf.AutoModelForCausalLM, tf.AutoModelForMaskedLM, tf.AutoModelForSeq2SeqLM):
-            if type(cfg) in auto._model_mapping:
-                cls = auto._model_mapping[type(cfg)]
-                break
-        else:
-            raise SpecError(f"{path}: no language-model class for model_type {model_type!r}; "
-                            "name one in 'architectures' (e.g. GPT2LMHeadModel)")
-    if getattr(cfg, "is_encoder_decoder", False) and getattr(cfg, "decoder_start_token_id", None) is None:
-        cfg.decoder_start_token_id = getattr(cfg, "pad_token_id", None) or 0  # labels shift right from it
-    seq_len = seq_len or _position_limit(cfg) or 512
-    stem = path.parent.name if path.stem == "config" and path.parent.name else path.stem  # a model folder's name
-    name = str(data.get("_name_or_path") or stem).rsplit("/", 1)[-1] or stem
-    return hf_step(name, cfg, cls, batch_size=batch_size, device=device, optimizer=optimizer,
                    precision=precision, freeze=freeze, seq_len=seq_len)
 
 

@@ -1,0 +1,989 @@
+"""Hugging Face transformers models of every modality, built from a ``config.json`` on any device.
+
+A config names its model type (and usually its head class in ``architectures``); the model is built from the
+config alone, no weights downloaded. What goes in is read from the model's own ``forward`` signature and config:
+
+- text: ``input_ids`` and ``attention_mask`` of ``batch x seq_len`` (``bbox`` boxes for layout models);
+- images: ``pixel_values`` at the vision config's ``image_size`` and ``num_channels`` (``--image-size``);
+  video: ``num_frames`` of them (``--num-frames``);
+- audio: log-mel ``input_features`` (Whisper: its 30 s window) or raw ``input_values`` at the config's sampling
+  rate (``--audio-seconds``);
+- image and text together: the image placeholder tokens the model's projector fills (LLaVA, Gemma 3,
+  Mistral 3, ...), or a contrastive pair with ``return_loss`` (CLIP, SigLIP);
+- encoder-decoders: decoder inputs shifted from the labels;
+- the labels each head needs (token ids, classes, spans, CTC transcripts), so its loss and backward are real.
+
+``--task`` picks the head class where a model type has several (``TASKS``: one per transformers auto mapping,
+e.g. ``causal-lm`` is ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``); the default is the config's ``architectures``,
+else the first task of ``DEFAULT_TASK_ORDER`` the model type has. Whatever goes wrong while a model is built or
+traced becomes one ``TraincastError`` line naming the class and the part that stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import inspect
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.overrides
+import torch.utils._python_dispatch
+from torch import nn
+
+from traincast.errors import ConfigError, SpecError, TraceError, TraincastError
+from traincast.registry import Registry
+from traincast.workload.steps import TrainingStep, supervised_step
+
+
+# --- options a user sets (``--task``, ``--image-size``, ...) -----------------------------------------------
+@dataclass
+class HFOptions:
+    """Input options of Hugging Face models; ``None``: the config's own value. ``notes`` collects what a
+    forecast should say about the inputs (assumed shapes, stand-in losses)."""
+
+    task: str | None = None
+    image_size: int | None = None
+    audio_seconds: float | None = None
+    num_frames: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+_OPTIONS: contextvars.ContextVar[HFOptions | None] = contextvars.ContextVar("traincast_hf_options", default=None)
+
+
+@contextlib.contextmanager
+def hf_options(task=None, image_size=None, audio_seconds=None, num_frames=None):
+    """While active, Hugging Face models are built with these input options (the CLI's ``--task``,
+    ``--image-size``, ``--audio-seconds``, ``--num-frames``); yields the :class:`HFOptions`, whose ``notes``
+    fill as models are built."""
+    from traincast.errors import positive
+
+    for name, v in (("--image-size", image_size), ("--audio-seconds", audio_seconds), ("--num-frames", num_frames)):
+        if v is not None:
+            positive(name, v)
+    if task is not None:
+        task = tasks().canonical(task)
+    opts = HFOptions(task, image_size, audio_seconds, num_frames)
+    token = _OPTIONS.set(opts)
+    try:
+        yield opts
+    finally:
+        _OPTIONS.reset(token)
+
+
+def current_options() -> HFOptions:
+    return _OPTIONS.get() or HFOptions()
+
+
+# --- tasks: one per transformers auto mapping -------------------------------------------------------------
+TASKS: Registry[str] = Registry("task")
+_TASK_ALIASES = {
+    "CAUSAL_LM": ("causal-lm", ("clm", "text-generation")),
+    "MASKED_LM": ("masked-lm", ("mlm", "fill-mask")),
+    "SEQ_TO_SEQ_CAUSAL_LM": ("seq2seq", ("seq2seq-lm", "translation", "summarization")),
+    "SPEECH_SEQ_2_SEQ": ("speech-seq2seq", ("speech-recognition", "asr")),
+    "ZERO_SHOT_IMAGE_CLASSIFICATION": ("contrastive", ("zero-shot-image-classification", "clip")),
+    "CTC": ("ctc", ()),
+    "IMAGE_TEXT_TO_TEXT": ("image-text-to-text", ("vlm", "vision-language")),
+    "SEQUENCE_CLASSIFICATION": ("sequence-classification", ("text-classification",)),
+    "MAPPING": ("base", ("backbone-features", "feature-extraction")),
+}
+
+
+def _mapping_names() -> dict[str, dict[str, str]]:
+    from transformers.models.auto import modeling_auto as ma
+
+    out = {}
+    for var, mapping in vars(ma).items():
+        if var == "MODEL_MAPPING_NAMES" or (var.startswith("MODEL_FOR_") and var.endswith("_MAPPING_NAMES")):
+            key = "MAPPING" if var == "MODEL_MAPPING_NAMES" else var[len("MODEL_FOR_"):-len("_MAPPING_NAMES")]
+            out[key] = {t: (c[0] if isinstance(c, (tuple, list)) else c) for t, c in mapping.items()}
+    return out
+
+
+def tasks() -> Registry[str]:
+    """``TASKS``, filled from transformers' auto mappings on first use (transformers loads only when needed)."""
+    if not TASKS.names():
+        _register_tasks()
+    return TASKS
+
+
+def _register_tasks() -> None:
+    maps = _mapping_names()
+    for key, mapping in maps.items():
+        name, aliases = _TASK_ALIASES.get(key, (key.lower().replace("_", "-"), ()))
+        var = "MODEL_MAPPING_NAMES" if key == "MAPPING" else f"MODEL_FOR_{key}_MAPPING_NAMES"
+        TASKS.add(name, key, help=f"transformers' {var} ({len(mapping)} model types)", aliases=aliases)
+
+
+# the head a config without ``architectures`` gets: the first of these its model type has
+DEFAULT_TASK_ORDER = ("image-text-to-text", "speech-seq2seq", "seq2seq", "causal-lm", "multimodal-lm", "masked-lm",
+                      "ctc", "contrastive", "image-classification", "video-classification", "audio-classification",
+                      "pretraining", "sequence-classification", "object-detection", "semantic-segmentation",
+                      "depth-estimation", "time-series-prediction")
+
+
+def task_classes(model_type: str) -> dict[str, str]:
+    """Every task a model type has, with its head class name, in ``DEFAULT_TASK_ORDER`` first."""
+    maps = _mapping_names()
+    reg = tasks()
+    found = {t: maps[reg.get(t)][model_type] for t in reg.names() if model_type in maps[reg.get(t)]}
+    first = [t for t in DEFAULT_TASK_ORDER if t in found]
+    rest = [t for t in found if t not in first and t != "base"]
+    return {t: found[t] for t in first + rest + (["base"] if "base" in found else [])}
+
+
+def _check_deps(cls) -> None:
+    """A transformers class whose backend (timm, ...) is missing: a ConfigError naming the package."""
+    try:
+        from transformers.utils import import_utils
+    except ImportError:
+        return
+    for backend in getattr(cls, "_backends", ()) or ():
+        if isinstance(backend, str) and backend not in ("torch",):
+            probe = getattr(import_utils, f"is_{backend.replace('-', '_')}_available", None)
+            if probe is not None and not probe():
+                raise ConfigError(f"{cls.__name__} needs the package {backend!r}: pip install {backend}")
+
+
+def _did_you_mean(name: str, known) -> str:
+    from traincast.errors import suggest
+
+    hits = suggest(name, list(known))
+    return f"; did you mean {', '.join(repr(h) for h in hits)}?" if hits else ""
+
+
+def choose_class(cfg, model_type: str, archs, task: str | None, where: str):
+    """The head class to build: ``task``'s class for the model type, else ``architectures[0]``, else the
+    first task of ``DEFAULT_TASK_ORDER`` the model type has, else its base model."""
+    import transformers as tf
+
+    found = task_classes(model_type)
+    if task is not None:
+        task = tasks().canonical(task)
+        if task not in found:
+            raise ConfigError(f"--task {task} is not available for model_type {model_type!r}; it has: "
+                              + (", ".join(found) or "none"))
+        name = found[task]
+    elif archs:
+        name = archs[0]
+        if not hasattr(tf, name):
+            raise SpecError(f"{where}: architectures[0] {name!r} is not a model class of transformers "
+                            f"{tf.__version__}" + _did_you_mean(name, list(found.values()) or
+                                                                 [n for n in dir(tf) if n[:1].isupper()]))
+    elif found:
+        name = next(iter(found.values()))
+    else:
+        raise SpecError(f"{where}: model_type {model_type!r} has no model class in transformers {tf.__version__}; "
+                        "name one in 'architectures'")
+    try:
+        cls = getattr(tf, name)
+    except (ImportError, AttributeError, RuntimeError) as exc:
+        raise ConfigError(f"{name} cannot be imported: {_first_line(exc)}; install what it names") from None
+    if not hasattr(cls, "_from_config"):
+        raise SpecError(f"{where}: {name!r} is not a model class of transformers {tf.__version__}")
+    _check_deps(cls)
+    return cls
+
+
+# --- reading configs --------------------------------------------------------------------------------------
+_SUB_TEXT = ("text_config", "decoder", "language_config", "llm_config", "text_encoder", "decoder_config",
+             "qformer_config", "thinker_config", "talker_config")
+_SUB_VISION = ("vision_config", "encoder", "vision_encoder", "image_config", "backbone_config", "visual",
+               "vision_tower_config", "encoder_config", "vq_config")
+_SUB_AUDIO = ("audio_config", "encoder", "speech_config", "audio_encoder", "encoder_config")
+
+
+def _get(c, name, default=None):
+    """``getattr`` that never raises (per-layer configs refuse some global reads; properties need fields)."""
+    try:
+        return getattr(c, name, default)
+    except Exception:  # noqa: BLE001
+        return default
+
+
+def _subconfigs(cfg, prefer=()):
+    """``cfg``'s nested configs, those named in ``prefer`` first (breadth first, cfg itself last)."""
+    from transformers import PretrainedConfig
+
+    seen, out = {id(cfg)}, []
+    queue = [cfg]
+    while queue:
+        c = queue.pop(0)
+        subs = []
+        for k in list(prefer) + sorted(vars(c)):
+            v = _get(c, k)
+            if isinstance(v, PretrainedConfig) and id(v) not in seen:
+                seen.add(id(v))
+                subs.append(v)
+        out += subs
+        queue += subs
+    return out
+
+
+def find(cfg, *names, prefer=(), top_first=True):
+    """The first non-None value of any of ``names`` in ``cfg`` (``top_first``) or its nested configs."""
+    order = ([cfg] + _subconfigs(cfg, prefer)) if top_first else (_subconfigs(cfg, prefer) + [cfg])
+    for c in order:
+        for n in names:
+            v = _get(c, n)
+            if v is not None and not isinstance(v, bool):
+                return v
+    return None
+
+
+def _hw(v) -> tuple[int, int] | None:
+    if v is None:
+        return None
+    if isinstance(v, dict):
+        h = v.get("height") or v.get("shortest_edge") or v.get("longest_edge")
+        w = v.get("width") or h
+        return (int(h), int(w)) if h else None
+    if isinstance(v, (list, tuple)):
+        v = [x for x in v if isinstance(x, (int, float))]
+        return (int(v[-2]), int(v[-1])) if len(v) >= 2 else (int(v[0]), int(v[0])) if v else None
+    if isinstance(v, (int, float)) and v > 0:
+        return int(v), int(v)
+    return None
+
+
+def _position_limit(cfg) -> int | None:
+    """The longest sequence a Hugging Face config's position embeddings take (None: no such limit)."""
+    limit = (_get(cfg, "max_position_embeddings", None) or _get(cfg, "n_positions", None)
+             or _get(cfg, "n_ctx", None) or _get(cfg, "max_target_positions", None))
+    if limit is None:
+        limit = find(cfg, "max_position_embeddings", "n_positions", prefer=_SUB_TEXT, top_first=False) \
+            if any(_get(c, "vocab_size") is not None for c in _subconfigs(cfg, _SUB_TEXT)) and _get(cfg, "vocab_size") is None \
+            else None
+    return int(limit) if isinstance(limit, (int, float)) and limit > 0 else None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:240]
+
+
+def explain(exc: BaseException, cls_name: str, doing: str) -> str:
+    """One line saying what stopped ``cls_name`` while ``doing`` (building / tracing), and what to do."""
+    msg = _first_line(exc)
+    m = re.search(r"'(\w+Config)' object has no attribute '(\w+)'", msg)
+    if m:
+        return (f"{cls_name} needs the config field {m.group(2)!r}, which this {m.group(1)} lacks: "
+                f"add \"{m.group(2)}\" to the config.json")
+    m = re.search(r"forward\(\) missing \d+ required (?:positional|keyword-only) arguments?: (.+)", msg)
+    if m:
+        return (f"{cls_name}.forward needs the input(s) {m.group(1)}, which traincast cannot make for it; "
+                "choose another head with --task or pass the model as an nn.Module with its inputs")
+    if isinstance(exc, ImportError) or "requires the" in msg and "library" in msg:
+        return f"{cls_name} needs a package that is not installed: {msg}"
+    m = re.search(r"do not match, tokens: (\d+), features: (\d+)", msg)
+    if m and m.group(1) == m.group(2):
+        return (f"{cls_name}: its vision projector's output width does not fit the text model's hidden size (the "
+                "config pairs towers of different widths, e.g. vision_config.out_hidden_size != "
+                "text_config.hidden_size); make them equal in the config.json")
+    if "nonzero" in msg:
+        return ("its forward takes a shape from tensor values (torch.nonzero / torch.where), e.g. a "
+                "mixture-of-experts layer that loops over the experts its router picked; values do not exist "
+                "on the meta device. Hugging Face MoE models with grouped experts (Mixtral, Qwen-MoE, "
+                f"DeepSeek, ...) and SwitchTransformers trace with evenly loaded experts; {cls_name} does not")
+    if "data-dependent" in msg.lower() or "item()" in msg or "Cannot copy out of meta" in msg:
+        return (f"{cls_name} takes a shape from tensor values while {doing} (e.g. a router or a dynamic mask), "
+                f"which do not exist on the meta device ({msg})")
+    return f"{cls_name} stops while {doing}: {type(exc).__name__}: {msg}"
+
+
+# --- inputs -------------------------------------------------------------------------------------------------
+@dataclass
+class _Ctx:
+    cfg: object
+    model: nn.Module
+    params: dict
+    batch: int
+    seq_len: int
+    opts: HFOptions
+    notes: list[str]
+    desc: list[str] = field(default_factory=list)
+    device: object = None
+    real_ids: bool = False
+
+    @property
+    def idev(self):
+        """Where integer inputs (ids, masks, labels, grids) live. For a multimodal model on meta (``real_ids``):
+        on the CPU with real values, so that code reading them (placeholder counts, multimodal rotary positions)
+        gets the answer real training gets; they move to meta where they meet the model's tensors."""
+        if self.device is None:
+            return "cpu"
+        if torch.device(self.device).type == "meta" and not self.real_ids:
+            return self.device
+        return "cpu" if torch.device(self.device).type == "meta" else self.device
+
+
+def _vocab(cfg) -> int:
+    v = find(cfg, "vocab_size", prefer=_SUB_TEXT)
+    if not isinstance(v, int) or v <= 0:
+        return 32000
+    return v
+
+
+def _image_hw(ctx: _Ctx) -> tuple[int, int]:
+    if ctx.opts.image_size:
+        return ctx.opts.image_size, ctx.opts.image_size
+    cfg = ctx.cfg
+    for c in [*_subconfigs(cfg, _SUB_VISION), cfg] if _get(cfg, "image_size") is None else [cfg, *_subconfigs(cfg, _SUB_VISION)]:
+        hw = _hw(_get(c, "image_size", None) or _get(c, "input_size", None) or _get(c, "img_size", None)
+                 or _get(c, "crop_size", None) or _get(c, "vision_image_size", None))
+        if hw:
+            return hw
+    return 224, 224
+
+
+def _channels(cfg) -> int:
+    v = find(cfg, "num_channels", "in_channels", "in_chans", "input_channels", prefer=_SUB_VISION)
+    return int(v) if isinstance(v, int) and 0 < v <= 64 else 3
+
+
+def _is_video(ctx: _Ctx) -> bool:
+    return find(ctx.cfg, "num_frames") is not None and "pixel_values" in ctx.params and not _takes_text(ctx)
+
+
+def _takes_text(ctx: _Ctx) -> bool:
+    return "input_ids" in ctx.params
+
+
+def _pixel_values(ctx: _Ctx):
+    h, w = _image_hw(ctx)
+    c = _channels(ctx.cfg)
+    if _is_video(ctx):
+        t = ctx.opts.num_frames or int(find(ctx.cfg, "num_frames"))
+        ctx.desc.append(f"{t} frames of {c}x{h}x{w}")
+        return torch.randn(ctx.batch, t, c, h, w)
+    ctx.desc.append(f"{c}x{h}x{w} images")
+    return torch.randn(ctx.batch, c, h, w)
+
+
+def _audio_seconds(ctx: _Ctx, default: float) -> float:
+    return float(ctx.opts.audio_seconds or default)
+
+
+def _first_conv1d_in(model: nn.Module) -> int | None:
+    for m in model.modules():
+        if isinstance(m, nn.Conv1d):
+            return m.in_channels
+    return None
+
+
+def _input_features(ctx: _Ctx):
+    cfg = ctx.cfg
+    mel = find(cfg, "num_mel_bins", "feature_size", "n_mels", "input_feat_per_channel", "num_mel_filters",
+               prefer=_SUB_AUDIO)
+    mel = int(mel) if isinstance(mel, int) and mel > 0 else 80
+    chans = find(cfg, "input_channels", prefer=_SUB_AUDIO)
+    feat = mel * chans if isinstance(chans, int) and chans > 1 and find(cfg, "input_feat_per_channel") else mel
+    src = find(cfg, "max_source_positions", prefer=_SUB_AUDIO)
+    whisper_like = isinstance(src, int) and _first_conv1d_in(ctx.model) == feat and "whisper" in type(cfg).__name__.lower() \
+        or (isinstance(src, int) and src == 1500)
+    if whisper_like and ctx.opts.audio_seconds is None:
+        frames = 2 * src  # Whisper's fixed 30 s window of 10 ms frames
+    else:
+        frames = max(1, int(round(_audio_seconds(ctx, 10.0) * 100)))  # 10 ms hop
+        if whisper_like and frames != 2 * src:
+            raise ConfigError(f"{type(ctx.model).__name__} takes exactly {2 * src} mel frames "
+                              f"({2 * src / 100:g} s); leave --audio-seconds out")
+    ctx.desc.append(f"{frames / 100:g} s of {feat} log-mel features")
+    if _first_conv1d_in(ctx.model) == feat:
+        return torch.randn(ctx.batch, feat, frames)  # channels first (Whisper's conv stem)
+    return torch.randn(ctx.batch, frames, feat)
+
+
+def _input_values(ctx: _Ctx):
+    mel, length = find(ctx.cfg, "num_mel_bins", prefer=_SUB_AUDIO), find(ctx.cfg, "max_length", prefer=_SUB_AUDIO)
+    if isinstance(mel, int) and isinstance(length, int) and mel > 0 and length > 0:  # a spectrogram (AST)
+        frames = int(round(ctx.opts.audio_seconds * 100)) if ctx.opts.audio_seconds else length
+        ctx.desc.append(f"{frames / 100:g} s of {mel} log-mel features")
+        return torch.randn(ctx.batch, frames, mel)
+    rate = find(ctx.cfg, "sampling_rate", "sample_rate", prefer=_SUB_AUDIO)
+    rate = int(rate) if isinstance(rate, (int, float)) and rate > 0 else 16000
+    secs = _audio_seconds(ctx, 10.0)
+    ctx.desc.append(f"{secs:g} s of {rate} Hz audio")
+    return torch.randn(ctx.batch, int(round(secs * rate)))
+
+
+def _seq(ctx: _Ctx) -> int:
+    return ctx.seq_len
+
+
+def _plain_token(cfg) -> int:
+    """A token id that is none of the config's special tokens (image, audio, pad, bos, ...)."""
+    special = set()
+    for c in [cfg, *_subconfigs(cfg)]:
+        for k, v in vars(c).items():
+            if ("token" in k or k.endswith("_id") or k.endswith("_index")) and isinstance(v, int):
+                special.add(v)
+            elif "token" in k and isinstance(v, (list, tuple)):
+                special.update(x for x in v if isinstance(x, int))
+    vocab = _vocab(cfg)
+    return next((i for i in range(min(100, vocab - 1), vocab) if i not in special), 0)
+
+
+def _ids(ctx: _Ctx, n: int | None = None, shape=None):
+    """Token ids: for a multimodal model on meta, a plain token throughout, on the CPU (real values)."""
+    if ctx.real_ids and ctx.device is not None and torch.device(ctx.device).type == "meta":
+        return torch.full(shape or (ctx.batch, n or _seq(ctx)), _plain_token(ctx.cfg), dtype=torch.long, device="cpu")
+    return torch.randint(0, _vocab(ctx.cfg), shape or (ctx.batch, n or _seq(ctx)), device=ctx.idev)
+
+
+# image placeholder tokens a vision-language model's projector fills, from its config
+_IMAGE_TOKEN_ID = ("image_token_id", "image_token_index", "image_token")
+_AUDIO_TOKEN_ID = ("audio_token_id", "audio_token_index")
+
+
+def _grid_patches(ctx: _Ctx, images):
+    """Qwen2-VL-style inputs: the images cut into ``temporal x patch x patch`` patches, flattened to one row
+    each (``sum(t*h*w) x C*temporal*patch^2``), with their grid ``image_grid_thw`` (one (t, h, w) per image);
+    h and w a multiple of the spatial merge."""
+    cfg = ctx.cfg
+    patch = find(cfg, "patch_size", prefer=_SUB_VISION)
+    patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch or 14)
+    tps = int(find(cfg, "temporal_patch_size", prefer=_SUB_VISION) or 2)
+    merge = int(find(cfg, "spatial_merge_size", "merge_size", prefer=_SUB_VISION) or 2)
+    b, c, h, w = images.shape
+    gh = max(merge, (h // patch) // merge * merge)
+    gw = max(merge, (w // patch) // merge * merge)
+    ctx.desc[-1] = f"{c}x{gh * patch}x{gw * patch} images in {patch}px patches"
+    rows = torch.randn(b * gh * gw, c * tps * patch * patch)
+    # the grid on the CPU: the model reads its values (.tolist()) to split the patches, as in real training
+    return rows, torch.tensor([[1, gh, gw]] * b, device=ctx.idev)
+
+
+def _image_tokens_guess(ctx: _Ctx) -> int:
+    cfg = ctx.cfg
+    for n in ("mm_tokens_per_image", "image_seq_length", "num_image_tokens", "num_query_tokens", "image_seq_len"):
+        v = _get(cfg, n, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    h, _w = _image_hw(ctx)
+    patch = find(cfg, "patch_size", prefer=_SUB_VISION)
+    patch = patch[0] if isinstance(patch, (list, tuple)) else patch
+    if isinstance(patch, int) and patch > 0:
+        n = (h // patch) ** 2
+        if _get(cfg, "vision_feature_select_strategy", "default") == "full":
+            n += 1
+        return n
+    return 256
+
+
+_FEATURE_MISMATCH = re.compile(r"(?:image|video) (?:features and (?:image|video) )?tokens?.*?features:? (\d+)", re.I)
+
+
+# --- labels by head -----------------------------------------------------------------------------------------
+def _num_labels(cfg) -> int:
+    v = _get(cfg, "num_labels", None)
+    return int(v) if isinstance(v, int) and v > 0 else 2
+
+
+def _head_kind(cls) -> str:
+    n = cls.__name__
+    for suffix, kind in (("ForSequenceClassification", "class"), ("ForImageClassification", "class"),
+                         ("ForAudioClassification", "class"), ("ForVideoClassification", "class"),
+                         ("ForMultipleChoice", "choice"), ("ForTokenClassification", "token"),
+                         ("ForQuestionAnswering", "span"), ("ForCTC", "ctc"),
+                         ("ForAudioFrameClassification", "frame"), ("ForXVector", "class"),
+                         ("ForImageClassificationWithTeacher", "none"), ("ForMaskedImageModeling", "none"),
+                         ("ForPreTraining", "lm"), ("ForCausalLM", "lm"), ("LMHeadModel", "lm"),
+                         ("ForMaskedLM", "lm"), ("ForConditionalGeneration", "lm"), ("WithLMHead", "lm"),
+                         ("ForSpeechSeq2Seq", "lm")):
+        if n.endswith(suffix):
+            return kind
+    return "lm" if "LM" in n or "Generation" in n else "none"
+
+
+def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = frozenset()) -> tuple[dict, str]:
+    """The keyword inputs of one training batch for ``cls``'s forward, and the head's label kind.
+    ``image_tokens``: the placeholders of the image (or audio) features; ``variant``: forms some models want
+    (``sizes``: ``image_sizes`` passed; ``5d``: images as ``batch x 1 x C x H x W``)."""
+    p = ctx.params
+    cfg = ctx.cfg
+    kw: dict = {}
+    kind = _head_kind(cls)
+    B, S = ctx.batch, _seq(ctx)
+    text = "input_ids" in p
+    if "pixel_values" in p and (not text or find(cfg, *_IMAGE_TOKEN_ID) is not None or p["pixel_values"].default
+                                is inspect.Parameter.empty or "vision_config" in vars(cfg) or _needs_pixels(cls)):
+        kw["pixel_values"] = _pixel_values(ctx)
+        if "image_grid_thw" in p and kw["pixel_values"].dim() == 4:
+            kw["pixel_values"], kw["image_grid_thw"] = _grid_patches(ctx, kw["pixel_values"])
+        elif "5d" in variant:
+            kw["pixel_values"] = kw["pixel_values"].unsqueeze(1)
+    elif "pixel_values" not in p and "flattened_patches" in p:
+        kw["flattened_patches"] = torch.randn(B, S, 2 + _channels(cfg) * 16 * 16)
+    if "input_features" in p:
+        kw["input_features"] = _input_features(ctx)
+        if "flip" in variant and kw["input_features"].dim() == 3:  # the other layout (frames first / features first)
+            kw["input_features"] = kw["input_features"].transpose(1, 2).contiguous()
+        x = kw["input_features"]
+        frames = x.shape[-1] if _first_conv1d_in(ctx.model) == x.shape[1] else x.shape[1]
+        for mask in ("input_features_mask", "feature_attention_mask"):
+            if mask in p:
+                kw[mask] = torch.ones(B, frames, dtype=torch.long, device=ctx.idev)
+    elif "input_values" in p and "input_ids" not in p:
+        kw["input_values"] = _input_values(ctx)
+    if text and ("pixel_values" in kw or not kw or p["input_ids"].default is inspect.Parameter.empty
+                 or kind in ("lm", "token", "span", "choice") or not any(k in p for k in ("input_features", "input_values"))):
+        n_img, what = 0, "image"
+        tok = find(cfg, *_IMAGE_TOKEN_ID) if "pixel_values" in kw else None
+        if tok is None and "input_features" in kw:
+            tok, what = find(cfg, *_AUDIO_TOKEN_ID), "audio"
+        if isinstance(tok, int) and image_tokens is not None:
+            n_img = image_tokens
+        seq = max(S, n_img + 8) if n_img else S  # room for the placeholders and some text
+        if kind == "choice":
+            n_choices = 2
+            kw["input_ids"] = _ids(ctx, shape=(B, n_choices, seq))
+            kw["attention_mask"] = (torch.ones(B, n_choices, seq, dtype=torch.long, device=ctx.idev)
+                                  if "attention_mask" in p else None)
+        else:
+            ids = _ids(ctx, seq)
+            if n_img:
+                ids[:, :n_img] = tok  # meta: shapes only; the placeholders' count is what the model checks
+            kw["input_ids"] = ids
+            if "attention_mask" in p:
+                kw["attention_mask"] = torch.ones(B, seq, dtype=torch.long, device=ctx.idev)
+            if "mm_token_type_ids" in p and n_img:  # 1 where the image placeholders are (multimodal RoPE)
+                kw["mm_token_type_ids"] = torch.zeros(B, seq, dtype=torch.long, device=ctx.idev)
+                kw["mm_token_type_ids"][:, :n_img] = 1
+        if "token_type_ids" in p and find(cfg, "type_vocab_size") not in (None, 0):
+            kw["token_type_ids"] = torch.zeros_like(kw["input_ids"])
+        if "bbox" in p:
+            kw["bbox"] = torch.zeros(*kw["input_ids"].shape, 4, dtype=torch.long, device=ctx.idev)
+        ctx.desc.insert(0, f"{seq} tokens" + (f" ({n_img} {what} placeholders)" if n_img else "")
+                        + (" with boxes" if "bbox" in kw else "") + f", vocab {_vocab(cfg)}")
+        if "image_sizes" in p and "pixel_values" in kw and "sizes" in variant:
+            h, w = _image_hw(ctx)
+            kw["image_sizes"] = torch.tensor([[h, w]] * B, device=ctx.idev)
+    kw = {k: v for k, v in kw.items() if v is not None}
+    if "return_loss" in p:
+        kw["return_loss"] = True
+        kind = "own"
+    if _get(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in p and "input_ids" not in kw and kind != "lm":
+        kw["decoder_input_ids"] = _ids(ctx)
+    if "labels" in p:
+        lab = _labels(ctx, kind, kw)
+        if lab is not None:
+            kw["labels"] = lab
+            kind = "own"
+    if kind == "span" and "start_positions" in p:
+        kw["start_positions"] = torch.zeros(B, dtype=torch.long, device=ctx.idev)
+        kw["end_positions"] = torch.zeros(B, dtype=torch.long, device=ctx.idev)
+        kind = "own"
+    return kw, kind
+
+
+def _needs_pixels(cls) -> bool:
+    n = cls.__name__
+    return any(w in n for w in ("Vision", "Image", "Visual", "Video", "Pix", "Vit", "ViT"))
+
+
+def _labels(ctx: _Ctx, kind: str, kw: dict):
+    B, cfg = ctx.batch, ctx.cfg
+    if kind == "lm":
+        if "input_ids" in kw:
+            return kw["input_ids"].clone()
+        if _get(cfg, "is_encoder_decoder", False) or "decoder_input_ids" in ctx.params:
+            return _ids(ctx)  # the decoder's target text (speech or image in, text out)
+        return None
+    if kind == "class":
+        return torch.randint(0, _num_labels(cfg), (B,), device=ctx.idev)
+    if kind == "choice":
+        return torch.randint(0, 2, (B,), device=ctx.idev)
+    if kind == "token" and "input_ids" in kw:
+        return torch.randint(0, _num_labels(cfg), kw["input_ids"].shape[:2], device=ctx.idev)
+    return None  # CTC: aten's ctc_loss has no meta kernel; loss_fn prices it as a frame-wise log-softmax
+
+
+def _standin_loss(out):
+    """The mean of every floating tensor a head returns: a loss of negligible cost through all of them."""
+    vals = out.values() if isinstance(out, dict) else out if isinstance(out, (tuple, list)) else [out]
+    total = None
+    for v in vals:
+        if isinstance(v, (tuple, list, dict)):
+            v = _standin_loss(v)
+        if isinstance(v, torch.Tensor) and v.is_floating_point() and v.requires_grad:
+            m = v.float().mean()
+            total = m if total is None else total + m
+    return total
+
+
+# --- the step ---------------------------------------------------------------------------------------------
+def _no_specaugment(cfg, device, notes: list[str]) -> None:
+    """SpecAugment (wav2vec2, HuBERT, SEW...) draws its time and feature masks with numpy on the CPU, which
+    meta tensors cannot index; its masked fill costs next to nothing, so the built model's forward skips it
+    (the model keeps its mask embedding: its parameters are the config's)."""
+    if device.type != "meta":
+        return
+    off = [k for k in ("mask_time_prob", "mask_feature_prob") if (_get(cfg, k, 0) or 0) > 0]
+    for k in off:
+        setattr(cfg, k, 0.0)
+    if off:
+        notes.append("SpecAugment's masking (" + ", ".join(off) + ") is left out: it is drawn on the CPU with "
+                     "numpy, and its masked fill costs next to nothing")
+
+
+def _prepare_config(cfg, notes: list[str]) -> None:
+    for c in [cfg, *_subconfigs(cfg)]:
+        if _get(c, "use_cache") is not None:
+            c.use_cache = False
+    if _get(cfg, "is_encoder_decoder", False) and _get(cfg, "decoder_start_token_id", None) is None:
+        cfg.decoder_start_token_id = _get(cfg, "pad_token_id", None) or 0  # labels shift right from it
+    dec = _get(cfg, "decoder", None)
+    if dec is not None and _get(cfg, "decoder_start_token_id", None) is None and _get(cfg, "decoder") is not None:
+        cfg.decoder_start_token_id = _get(dec, "decoder_start_token_id", None) or _get(dec, "bos_token_id", None) or 0
+    if _get(cfg, "pad_token_id", 0) is None and _get(cfg, "is_encoder_decoder", False):
+        cfg.pad_token_id = 0
+
+
+def _build(cls, cfg, device, name):
+    chose_sdpa = _get(cfg, "_attn_implementation_internal", None) is None
+    if chose_sdpa:
+        try:
+            cfg._attn_implementation = "sdpa"
+        except Exception:  # noqa: BLE001 - a config that refuses: its own default
+            chose_sdpa = False
+    try:
+        try:
+            with torch.device(device):
+                return cls(cfg)
+        except (ValueError, ImportError) as exc:
+            if not (chose_sdpa and ("scaled_dot_product_attention" in str(exc) or "sdpa" in str(exc).lower()
+                                    or "attn_implementation" in str(exc))):
+                raise
+            cfg._attn_implementation = "eager"  # a class without fused attention: its own matmul-softmax-matmul
+            with torch.device(device):
+                return cls(cfg)
+    except TraincastError:
+        raise
+    except (ValueError, ArithmeticError) as exc:  # e.g. a hidden size its heads do not divide
+        raise ConfigError(f"cannot build {name}: {_first_line(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - any failure of a model's constructor is the config's
+        raise ConfigError(f"cannot build {name}: {explain(exc, cls.__name__, 'building')}") from None
+
+
+class _MixedDevices(torch.overrides.TorchFunctionMode):
+    """A call that meets meta tensors and CPU tensors (positions a model computes on the CPU from values it
+    read, e.g. Qwen2-VL's patch grid; anchors made from numpy) runs on meta: the CPU ones are moved there
+    (before autograd records them, so the backward agrees)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_leaves, tree_map
+
+        kwargs = kwargs or {}
+        leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if any(t.device.type == "meta" for t in leaves) and any(t.device.type == "cpu" and t.dim() > 0 for t in leaves):
+            args, kwargs = tree_map(lambda t: t.detach().to("meta") if isinstance(t, torch.Tensor)
+                                    and t.device.type == "cpu" else t, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+class _DryRun(torch.utils._python_dispatch.TorchDispatchMode):
+    """A forward without autograd on meta tensors: value reads answer as the tracer answers them (checks
+    true, counts one), and ``masked_scatter`` (how vision-language models put image features into the
+    placeholder tokens' embeddings) records how many embedding rows the features fill."""
+
+    def __init__(self):
+        super().__init__()
+        self.scattered_rows: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta":
+            t = args[0]
+            return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
+        if func in (torch.ops.aten.masked_scatter.default, torch.ops.aten.masked_scatter_.default):
+            dest, src = args[0], args[2]
+            if dest.dim() >= 2 and dest.shape[-1] > 0:
+                self.scattered_rows.append(src.numel() // dest.shape[-1])
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _checks_off():
+    """transformers' ``torch_compilable_check`` (placeholder count == feature count, ...) passes: the dry run
+    is there to learn the counts the model makes."""
+    import sys
+
+    def passes(*_a, **_k):
+        return None
+
+    patched = []
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("transformers") and callable(
+                getattr(mod, "torch_compilable_check", None)):
+            patched.append((mod, mod.torch_compilable_check))
+            mod.torch_compilable_check = passes
+    try:
+        yield
+    finally:
+        for mod, fn in patched:
+            mod.torch_compilable_check = fn
+
+
+def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
+    """Run the forward once without autograd on the meta device: the exception it raises (None: it ran), and
+    the rows each ``masked_scatter`` filled."""
+    from traincast.workload.tracer import BalancedExperts
+
+    mode = _DryRun()
+    try:
+        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(), _checks_off():
+            model(**kw)
+    except Exception as exc:  # noqa: BLE001 - judged by the caller
+        return exc, mode.scattered_rows
+    return None, mode.scattered_rows
+
+
+def _one_line(fn):
+    """``fn`` whose unexpected failures become one TraceError line (no traceback reaches a user)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kw):
+        try:
+            return fn(*args, **kw)
+        except TraincastError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a model's config or code can fail in any way
+            cls = args[2].__name__ if len(args) > 2 and isinstance(args[2], type) else "the model"
+            raise TraceError(f"cannot build {args[0] if args else 'the model'}: "
+                             f"{explain(exc, cls, 'making its training step')}") from None
+
+    return wrapper
+
+
+@_one_line
+def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, freeze, seq_len) -> TrainingStep:
+    """A training step of the Hugging Face model ``cls(cfg)`` built on ``device`` (no weights downloaded),
+    with the inputs its forward and config ask for and the labels its head needs (module docstring).
+
+    Attention is PyTorch's fused ``scaled_dot_product_attention`` unless the config names another
+    ``attn_implementation`` (``eager``: the explicit matmul-softmax-matmul of the model's own code) or the
+    class has no fused attention (then ``eager``). A head without a loss of its own trains on the mean of its
+    outputs (a stand-in loss of negligible cost; the forecast says so)."""
+    opts = current_options()
+    notes: list[str] = []
+    _prepare_config(cfg, notes)
+    if opts.image_size:  # the model built for this image size (position embeddings, patch grids follow it)
+        for c in [cfg, *_subconfigs(cfg, _SUB_VISION)]:
+            if isinstance(_get(c, "image_size", None), (int, list, tuple)):
+                c.image_size = opts.image_size
+    limit = _position_limit(cfg)
+    if limit and seq_len > limit:
+        raise ConfigError(f"--seq-len {seq_len} exceeds {name}'s {limit} positions")
+    model = _build(cls, cfg, device, name)
+    _no_specaugment(getattr(model, "config", cfg), device, notes)
+    try:
+        params = dict(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        params = {}
+    ctx = _Ctx(cfg, model, params, batch_size, seq_len, opts, notes, device=device)
+    token_fields = [n for n in (*_IMAGE_TOKEN_ID, *_AUDIO_TOKEN_ID)
+                    if any(n in vars(c) for c in [cfg, *_subconfigs(cfg)])]
+    multimodal = "input_ids" in params and (
+        ("pixel_values" in params and any(n in _IMAGE_TOKEN_ID for n in token_fields))
+        or ("input_features" in params and any(n in _AUDIO_TOKEN_ID for n in token_fields)))
+    for group in (_IMAGE_TOKEN_ID, _AUDIO_TOKEN_ID):
+        if multimodal and any(n in token_fields for n in group) and find(cfg, *group) is None:
+            for n in group[:2]:
+                if n in vars(cfg):
+                    setattr(cfg, n, _vocab(cfg) - 1)
+            notes.append(f"{name}: the config names no {group[0].split('_')[0]} token id; the last id of the "
+                         "vocabulary stands in")
+    image_tokens = _image_tokens_guess(ctx) if multimodal else None
+    ctx.real_ids = multimodal
+
+    def inputs(n_img, variant=frozenset()):
+        ctx.desc.clear()
+        try:
+            with torch.device(device):
+                return _make_inputs(ctx, cls, n_img, variant)
+        except TraincastError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise TraceError(f"{name}: cannot make the inputs of {cls.__name__}: "
+                             f"{explain(exc, cls.__name__, 'making inputs')}") from None
+
+    kw, kind = inputs(image_tokens)
+    if not kw:
+        need = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in ("self", "kwargs")]
+        raise TraceError(f"{name}: {cls.__name__}.forward takes no input traincast knows how to make "
+                         f"({', '.join(need or list(params)[:6])}); choose another head with --task "
+                         f"({', '.join(task_classes(_get(cfg, 'model_type', '')))}) or pass an nn.Module with its inputs")
+    if device.type == "meta" and (multimodal or "pixel_values" in kw or "input_features" in kw):
+        # the forms the model takes (image_sizes or not, a frame axis or not), and how many placeholders its
+        # projector fills: as the model itself says in a forward without autograd
+        forms = [frozenset(), frozenset({"sizes"}), frozenset({"5d"}), frozenset({"sizes", "5d"})]
+        if "pixel_values" not in kw:
+            forms = [frozenset(), frozenset({"flip"})]
+        for variant in forms:
+            kw, kind = inputs(image_tokens, variant)
+            exc, rows = _dry_run(model, kw)
+            m = _FEATURE_MISMATCH.search(str(exc)) if exc is not None else None
+            n = (int(m.group(1)) if m else rows[0] if rows else 0) // max(1, batch_size) if multimodal else 0
+            if n and n != image_tokens:  # the projector makes another number of features than guessed
+                kw, kind = inputs(n, variant)
+                exc, _rows = _dry_run(model, kw)
+                same = re.search(r"do not match, tokens: (\d+), features: (\d+)", str(exc)) if exc else None
+                if same and same.group(1) == same.group(2):
+                    raise TraceError(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}")
+                image_tokens = n if exc is None else image_tokens
+            if exc is None:
+                break
+        else:
+            kw, kind = inputs(image_tokens)
+    desc = f"{batch_size} x (" + ", ".join(ctx.desc) + ")"
+    if kind == "ctc":
+        notes.append(f"{name}: the CTC loss is priced as a frame-wise log-softmax and NLL over the logits "
+                     "(PyTorch's ctc_loss has no meta kernel; its cost is small beside the model's)")
+    elif kind != "own":
+        notes.append(f"{name}: {cls.__name__} computes no loss of its own here; the step trains on the mean of its "
+                     "outputs (a stand-in loss of negligible cost)")
+    opts.notes.extend(notes)
+    cls_name = cls.__name__
+
+    def make_batch(dev):
+        return (), kw, None
+
+    def loss_fn(out, _target):
+        logits = getattr(out, "logits", None)
+        if kind == "ctc" and isinstance(logits, torch.Tensor) and logits.dim() == 3:
+            lp = torch.log_softmax(logits.float(), -1).flatten(0, 1)
+            return torch.nn.functional.nll_loss(lp, torch.zeros(lp.shape[0], dtype=torch.long, device=lp.device))
+        loss = getattr(out, "loss", None) if kind == "own" else None
+        if loss is None and isinstance(out, dict):
+            loss = out.get("loss")
+        if loss is None or not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            loss = _standin_loss(out)
+        if loss is None:
+            raise TraceError(f"{name}: {cls_name} returns no tensor a loss can be taken of")
+        return loss
+
+    step = supervised_step(name, model, make_batch, loss_fn, batch_size=batch_size, device=device,
+                           optimizer=optimizer, precision=precision, freeze=freeze, input_description=desc)
+    step.stages = [(phase, _guarded(fn, name, cls_name, phase, device)) for phase, fn in step.stages]
+    return step
+
+
+@contextlib.contextmanager
+def _on_meta(phase: str, device):
+    """On the meta device: CPU tensors a model makes (positions from values it read, anchors from numpy) meet
+    meta ones on meta, and in the backward a boolean-mask index (whose forward ran) takes every element, as the
+    tracer answers value reads for a dense batch. (In the forward a selection stays an error: a loop over the
+    experts a router picked would count every token per expert.)"""
+    if device.type != "meta":
+        yield
+        return
+    import torch.fx.experimental._config as fx_config
+
+    with contextlib.ExitStack() as stack:
+        if phase in ("forward", "backward"):
+            stack.enter_context(_MixedDevices())
+        if phase == "backward":
+            stack.enter_context(fx_config.patch(meta_nonzero_assume_all_nonzero=True))
+        yield
+
+
+def _guarded(fn, name, cls_name, phase, device):
+    """``fn`` whose failures become one TraceError line naming the class and what stopped it."""
+    doing = {"forward": "running its forward", "backward": "running its backward",
+             "optimizer": "stepping the optimizer"}.get(phase, phase)
+
+    def run():
+        try:
+            with _on_meta(phase, device):
+                fn()
+        except TraincastError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a model's own code can fail in any way; the user gets one line
+            raise TraceError(f"cannot trace {name}: {explain(exc, cls_name, doing)}") from None
+
+    return run
+
+
+# --- config.json ------------------------------------------------------------------------------------------
+def is_hf_config(source) -> bool:
+    """Whether ``source`` is a Hugging Face ``config.json`` (a JSON mapping with a ``model_type``)."""
+    path = Path(str(source))
+    if path.suffix != ".json" or not path.is_file():
+        return False
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, OSError):
+        return False
+    return isinstance(data, dict) and "model_type" in data
+
+
+# size fields of Hugging Face configs that must be positive where a config has them
+_HF_SIZES = ("vocab_size", "hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers",
+             "num_attention_heads", "n_head", "num_heads", "intermediate_size", "d_ff", "n_inner",
+             "max_position_embeddings", "n_positions")
+
+
+def _check_sizes(path, cfg) -> None:
+    for name in _HF_SIZES:
+        try:
+            v = getattr(cfg, name, None)
+        except Exception:  # noqa: BLE001 - a property that needs other fields
+            continue
+        if isinstance(v, bool) or v is None or isinstance(v, (list, tuple, dict)):  # per-layer lists: the model's
+            continue
+        if not isinstance(v, (int, float)) or not v > 0:
+            raise SpecError(f"{path}: {name} must be a positive integer, got {v!r}")
+
+
+def load_config(data: dict, where: str = "config"):
+    """A transformers config object from the content of a ``config.json`` (validated)."""
+    import transformers as tf
+
+    tf.logging.set_verbosity_error()  # no config chatter on the user's terminal
+    model_type = data.get("model_type")
+    rest = {k: v for k, v in data.items() if k != "model_type"}
+    if not isinstance(model_type, str):
+        raise SpecError(f"{where}: model_type must be a string such as \"gpt2\", got {model_type!r}")
+    if model_type not in tf.CONFIG_MAPPING:
+        raise SpecError(f"{where}: model_type {model_type!r} is not one transformers {tf.__version__} knows"
+                        + _did_you_mean(model_type, tf.CONFIG_MAPPING.keys()))
+    try:
+        cfg = tf.AutoConfig.for_model(model_type, **rest)
+    except Exception as exc:  # noqa: BLE001 - transformers validates fields with its own error types
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+        raise SpecError(f"{where}: not a valid {model_type} config: {lines[-1][:160]}") from None
+    _check_sizes(where, cfg)
+    return cfg
+
+
+@_one_line
+def hf_config_step(source, *, batch_size, device, optimizer, precision, freeze, seq_len=None, task=None,
+                   **_) -> TrainingStep:
+    """A training step of the model a Hugging Face ``config.json`` describes, built from the config alone.
+
+    The class is ``task``'s (or ``--task``'s, :func:`hf_options`) head for the model type, else the config's
+    first ``architectures`` entry, else the first head of ``DEFAULT_TASK_ORDER`` the model type has.
+    ``seq_len`` defaults to the config's position limit (512 where it has none)."""
+    path = Path(str(source))
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise SpecError(f"{path}: not JSON: {exc}") from None
+    cfg = load_config(data, str(path))
+    archs = data.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise SpecError(f"{path}: architectures must be a list of class names, e.g. [\"GPT2LMHeadModel\"]; "
+                        f"got {archs!r}")
+    cls = choose_class(cfg, data["model_type"], archs, task or current_options().task, str(path))
+    seq_len = seq_len or _position_limit(cfg) or 512
+    stem = path.parent.name if path.stem == "config" and path.parent.name else path.stem  # a model folder's name
+    name = str(data.get("_name_or_path") or stem).rsplit("/", 1)[-1] or stem
+    return hf_step(name, cfg, cls, batch_size=batch_size, device=device, optimizer=optimizer,
+                   precision=precision, freeze=freeze, seq_len=seq_len)
