@@ -181,3 +181,32 @@ def test_mutated_training_logs_never_crash(tmp_path_factory, capsys, data):
     path = tmp_path_factory.mktemp("log") / data.draw(st.sampled_from(["run.csv", "run.jsonl", "run.log"]))
     path.write_text("\n".join(lines))
     run_cli(capsys, ["eta", str(path), "--total-steps", str(data.draw(st.integers(-1, 10**6))), "--json"])
+
+
+# a small GPT-2 and a small BERT: mutated Hugging Face configs (sizes huge, negative, of the wrong type; fields
+# dropped; junk class names) go through the same CLI path as a user's config.json
+HF_CONFIGS = [
+    {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 32, "n_layer": 2, "n_head": 2,
+     "n_positions": 64, "vocab_size": 128},
+    {"model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 32, "num_hidden_layers": 2,
+     "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 64, "vocab_size": 128},
+]
+HF_FUZZ = settings(FUZZ, max_examples=30)
+
+
+@HF_FUZZ
+@given(data=st.data())
+def test_mutated_hf_configs_never_crash(tmp_path_factory, capsys, data):
+    cfg = mutate(HF_CONFIGS[data.draw(st.integers(0, len(HF_CONFIGS) - 1))], data)
+    path = tmp_path_factory.mktemp("hf") / "config.json"
+    path.write_text(json.dumps(cfg))
+    run_cli(capsys, ["predict", str(path), "--gpu", "A100", "-b", "2", "--seq-len", "16", "--json"])
+
+
+@pytest.mark.parametrize("field,value", [("n_layer", 2**40), ("n_embd", 2**40), ("n_head", -5),
+                                         ("vocab_size", 2**40), ("n_positions", 2**40)])
+def test_hf_configs_beyond_any_gpu_are_refused_at_once(tmp_path, capsys, field, value):
+    """The issue-16 cases: sizes no GPU cluster could hold are refused from the config, before any model is built."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(HF_CONFIGS[0], **{field: value})))
+    assert run_cli(capsys, ["predict", str(path), "--gpu", "A100", "-b", "2", "--seq-len", "16"]) == 2

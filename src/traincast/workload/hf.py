@@ -930,16 +930,47 @@ _HF_SIZES = ("vocab_size", "hidden_size", "n_embd", "d_model", "num_hidden_layer
              "max_position_embeddings", "n_positions")
 
 
+# sizes beyond any model a GPU cluster trains (the largest published models: about 200 layers, widths of
+# tens of thousands, vocabularies under a million, contexts of ~10M tokens): refused from the config, before a
+# model of 2**40 layers is built (that would never end) or a width overflows a tensor's size
+_HF_LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers")
+_HF_LIMITS = {"layers": 4096, "size": 2**26}
+_HF_MAX_PARAMETERS = 2e14  # 200T: 100x the largest model trained to date
+
+
+def _sub_configs(cfg, depth: int = 0):
+    yield cfg
+    if depth >= 3:
+        return
+    for v in vars(cfg).values():
+        if hasattr(v, "to_dict") and hasattr(v, "model_type") and v is not cfg:
+            yield from _sub_configs(v, depth + 1)
+
+
 def _check_sizes(path, cfg) -> None:
-    for name in _HF_SIZES:
-        try:
-            v = getattr(cfg, name, None)
-        except Exception:  # noqa: BLE001 - a property that needs other fields
-            continue
-        if isinstance(v, bool) or v is None or isinstance(v, (list, tuple, dict)):  # per-layer lists: the model's
-            continue
-        if not isinstance(v, (int, float)) or not v > 0:
-            raise SpecError(f"{path}: {name} must be a positive integer, got {v!r}")
+    for c in _sub_configs(cfg):
+        where = path if c is cfg else f"{path} ({getattr(c, 'model_type', 'sub-config')} part)"
+        sizes = {}
+        for name in _HF_SIZES + _HF_LAYER_FIELDS:
+            try:
+                v = getattr(c, name, None)
+            except Exception:  # noqa: BLE001 - a property that needs other fields
+                continue
+            if isinstance(v, bool) or v is None or isinstance(v, (list, tuple, dict)):  # per-layer lists: the model's
+                continue
+            if not isinstance(v, (int, float)) or not v > 0:
+                raise SpecError(f"{where}: {name} must be a positive integer, got {v!r}")
+            limit = _HF_LIMITS["layers" if name in _HF_LAYER_FIELDS else "size"]
+            if v > limit:
+                raise SpecError(f"{where}: {name} = {v:,} is beyond any model a GPU cluster trains (at most {limit:,}); "
+                                "is it a typo?")
+            sizes[name] = v
+        width = next((sizes[k] for k in ("hidden_size", "n_embd", "d_model") if k in sizes), 0)
+        depth = next((sizes[k] for k in _HF_LAYER_FIELDS if k in sizes), 0)
+        est = 12 * depth * width ** 2 + sizes.get("vocab_size", 0) * width
+        if est > _HF_MAX_PARAMETERS:
+            raise SpecError(f"{where}: about {est:.2g} parameters ({depth:g} layers of width {width:g}) is beyond any "
+                            f"model a GPU cluster trains (at most {_HF_MAX_PARAMETERS:.0e}); is a size a typo?")
 
 
 def load_config(data: dict, where: str = "config"):
