@@ -62,6 +62,14 @@ def test_compare_gives_one_forecast_per_gpu_and_names_a_bad_one(client):
     assert "unknown GPU 'Z9000'" in [x for x in r.json() if x["gpu"] == "Z9000"][0]["error"]
 
 
+def test_a_timm_model_by_name_is_forecast_as_the_cli_does(client, cli_app, capsys):
+    body = {"model": "timm:resnet18", "gpu": "A100", "batch_size": 16}
+    r = client.post("/api/v1/forecast", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json() == cli_json(cli_app, capsys, "predict", "timm:resnet18", "--gpu", "A100", "--batch-size", "16",
+                                "--json")
+
+
 def test_an_uploaded_hugging_face_config_is_traced_from_a_file_of_the_server(client, tmp_path):
     cfg = {"model_type": "gpt2", "n_embd": 128, "n_head": 4, "n_layer": 2, "n_positions": 64, "vocab_size": 500}
     r = client.post("/api/v1/forecast", json={"hf_config": cfg, "gpu": "T4", "batch_size": 8, "dataset_size": 800})
@@ -81,6 +89,8 @@ def test_an_uploaded_hugging_face_config_is_traced_from_a_file_of_the_server(cli
     ({"model": "examples/mnist_cnn.yaml", "gpu": "V100", "batch_size": 8}, "model", "never reads files"),
     ({"model": "os:system", "gpu": "V100", "batch_size": 8}, "model", "never reads files"),
     ({"model": "resnet5", "gpu": "V100", "batch_size": 8}, "model", "did you mean 'resnet50'"),
+    ({"model": "timm:resnet5", "gpu": "V100", "batch_size": 8}, "model", "did you mean"),
+    ({"model": "timm:../x", "gpu": "V100", "batch_size": 8}, "model", "unknown timm model"),
     ({"model": "resnet50", "gpu": "V1000", "batch_size": 8}, "gpu", "unknown GPU 'V1000'"),
     ({"model": "resnet50", "gpu": "V100", "batch_size": 8, "epochs": "many"}, "epochs", "valid number"),
     ({"model": "resnet50", "gpu": "V100", "batch_size": 8, "adaptation": "/tmp/a.json"}, "adaptation", "'none' or 'auto'"),

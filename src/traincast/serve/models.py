@@ -13,13 +13,26 @@ _STRICT = ConfigDict(extra="forbid")
 
 
 def _zoo_name(v: str | None) -> str | None:
-    """A model by zoo name only: never a path, a spec file, or a package factory from a request."""
+    """A model by zoo name or ``timm:NAME``: never a path, a spec file, or a package factory from a request (a
+    ``timm:`` name only selects one of timm's own constructors; nothing the request names is imported)."""
     if v is None:
         return v
     from traincast.workload import zoo
+    from traincast.workload.sources import TIMM_PREFIX
+
+    if v.startswith(TIMM_PREFIX):
+        import timm
+
+        from traincast.errors import UnknownNameError
+        from traincast.workload.sources import timm_names
+
+        name = v[len(TIMM_PREFIX):]
+        if not timm.is_model(name):
+            raise UnknownNameError("timm model", name, timm_names())
+        return v
 
     if any(ch in v for ch in "/\\:") or v.lower().endswith((".yaml", ".yml", ".json")) or v.startswith("."):
-        raise ValueError("must be a model of the zoo (GET /api/v1/models); the server never reads files named in "
+        raise ValueError("must be a model of the zoo (GET /api/v1/models) or timm:NAME; the server never reads files named in "
                          "a request: send a Hugging Face config.json as hf_config instead")
     zoo.get(v)  # UnknownNameError with did-you-mean; the validator makes it a ValueError
     return v
