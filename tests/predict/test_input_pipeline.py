@@ -78,6 +78,8 @@ def test_cli_loader_workers(capsys):
     assert d["bottleneck"] == "input" and d["input_pipeline"]["workers"] == 1 and d["input_wait_s"] > 0
     code, out, err = _cli(capsys, "predict", "resnet18", "--gpu", "H100", "-b", "64", "--loader-workers", "0")
     assert code == 2 and "--loader-workers" in err
+    code, out, err = _cli(capsys, "predict", "bert-tiny", "--gpu", "H100", "-b", "8", "--loader-workers", "-1")
+    assert code == 2 and "--loader-workers" in err  # refused even for a model that reads no images
 
 
 def test_bench_input_measures_decode_and_augmentation(capsys):

@@ -468,6 +468,9 @@ def forecast(
     if nodes is not None:
         positive("--nodes", nodes)
     sync = SYNC_METHODS.canonical(sync)
+    if loader_workers is not None and (isinstance(loader_workers, bool) or not isinstance(loader_workers, int)
+                                       or loader_workers < 1):
+        raise ConfigError(f"--loader-workers must be a positive integer, got {loader_workers!r}")
     notes: list[str] = []
     if strategy is not None and strategy.gpus != gpus:
         raise ConfigError(f"the layout {strategy.label()} uses {strategy.gpus} GPUs, not the {gpus} asked for")
