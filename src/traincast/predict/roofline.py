@@ -362,7 +362,9 @@ def winograd_eligible(op) -> bool:
     if op.op_class != "conv" or op.aten not in ("convolution", "convolution_backward") or conv_groups(op) != 1:
         return False
     stride, dilation, transposed = _conv_setting(op, 1, None), _conv_setting(op, 3, None), _conv_setting(op, 4, True)
-    if not (tuple(stride or ()) == (1, 1) and tuple(dilation or ()) == (1, 1)) or transposed:
+    if not (isinstance(stride, (list, tuple)) and isinstance(dilation, (list, tuple))):
+        return False  # args not in the layout above (an op recorded with other arguments): not counted as Winograd
+    if not (tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)) or transposed:
         return False
     w = _conv_weight(op)
     if w is None:
