@@ -39,6 +39,8 @@ def test_winograd_eligibility_by_shape():
     # an interpolated workload's ops keep args, not shapes: padding (1, 1) at stride 1 reads as a 3x3 kernel
     assert winograd_eligible(replace(conv(), input_shapes=(), output_shapes=()))
     assert not winograd_eligible(replace(conv(k=1), input_shapes=(), output_shapes=()))
+    # args in another layout (a bool where the dilation goes, as some timm models record): not Winograd, no error
+    assert not winograd_eligible(replace(conv(), args=(None, (1, 1), (1, 1), True, False, (0, 0), 1)))
 
 
 def test_winograd_speeds_up_fp32_3x3_convs_on_cuda_cores_only():
