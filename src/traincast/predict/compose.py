@@ -524,10 +524,6 @@ def forecast(
         if ip is not None:
             notes.append(input_note(ip, b, st.iteration_s))
     wait_s = ip.wait_s if ip is not None else 0.0
-    moe = wl.balanced_expert_gemms
-    if moe:
-        notes.append(f"mixture of experts: {moe} expert GEMMs per forward timed with the routed tokens "
-                     "split evenly over the experts (a router that loads them unevenly is slower)")
     if dataset_size is None:
         steps = epoch_s = total_s = None
         notes.append("one iteration only: the epoch, total time and cost need --dataset-size (training samples "
@@ -635,9 +631,6 @@ def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nod
     fn = fabric_note(device.link.type)
     if fn and (cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1):
         notes.append(fn)
-    if base.balanced_expert_gemms:
-        notes.append(f"mixture of experts: {base.balanced_expert_gemms} expert GEMMs per forward timed with the routed "
-                     "tokens split evenly over the experts (a router that loads them unevenly is slower)")
     if dataset_size is None:
         steps = epoch_s = total_s = None
         notes.append("one iteration only: the epoch, total time and cost need --dataset-size (training samples "

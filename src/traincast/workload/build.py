@@ -13,6 +13,7 @@ from torch import nn
 from traincast.errors import ConfigError, TraceError, TraincastError, positive
 from traincast.workload.precision import PRECISIONS
 from traincast.workload.records import Workload
+from traincast.workload.selections import unsized_selection
 from traincast.workload.steps import TrainingStep, resolve_device, supervised_step
 
 
@@ -126,10 +127,7 @@ def trace(
     except Exception as exc:  # noqa: BLE001 - a model's own forward (a user's, a config's) can fail in any way
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if "nonzero" in msg:
-            msg = ("its forward takes a shape from tensor values (torch.nonzero / torch.where), e.g. a "
-                   "mixture-of-experts layer that loops over the experts its router picked; values do not exist "
-                   "on the meta device. Hugging Face MoE models with grouped experts (Mixtral, Qwen-MoE, "
-                   "DeepSeek, ...) and SwitchTransformers trace with evenly loaded experts; this one does not")
+            msg = unsized_selection("its forward")
         elif not isinstance(exc, (RuntimeError, ValueError, IndexError, AttributeError, TypeError, KeyError,
                                   NotImplementedError)):
             msg = f"{type(exc).__name__}: {msg}"

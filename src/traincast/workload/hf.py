@@ -37,6 +37,7 @@ from torch import nn
 from traincast.errors import ConfigError, SpecError, TraceError, TraincastError
 from traincast.registry import Registry
 from traincast.workload.steps import TrainingStep, supervised_step
+from traincast.workload.selections import unsized_selection
 
 
 # --- options a user sets (``--task``, ``--image-size``, ...) -----------------------------------------------
@@ -286,10 +287,7 @@ def explain(exc: BaseException, cls_name: str, doing: str) -> str:
                 "config pairs towers of different widths, e.g. vision_config.out_hidden_size != "
                 "text_config.hidden_size); make them equal in the config.json")
     if "nonzero" in msg:
-        return ("its forward takes a shape from tensor values (torch.nonzero / torch.where), e.g. a "
-                "mixture-of-experts layer that loops over the experts its router picked; values do not exist "
-                "on the meta device. Hugging Face MoE models with grouped experts (Mixtral, Qwen-MoE, "
-                f"DeepSeek, ...) and SwitchTransformers trace with evenly loaded experts; {cls_name} does not")
+        return unsized_selection(cls_name)
     if "data-dependent" in msg.lower() or "item()" in msg or "Cannot copy out of meta" in msg:
         return (f"{cls_name} takes a shape from tensor values while {doing} (e.g. a router or a dynamic mask), "
                 f"which do not exist on the meta device ({msg})")
@@ -733,11 +731,12 @@ def _checks_off():
 def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
     """Run the forward once without autograd on the meta device: the exception it raises (None: it ran), and
     the rows each ``masked_scatter`` filled."""
+    from traincast.workload.selections import ExpectedSelections
     from traincast.workload.tracer import BalancedExperts
 
     mode = _DryRun()
     try:
-        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(), _checks_off():
+        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(), ExpectedSelections(), _checks_off():
             model(**kw)
     except Exception as exc:  # noqa: BLE001 - judged by the caller
         return exc, mode.scattered_rows
@@ -879,8 +878,8 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
 def _on_meta(phase: str, device):
     """On the meta device: CPU tensors a model makes (positions from values it read, anchors from numpy) meet
     meta ones on meta, and in the backward a boolean-mask index (whose forward ran) takes every element, as the
-    tracer answers value reads for a dense batch. (In the forward a selection stays an error: a loop over the
-    experts a router picked would count every token per expert.)"""
+    tracer answers value reads for a dense batch. (Selections in the forward take their expected sizes:
+    :mod:`traincast.workload.selections`.)"""
     if device.type != "meta":
         yield
         return

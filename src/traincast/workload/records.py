@@ -153,6 +153,10 @@ class Workload:
     balanced_expert_gemms: int = 0
     # data-dependent Python reads (``if mask.all():``) answered as for a plain dense batch
     data_dependent_reads: int = 0
+    # data-dependent selections (torch.nonzero / where / boolean masks) given their expected sizes
+    # (workload/selections.py): from a mixture-of-experts router's balanced share, or as full (a dense batch)
+    routed_selections: int = 0
+    dense_selections: int = 0
     unregistered_ops: tuple[tuple[str, int], ...] = ()  # aten ops without a FLOP formula, with their counts
     fused_kernels: tuple[tuple[str, int], ...] = ()  # fused kernels (workload/fused.py) run per step, by name
     param_tensors: int = 0  # trainable parameter tensors
@@ -186,12 +190,24 @@ class Workload:
         return dict(out)
 
     def kernel_notes(self) -> list[str]:
-        """Forecast notes naming the fused kernels this step runs ("attention: flash, fused")."""
-        if not self.fused_kernels:
-            return []
-        from traincast.workload.fused import kernel_notes
+        """Forecast notes naming the fused kernels this step runs ("attention: flash, fused") and saying which
+        shapes the trace assumed where they depend on values (mixture-of-experts routing, boolean masks)."""
+        notes: list[str] = []
+        if self.fused_kernels:
+            from traincast.workload.fused import kernel_notes
 
-        return kernel_notes(dict(self.fused_kernels))
+            notes += kernel_notes(dict(self.fused_kernels))
+        if self.balanced_expert_gemms:
+            notes.append(f"mixture of experts: {self.balanced_expert_gemms} expert GEMMs per forward timed with the "
+                         "routed tokens split evenly over the experts (a router that loads them unevenly is slower)")
+        if self.routed_selections:
+            notes.append(f"mixture of experts: {self.routed_selections} per-expert token selections per step sized as "
+                         "balanced routing (each expert gets its even share of the routed tokens; a router that loads "
+                         "them unevenly is slower)")
+        if self.dense_selections:
+            notes.append(f"{self.dense_selections} data-dependent selections per step (torch.nonzero / where / boolean "
+                         "masks) sized as a dense batch: every position selected")
+        return notes
 
     @property
     def gradient_bytes(self) -> int:
@@ -216,6 +232,8 @@ class Workload:
             "recurrent_calls": [asdict(c) for c in self.recurrent_calls],
             "balanced_expert_gemms": self.balanced_expert_gemms,
             "data_dependent_reads": self.data_dependent_reads,
+            "routed_selections": self.routed_selections,
+            "dense_selections": self.dense_selections,
             "unregistered_ops": dict(self.unregistered_ops),
             "fused_kernels": dict(self.fused_kernels),
             "param_tensors": self.param_tensors,
@@ -238,7 +256,8 @@ class Workload:
         mem.pop("peak_bytes", None)
         info = dict(d.get("meta") or {})  # workloads written before the typed fields kept them in "meta"
         info.update({k: d[k] for k in ("precision", "fused_attention", "recurrent_calls", "balanced_expert_gemms",
-                                        "data_dependent_reads", "unregistered_ops", "fused_kernels", "param_tensors", "trace_s",
+                                        "data_dependent_reads", "routed_selections", "dense_selections",
+                                        "unregistered_ops", "fused_kernels", "param_tensors", "trace_s",
                                         "interpolated_from") if k in d})
         calls = info.get("recurrent_calls", info.get("rnn_calls")) or []
         interp = info.get("interpolated_from")
@@ -257,6 +276,8 @@ class Workload:
             recurrent_calls=tuple(RecurrentCall(**c) for c in calls),
             balanced_expert_gemms=int(info.get("balanced_expert_gemms", 0) or 0),
             data_dependent_reads=int(info.get("data_dependent_reads", 0) or 0),
+            routed_selections=int(info.get("routed_selections", 0) or 0),
+            dense_selections=int(info.get("dense_selections", 0) or 0),
             unregistered_ops=tuple(sorted((str(k), int(v)) for k, v in (info.get("unregistered_ops") or {}).items())),
             fused_kernels=tuple(sorted((str(k), int(v)) for k, v in (info.get("fused_kernels") or {}).items())),
             param_tensors=int(info.get("param_tensors", 0) or 0),

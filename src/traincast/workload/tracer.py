@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
 from traincast.workload import costs, fused
+from traincast.workload.selections import ExpectedSelections
 from traincast.workload.records import MemoryFootprint, OpRecord, RecurrentCall, Workload
 
 _DTYPE_NAMES = {
@@ -380,7 +381,8 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
             amp.set(phase == "forward")
 
     experts = BalancedExperts()
-    with tracker, recorder, experts, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+    selections = ExpectedSelections()
+    with tracker, recorder, experts, selections, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
             _node_creation_hook(recorder.tag_node):
         for m in modes:
             m.__enter__()
@@ -424,6 +426,8 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
         fused_attention=bool(fused_attention),
         recurrent_calls=tuple(rnn_calls),
         balanced_expert_gemms=experts.count,
+        routed_selections=selections.routed,
+        dense_selections=selections.dense,
         data_dependent_reads=recorder.data_dependent,
         fused_kernels=tuple(sorted(recorder.fused.items())),
         unregistered_ops=tuple(sorted(recorder.unregistered.items())),

@@ -1,0 +1,228 @@
+"""Data-dependent selections on the meta device, answered with their expected sizes.
+
+``torch.nonzero``, ``torch.where(cond)``, ``torch.argwhere``, ``masked_select`` and indexing with a boolean
+mask return as many rows as the mask holds true values, and meta tensors hold no values. A trace meets them in
+two kinds of places:
+
+* **router masks** of mixture-of-experts layers that loop over the experts in Python (DBRX, NLLB-MoE,
+  LongCat-Flash, Step, ...): ``one_hot(top_k_index, E)`` or ``indices == e`` or ``zeros.scatter(1, top_k, 1)``,
+  then ``torch.where(mask[e])`` for each expert;
+* **masks of a dense batch**: attention or padding masks, image-placeholder tokens, valid-patch masks.
+
+:class:`ExpectedSelections` is a ``TorchFunctionMode`` that follows how full each boolean/integer tensor is
+expected to be from how it was made, and gives every selection ``round(numel x density)`` rows:
+
+* indices from ``topk``/``argmax``/``max(dim)`` over a dimension of ``n`` are categories of ``n``
+  (``categories``); ``one_hot`` of them, or ``== k`` against one category, is true for ``1/n`` of the elements
+  (balanced routing: each expert gets its even share of the routed tokens, what the load-balancing loss trains
+  towards); ``torch.zeros`` is empty, and ``scatter`` of a value into it at ``m`` indices fills ``m`` elements;
+* views, reshapes, copies and dtype changes keep the density;
+* anything else is full (density 1): every position of a dense batch is a real token.
+
+Counts made from them (``mask.sum(0)``: tokens per expert) have an expected value, which ``tolist()`` returns
+(JetMoE splits its expert GEMMs by such a list).
+
+Each answered selection is counted (``routed`` for the ones that took a router density, ``dense`` for the
+rest), and the forecast says so.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakTensorKeyDictionary
+
+_T = torch.Tensor
+
+
+def unsized_selection(who: str) -> str:
+    """The error line for a selection this module could not size (one made inside a kernel, not a torch call)."""
+    return (f"{who} takes a shape from tensor values (torch.nonzero) inside an op traincast cannot size; values "
+            "do not exist on the meta device. Selections made by torch calls (torch.where, nonzero, boolean masks, "
+            "mixture-of-experts routing) are sized as balanced routing or a dense batch; this one is not")
+
+# a tensor made by one of these from a tagged tensor has the tagged tensor's density / categories
+_KEEPS = {
+    _T.permute, torch.permute, _T.transpose, torch.transpose, _T.t, torch.t, _T.squeeze, torch.squeeze,
+    _T.unsqueeze, torch.unsqueeze, _T.reshape, torch.reshape, _T.view, _T.flatten, torch.flatten, _T.contiguous,
+    _T.clone, torch.clone, _T.to, _T.bool, _T.int, _T.long, _T.float, _T.half, _T.bfloat16, _T.type_as, _T.detach,
+    torch.detach, _T.movedim, torch.movedim, _T.__getitem__, _T.expand, _T.expand_as, _T.select, torch.select,
+    _T.unbind, torch.unbind, _T.chunk, torch.chunk, _T.split, torch.split, _T.view_as, _T.reshape_as,
+}
+_ZEROS = {torch.zeros, torch.zeros_like, _T.new_zeros}
+_SCATTER = {torch.scatter, _T.scatter, _T.scatter_}
+_EQ = {torch.eq, _T.eq, _T.__eq__}
+_INDICES = {torch.topk: 1, _T.topk: 1, torch.max: 1, _T.max: 1, torch.min: 1, _T.min: 1,
+            torch.argmax: None, _T.argmax: None, torch.argmin: None, _T.argmin: None}
+_NONZERO = {torch.nonzero, _T.nonzero, torch.argwhere, _T.argwhere}
+_MASKED_SELECT = {torch.masked_select, _T.masked_select}
+_SUM = {torch.sum, _T.sum, torch.count_nonzero, _T.count_nonzero}
+_BINCOUNT = {torch.bincount, _T.bincount}
+_SELECT = _NONZERO | _MASKED_SELECT | {torch.where, _T.__getitem__, _T.__setitem__, _T.tolist, _T.__format__}
+_WATCHED = frozenset(_KEEPS | _ZEROS | _SCATTER | _EQ | set(_INDICES) | _SUM | _BINCOUNT | _SELECT | {F.one_hot})
+
+
+def _dim_arg(func, args, kwargs, pos: int):
+    if "dim" in kwargs:
+        return kwargs["dim"]
+    if len(args) > pos and isinstance(args[pos], int):
+        return args[pos]
+    return None
+
+
+class ExpectedSelections(TorchFunctionMode):
+    """While active, data-dependent selections on meta tensors take their expected sizes (module docstring)."""
+
+    def __init__(self):
+        super().__init__()
+        self.density: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # expected share of true elements
+        self.categories: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # index tensors: how many categories
+        self.value: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # counts: expected value of each element
+        self.routed = 0  # selections sized from a router's density
+        self.dense = 0  # selections sized as full
+
+    # --- what a tensor is expected to hold ----------------------------------------------------------
+    def _density_of(self, t: torch.Tensor) -> float | None:
+        return self.density.get(t)
+
+    def _rows(self, mask: torch.Tensor) -> int:
+        d = self.density.get(mask)
+        if d is None:
+            self.dense += 1
+            return mask.numel()
+        self.routed += 1
+        return int(round(mask.numel() * d))
+
+    # --- the selections -----------------------------------------------------------------------------
+    def _nonzero(self, mask: torch.Tensor, as_tuple: bool):
+        n = self._rows(mask)
+        if as_tuple:
+            return tuple(torch.zeros(n, dtype=torch.long, device=mask.device) for _ in range(max(mask.dim(), 1)))
+        return torch.zeros((n, mask.dim()), dtype=torch.long, device=mask.device)
+
+    def _index(self, index):
+        """A ``__getitem__``/``__setitem__`` index with its boolean tensors replaced by the long indices of their
+        expected true elements (what PyTorch does with a boolean mask, with the count it would find)."""
+        items = index if isinstance(index, tuple) else (index,)
+        if not any(isinstance(i, torch.Tensor) and i.dtype == torch.bool and i.device.type == "meta" for i in items):
+            return index, False
+        out: list = []
+        for i in items:
+            if isinstance(i, torch.Tensor) and i.dtype == torch.bool and i.device.type == "meta":
+                if i.dim() == 0:  # x[True]: a new axis of 1, as PyTorch does
+                    out.append(None)
+                else:
+                    out.extend(self._nonzero(i, as_tuple=True))
+            else:
+                out.append(i)
+        return tuple(out), True
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func not in _WATCHED:  # most calls: nothing to size or to follow
+            return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        first = args[0] if args else None
+        meta = isinstance(first, torch.Tensor) and first.device.type == "meta"
+        if meta and func in _NONZERO:
+            as_tuple = bool(kwargs.get("as_tuple", False)) and func is not torch.argwhere and func is not _T.argwhere
+            return self._nonzero(first, as_tuple)
+        if meta and func is torch.where and len(args) == 1 and not kwargs:
+            return self._nonzero(first, as_tuple=True)
+        if meta and func in _MASKED_SELECT:
+            mask = args[1] if len(args) > 1 else kwargs["mask"]
+            shape = torch.broadcast_shapes(first.shape, mask.shape)
+            full = mask.expand(shape) if tuple(mask.shape) != tuple(shape) else mask
+            if mask in self.density:
+                self.density[full] = self.density[mask]
+            return first.expand(shape).reshape(-1)[: self._rows(full)].clone()
+        if meta and func is _T.__format__ and first.dim() == 0:
+            # f"expert_{idx}" of a meta scalar: formatted as the value the tracer answers for it (``item()``), not
+            # as "tensor(..., device='meta')"
+            return format(first.item(), args[1] if len(args) > 1 else "")
+        if meta and func is _T.tolist and first in self.value:
+            return self._expected_list(first)
+        if meta and func in (_T.__getitem__, _T.__setitem__) and len(args) >= 2:
+            index, changed = self._index(args[1])
+            if changed:
+                args = (first, index, *args[2:])
+        out = func(*args, **kwargs)
+        self._tag(func, args, kwargs, out)
+        return out
+
+    def _expected_list(self, t: torch.Tensor):
+        """``t.tolist()`` for a tensor of counts (tokens per expert): integers with the expected total, spread
+        evenly (the first ones get the remainder)."""
+        n = t.numel()
+        total = int(round(self.value[t] * n))
+        base, extra = divmod(total, n) if n else (0, 0)
+        self.routed += 1
+        flat = [base + (1 if i < extra else 0) for i in range(n)]
+        if t.dim() == 0:
+            return flat[0]
+
+        def nest(items, shape):
+            if len(shape) == 1:
+                return items
+            step = len(items) // shape[0]
+            return [nest(items[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+        return nest(flat, tuple(t.shape))
+
+    # --- how full what was made is --------------------------------------------------------------------
+    def _tag(self, func, args, kwargs, out) -> None:
+        first = args[0] if args else None
+        if func in _ZEROS and isinstance(out, torch.Tensor):
+            self.density[out] = 0.0
+            return
+        if not isinstance(first, torch.Tensor):
+            return
+        if func in _KEEPS:
+            if not (self.density or self.categories or self.value):
+                return
+            d, c, v = self.density.get(first), self.categories.get(first), self.value.get(first)
+            if d is None and c is None and v is None:
+                return
+            for o in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(o, torch.Tensor):
+                    for tags, x in ((self.density, d), (self.categories, c), (self.value, v)):
+                        if x is not None:
+                            tags[o] = x
+            return
+        if func in _SUM and isinstance(out, torch.Tensor) and out.numel():
+            d = self.density.get(first)
+            if d is not None:
+                self.value[out] = d * first.numel() / out.numel()
+            return
+        if func in _BINCOUNT and isinstance(out, torch.Tensor) and out.numel():
+            self.value[out] = first.numel() / out.numel()
+            return
+        if func in _INDICES:
+            pos = _INDICES[func]
+            dim = _dim_arg(func, args, kwargs, 2 if func in (torch.topk, _T.topk) else 1)
+            if dim is None and func in (torch.topk, _T.topk):
+                dim = -1
+            if dim is None or first.dim() == 0:
+                return
+            idx = out[pos] if pos is not None and isinstance(out, (tuple, list)) else out
+            if isinstance(idx, torch.Tensor) and not idx.is_floating_point():
+                self.categories[idx] = int(first.shape[dim])
+            return
+        if func is F.one_hot:
+            n = self.categories.get(first)
+            classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
+            n = n or (classes if isinstance(classes, int) and classes > 0 else None)
+            if n and isinstance(out, torch.Tensor):
+                self.density[out] = 1.0 / n
+            return
+        if func in _EQ and len(args) > 1 and isinstance(args[1], (int, torch.Tensor)):
+            other = args[1]
+            scalar = isinstance(other, int) or (isinstance(other, torch.Tensor) and other.numel() == 1)
+            n = self.categories.get(first)
+            if n and scalar and isinstance(out, torch.Tensor):
+                self.density[out] = 1.0 / n
+            return
+        if func in _SCATTER and isinstance(out, torch.Tensor) and self.density.get(first) == 0.0:
+            index = args[2] if len(args) > 2 else kwargs.get("index")
+            if isinstance(index, torch.Tensor) and out.numel():
+                self.density[out] = min(1.0, index.numel() / out.numel())
