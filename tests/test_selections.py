@@ -100,6 +100,18 @@ def test_selection_rules_on_meta_tensors():
         assert torch.where(full)[0].shape == (T,)
         assert torch.argmax(logits, dim=-1).eq(1).nonzero().shape == (T // E, 1)
     assert sel.routed == 3 and sel.dense == 3
+    # real CPU ids moved to meta (how traincast feeds a vision-language model): the placeholder mask selects
+    # exactly the placeholders, on meta as on the CPU
+    ids = torch.zeros(2, 10, dtype=torch.long)
+    ids[:, 3:7] = 99  # 4 image tokens per sample
+    sel = ExpectedSelections()
+    with sel:
+        emb = torch.empty(2, 10, D, device="meta")
+        mask = (ids.to("meta") == 99).unsqueeze(-1).expand_as(emb)
+        assert emb[mask].shape == (2 * 4 * D,)
+        cpu_mask = (ids == 99).to("meta")
+        assert cpu_mask.nonzero().shape == (8, 2)
+    assert sel.known_sized == 2 and sel.routed == 0 and sel.dense == 0
     # an odd total is spread with the remainder first, and nothing is tagged outside the mode
     sel = ExpectedSelections()
     with sel:

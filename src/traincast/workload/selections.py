@@ -16,14 +16,18 @@ expected to be from how it was made, and gives every selection ``round(numel x d
   (``categories``); ``one_hot`` of them, or ``== k`` against one category, is true for ``1/n`` of the elements
   (balanced routing: each expert gets its even share of the routed tokens, what the load-balancing loss trains
   towards); ``torch.zeros`` is empty, and ``scatter`` of a value into it at ``m`` indices fills ``m`` elements;
+* integer and boolean tensors with real values (the token ids and masks traincast makes on the CPU) that move
+  to meta keep what they hold: their density, and ``== token`` against them (image or audio placeholders) has
+  its real density;
 * views, reshapes, copies and dtype changes keep the density;
 * anything else is full (density 1): every position of a dense batch is a real token.
 
 Counts made from them (``mask.sum(0)``: tokens per expert) have an expected value, which ``tolist()`` returns
 (JetMoE splits its expert GEMMs by such a list).
 
-Each answered selection is counted (``routed`` for the ones that took a router density, ``dense`` for the
-rest), and the forecast says so.
+Each answered selection is counted (``routed`` for the ones that took a router density, ``known_sized`` for
+the ones sized from real input values, ``dense`` for the rest), and the forecast names the routed and dense
+ones.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ _NONZERO = {torch.nonzero, _T.nonzero, torch.argwhere, _T.argwhere}
 _MASKED_SELECT = {torch.masked_select, _T.masked_select}
 _SUM = {torch.sum, _T.sum, torch.count_nonzero, _T.count_nonzero}
 _BINCOUNT = {torch.bincount, _T.bincount}
+_KNOWN_MAX = 1 << 24  # elements of a CPU tensor whose values are kept when it moves to meta
 _SELECT = _NONZERO | _MASKED_SELECT | {torch.where, _T.__getitem__, _T.__setitem__, _T.tolist, _T.__format__}
 _WATCHED = frozenset(_KEEPS | _ZEROS | _SCATTER | _EQ | set(_INDICES) | _SUM | _BINCOUNT | _SELECT | {F.one_hot})
 
@@ -79,7 +84,10 @@ class ExpectedSelections(TorchFunctionMode):
         self.density: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # expected share of true elements
         self.categories: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # index tensors: how many categories
         self.value: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # counts: expected value of each element
+        self.known: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # meta tensors moved from real CPU values
+        self.exact: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # densities known from real values
         self.routed = 0  # selections sized from a router's density
+        self.known_sized = 0  # selections sized from real input values (placeholder tokens): exact
         self.dense = 0  # selections sized as full
 
     # --- what a tensor is expected to hold ----------------------------------------------------------
@@ -91,7 +99,10 @@ class ExpectedSelections(TorchFunctionMode):
         if d is None:
             self.dense += 1
             return mask.numel()
-        self.routed += 1
+        if mask in self.exact:
+            self.known_sized += 1
+        else:
+            self.routed += 1
         return int(round(mask.numel() * d))
 
     # --- the selections -----------------------------------------------------------------------------
@@ -133,8 +144,9 @@ class ExpectedSelections(TorchFunctionMode):
             mask = args[1] if len(args) > 1 else kwargs["mask"]
             shape = torch.broadcast_shapes(first.shape, mask.shape)
             full = mask.expand(shape) if tuple(mask.shape) != tuple(shape) else mask
-            if mask in self.density:
-                self.density[full] = self.density[mask]
+            for tags in (self.density, self.exact):
+                if mask in tags:
+                    tags[full] = tags[mask]
             return first.expand(shape).reshape(-1)[: self._rows(full)].clone()
         if meta and func is _T.__format__ and first.dim() == 0:
             # f"expert_{idx}" of a meta scalar: formatted as the value the tracer answers for it (``item()``), not
@@ -177,15 +189,24 @@ class ExpectedSelections(TorchFunctionMode):
             return
         if not isinstance(first, torch.Tensor):
             return
+        if func is _T.to and isinstance(out, torch.Tensor) and out.device.type == "meta" \
+                and first.device.type == "cpu" and not first.is_floating_point() and first.numel() <= _KNOWN_MAX:
+            # integer/boolean inputs with real values (token ids, masks) moved to meta: how full they are is known
+            self.known[out] = first
+            if first.numel():
+                self.density[out] = float(first.count_nonzero()) / first.numel()
+                self.exact[out] = True
+            return
         if func in _KEEPS:
             if not (self.density or self.categories or self.value):
                 return
             d, c, v = self.density.get(first), self.categories.get(first), self.value.get(first)
             if d is None and c is None and v is None:
                 return
+            e = self.exact.get(first)
             for o in (out if isinstance(out, (tuple, list)) else (out,)):
                 if isinstance(o, torch.Tensor):
-                    for tags, x in ((self.density, d), (self.categories, c), (self.value, v)):
+                    for tags, x in ((self.density, d), (self.categories, c), (self.value, v), (self.exact, e)):
                         if x is not None:
                             tags[o] = x
             return
@@ -218,6 +239,11 @@ class ExpectedSelections(TorchFunctionMode):
         if func in _EQ and len(args) > 1 and isinstance(args[1], (int, torch.Tensor)):
             other = args[1]
             scalar = isinstance(other, int) or (isinstance(other, torch.Tensor) and other.numel() == 1)
+            real = self.known.get(first)
+            if real is not None and isinstance(other, int) and isinstance(out, torch.Tensor) and real.numel():
+                self.density[out] = float((real == other).count_nonzero()) / real.numel()  # placeholder tokens
+                self.exact[out] = True
+                return
             n = self.categories.get(first)
             if n and scalar and isinstance(out, torch.Tensor):
                 self.density[out] = 1.0 / n
