@@ -221,3 +221,20 @@ def test_a_missing_config_field_is_named(capsys, tmp_path):
     msg = explain(AttributeError("'LlavaConfig' object has no attribute 'vision_feature_layer'"),
                   "LlavaForConditionalGeneration", "building")
     assert "vision_feature_layer" in msg and "add \"vision_feature_layer\" to the config.json" in msg
+
+
+def test_anyres_models_get_their_tiles_and_count_their_placeholders(capsys, tmp_path):
+    """LLaVA-NeXT ("AnyRes"): each image arrives as the base image plus the crops of the grid resolution that
+    transformers' preprocessing picks from ``image_grid_pinpoints``. A 32x32 image with pinpoints 32x32 and
+    32x64 picks 32x32: one crop plus the base, 2 tiles of 3x32x32, so the vision tower's patch convolution runs
+    on batch x 2 tiles; the projector's placeholder count is learnt from the model (the forecast runs)."""
+    fields = dict(CASES["llava"][1], image_grid_pinpoints=[[32, 32], [32, 64]])
+    path = _write(tmp_path, "llava_next", fields, None)
+    code, out, err = cli(capsys, "trace", path, "-b", "2", "--seq-len", "32", "--ops", "--json")
+    assert code == 0, err
+    wl = json.loads(out)
+    assert "2 tiles per image (AnyRes grid)" in wl["input_description"]
+    conv = [o for o in wl["ops"] if o["phase"] == "forward" and o["aten"] == "convolution"]
+    assert conv and conv[0]["input_shapes"][0] == [2 * 2, 3, 32, 32]
+    code, out, err = cli(capsys, "predict", path, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err

@@ -457,6 +457,21 @@ def _grid_patches(ctx: _Ctx, images):
     return rows, torch.tensor([[1, gh, gw]] * b, device=ctx.idev)
 
 
+def _tiles(ctx: _Ctx) -> int:
+    """Tiles per image for LLaVA-NeXT-style "AnyRes" models (a config with ``image_grid_pinpoints``): the base
+    image plus the crops of the grid resolution transformers' own preprocessing picks for the image size."""
+    pins = find(ctx.cfg, "image_grid_pinpoints")
+    size = find(ctx.cfg, "image_size", prefer=_SUB_VISION)
+    if not isinstance(pins, list) or not pins or not isinstance(size, int) or size <= 0:
+        return 1
+    try:
+        from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
+
+        return max(1, int(image_size_to_num_patches(list(_image_hw(ctx)), pins, size)))
+    except (ImportError, TypeError, ValueError):
+        return 1
+
+
 def _image_tokens_guess(ctx: _Ctx) -> int:
     cfg = ctx.cfg
     for n in ("mm_tokens_per_image", "image_seq_length", "num_image_tokens", "num_query_tokens", "image_seq_len"):
@@ -515,7 +530,11 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         if "image_grid_thw" in p and kw["pixel_values"].dim() == 4:
             kw["pixel_values"], kw["image_grid_thw"] = _grid_patches(ctx, kw["pixel_values"])
         elif "5d" in variant:
-            kw["pixel_values"] = kw["pixel_values"].unsqueeze(1)
+            x = kw["pixel_values"]
+            tiles = _tiles(ctx)
+            kw["pixel_values"] = x.unsqueeze(1).expand(x.shape[0], tiles, *x.shape[1:]).contiguous()
+            if tiles > 1:
+                ctx.desc.append(f"{tiles} tiles per image (AnyRes grid)")
     elif "pixel_values" not in p and "flattened_patches" in p:
         kw["flattened_patches"] = torch.randn(B, S, 2 + _channels(cfg) * 16 * 16)
     if "input_features" in p:

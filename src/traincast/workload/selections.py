@@ -86,6 +86,7 @@ class ExpectedSelections(TorchFunctionMode):
         self.value: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # counts: expected value of each element
         self.known: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # meta tensors moved from real CPU values
         self.exact: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # densities known from real values
+        self.full_counts: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # counts of masks taken as full
         self.routed = 0  # selections sized from a router's density
         self.known_sized = 0  # selections sized from real input values (placeholder tokens): exact
         self.dense = 0  # selections sized as full
@@ -168,7 +169,12 @@ class ExpectedSelections(TorchFunctionMode):
         n = t.numel()
         total = int(round(self.value[t] * n))
         base, extra = divmod(total, n) if n else (0, 0)
-        self.routed += 1
+        if t in self.exact:
+            self.known_sized += 1
+        elif t in self.full_counts:
+            self.dense += 1
+        else:
+            self.routed += 1
         flat = [base + (1 if i < extra else 0) for i in range(n)]
         if t.dim() == 0:
             return flat[0]
@@ -203,17 +209,23 @@ class ExpectedSelections(TorchFunctionMode):
             d, c, v = self.density.get(first), self.categories.get(first), self.value.get(first)
             if d is None and c is None and v is None:
                 return
-            e = self.exact.get(first)
+            e, f = self.exact.get(first), self.full_counts.get(first)
             for o in (out if isinstance(out, (tuple, list)) else (out,)):
                 if isinstance(o, torch.Tensor):
-                    for tags, x in ((self.density, d), (self.categories, c), (self.value, v), (self.exact, e)):
+                    for tags, x in ((self.density, d), (self.categories, c), (self.value, v), (self.exact, e),
+                                    (self.full_counts, f)):
                         if x is not None:
                             tags[o] = x
             return
         if func in _SUM and isinstance(out, torch.Tensor) and out.numel():
             d = self.density.get(first)
+            if d is None and first.dtype == torch.bool:  # counts of a mask not followed: a full one
+                d = 1.0
+                self.full_counts[out] = True
             if d is not None:
                 self.value[out] = d * first.numel() / out.numel()
+                if first in self.exact:
+                    self.exact[out] = True
             return
         if func in _BINCOUNT and isinstance(out, torch.Tensor) and out.numel():
             self.value[out] = first.numel() / out.numel()
