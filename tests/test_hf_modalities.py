@@ -238,3 +238,14 @@ def test_anyres_models_get_their_tiles_and_count_their_placeholders(capsys, tmp_
     assert conv and conv[0]["input_shapes"][0] == [2 * 2, 3, 32, 32]
     code, out, err = cli(capsys, "predict", path, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
     assert code == 0, err
+
+
+def test_a_config_field_left_empty_is_named(capsys, tmp_path):
+    """A field the constructor reads but the config leaves None (HunYuan's default ``head_dim``, read by its
+    rotary embedding): the one-line error names that field, not the other None fields of the config (its
+    ``pad_token_id``, None by design, is read by the same constructor and skipped)."""
+    p = _write(tmp_path, "hunyuan_v1_dense", dict(T, num_key_value_heads=1, vocab_size=1000), None)
+    msg = _one_line_error(*cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "8")[::2])
+    assert "leaves empty (None): head_dim; set them in the config.json" in msg, msg
+    p.write_text(json.dumps(dict(json.loads(p.read_text()), head_dim=32)))
+    assert cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "8")[0] == 0

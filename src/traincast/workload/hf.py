@@ -268,9 +268,62 @@ def _first_line(exc: BaseException) -> str:
     return (lines[0] if lines else type(exc).__name__)[:240]
 
 
-def explain(exc: BaseException, cls_name: str, doing: str) -> str:
-    """One line saying what stopped ``cls_name`` while ``doing`` (building / tracing), and what to do."""
+def _empty_fields_used(exc: BaseException, cfg) -> list[str]:
+    """Config fields left ``None`` (in ``cfg``, its sub-configs or a dict field such as ``rope_parameters``)
+    whose names appear in the source of the last frames of ``exc``'s traceback: the ones the failing code read."""
+    import inspect as _inspect
+
+    empty: list[str] = []
+    for c in [cfg, *_subconfigs(cfg)]:
+        for k, v in vars(c).items():
+            if k.startswith("_"):
+                continue
+            if v is None:
+                empty.append(k)
+            elif isinstance(v, dict):
+                empty += [f"{k}.{kk}" for kk, vv in v.items() if vv is None and isinstance(kk, str)]
+    if not empty:
+        return []
+    import linecache
+
+    tb = exc.__traceback__
+    frames = []
+    while tb is not None:
+        frames.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    if not frames:
+        return []
+    frame, line_no = frames[-1]
+    line = linecache.getline(frame.f_code.co_filename, line_no)
+    sources = []
+    for f, _ in frames[-3:]:
+        try:
+            sources.append(_inspect.getsource(f.f_code))
+        except (OSError, TypeError):
+            continue
+
+    def used(text):
+        return [f for f in empty if re.search(r"\b" + re.escape(f.split(".")[-1]) + r"\b", text)]
+
+    def optional(f):  # fields that are None by design in most configs (no padding token, default dtype)
+        return f.split(".")[-1] == "dtype" or f.endswith("_id")
+
+    on_line, in_code = used(line), used("\n".join(sources))
+    for found in ([f for f in on_line if not optional(f)], [f for f in in_code if not optional(f)]):
+        if found:
+            return sorted(set(found))
+    return []
+
+
+def explain(exc: BaseException, cls_name: str, doing: str, cfg=None) -> str:
+    """One line saying what stopped ``cls_name`` while ``doing`` (building / tracing), and what to do
+    (``cfg``: the config, to name the fields left empty that the failing code read)."""
     msg = _first_line(exc)
+    if cfg is not None and "NoneType" in msg:
+        fields = _empty_fields_used(exc, cfg)
+        if fields:
+            return (f"{cls_name} needs config fields this config leaves empty (None): {', '.join(fields)}; set them "
+                    f"in the config.json (while {doing}: {msg})")
     m = re.search(r"'(\w+Config)' object has no attribute '(\w+)'", msg)
     if m:
         return (f"{cls_name} needs the config field {m.group(2)!r}, which this {m.group(1)} lacks: "
@@ -685,7 +738,7 @@ def _build(cls, cfg, device, name):
     except (ValueError, ArithmeticError) as exc:  # e.g. a hidden size its heads do not divide
         raise ConfigError(f"cannot build {name}: {_first_line(exc)}") from None
     except Exception as exc:  # noqa: BLE001 - any failure of a model's constructor is the config's
-        raise ConfigError(f"cannot build {name}: {explain(exc, cls.__name__, 'building')}") from None
+        raise ConfigError(f"cannot build {name}: {explain(exc, cls.__name__, 'building', cfg)}") from None
 
 
 class _MixedDevices(torch.overrides.TorchFunctionMode):
@@ -889,7 +942,7 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
 
     step = supervised_step(name, model, make_batch, loss_fn, batch_size=batch_size, device=device,
                            optimizer=optimizer, precision=precision, freeze=freeze, input_description=desc)
-    step.stages = [(phase, _guarded(fn, name, cls_name, phase, device)) for phase, fn in step.stages]
+    step.stages = [(phase, _guarded(fn, name, cls_name, phase, device, cfg)) for phase, fn in step.stages]
     return step
 
 
@@ -912,7 +965,7 @@ def _on_meta(phase: str, device):
         yield
 
 
-def _guarded(fn, name, cls_name, phase, device):
+def _guarded(fn, name, cls_name, phase, device, cfg=None):
     """``fn`` whose failures become one TraceError line naming the class and what stopped it."""
     doing = {"forward": "running its forward", "backward": "running its backward",
              "optimizer": "stepping the optimizer"}.get(phase, phase)
@@ -924,7 +977,7 @@ def _guarded(fn, name, cls_name, phase, device):
         except TraincastError:
             raise
         except Exception as exc:  # noqa: BLE001 - a model's own code can fail in any way; the user gets one line
-            raise TraceError(f"cannot trace {name}: {explain(exc, cls_name, doing)}") from None
+            raise TraceError(f"cannot trace {name}: {explain(exc, cls_name, doing, cfg)}") from None
 
     return run
 
