@@ -133,9 +133,37 @@ def test_predict_a_mixture_of_experts_config_says_how_experts_were_loaded(capsys
                              "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
                              "decoder_ffn_dim": 128, "num_experts": 4, "encoder_sparse_step": 1,
                              "decoder_sparse_step": 1, "vocab_size": 500, "max_position_embeddings": 64}))
-    code, _, err = cli(capsys, "predict", str(p), "--gpu", "A100", "--batch-size", "4", "--dataset-size", "400",
-                       "--seq-len", "16")
-    assert code == 2 and "mixture-of-experts layer" in err and "Traceback" not in err
+    code, out, _ = cli(capsys, "predict", str(p), "--gpu", "A100", "--batch-size", "4", "--dataset-size", "400",
+                       "--seq-len", "16", "--json")
+    assert code == 0  # its Python loop over the router's picks: each expert gets its balanced share
+    assert any("per-expert token selections per step sized as balanced routing" in n for n in json.loads(out)["notes"])
+
+
+def test_a_selection_traincast_cannot_size_is_one_line(capsys, tmp_path):
+    """A forward that calls the nonzero kernel itself (no torch call the selection sizing sees): exit 2, one
+    line saying what stops it and what traces."""
+    mod = tmp_path / "rawsel.py"
+    mod.write_text("import torch\n"
+                   "class M(torch.nn.Module):\n"
+                   "    def __init__(self):\n"
+                   "        super().__init__()\n"
+                   "        self.fc = torch.nn.Linear(8, 8)\n"
+                   "    def forward(self, x):\n"
+                   "        y = self.fc(x)\n"
+                   "        return y[torch.ops.aten.nonzero.default(y[:, 0] > 0)[:, 0]]\n"
+                   "def model():\n"
+                   "    return M()\n"
+                   "def example_inputs(batch_size, device):\n"
+                   "    return (torch.randn(batch_size, 8, device=device),)\n")
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        code, _, err = cli(capsys, "predict", "rawsel:model", "--gpu", "A100", "--batch-size", "4")
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert code == 2 and "inside an op traincast cannot size" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_files_and_numbers_a_user_gets_wrong_are_errors_not_tracebacks(capsys, tmp_path):
