@@ -702,6 +702,22 @@ def _no_specaugment(cfg, device, notes: list[str]) -> None:
                      "numpy, and its masked fill costs next to nothing")
 
 
+def _no_layerdrop(model, notes: list[str]) -> None:
+    """LayerDrop skips each layer with probability ``layerdrop`` by a draw of ``torch.rand([])`` on the CPU (a
+    real random number even on meta): two traces of one model would differ. The built model runs every layer;
+    the note says by how much real training runs fewer on average."""
+    drops = {}
+    for m in model.modules():
+        p = getattr(m, "layerdrop", None)
+        if isinstance(p, float) and not isinstance(p, bool) and p > 0:
+            drops[type(m).__name__] = p
+            m.layerdrop = 0.0
+    if drops:
+        notes.append("LayerDrop is left out (every layer runs; real training skips each with probability "
+                     + ", ".join(f"{p:g} in {n}" for n, p in sorted(drops.items())) + ", on average that share of "
+                     "those layers' work less)")
+
+
 def _prepare_config(cfg, notes: list[str]) -> None:
     for c in [cfg, *_subconfigs(cfg)]:
         if _get(c, "use_cache") is not None:
@@ -854,6 +870,7 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
         raise ConfigError(f"--seq-len {seq_len} exceeds {name}'s {limit} positions")
     model = _build(cls, cfg, device, name)
     _no_specaugment(getattr(model, "config", cfg), device, notes)
+    _no_layerdrop(model, notes)
     try:
         params = dict(inspect.signature(model.forward).parameters)
     except (TypeError, ValueError):
