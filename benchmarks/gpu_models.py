@@ -118,8 +118,12 @@ def cases(data: Path) -> tuple[list[dict], list[str]]:
 
 
 def timed(predictor, w, dev):
-    """Op times as a forecast takes them: recurrent layers as cuDNN runs them on GPUs, at the precision traced."""
-    return with_cudnn_recurrent(predictor).predict(w, dev, w.precision)
+    """Op times as a forecast takes them: recurrent layers as cuDNN runs them on GPUs, at the precision traced,
+    and on GPUs the wait for the host that issues the kernels (predict/host.py)."""
+    from traincast.predict.host import host_costs, with_host
+
+    ot = with_cudnn_recurrent(predictor).predict(w, dev, w.precision)
+    return with_host(ot, w.ops, *host_costs(predictor, dev)) if dev.kind == "gpu" else ot
 
 
 def phase_ms(workload, ot, phases) -> float:

@@ -75,7 +75,7 @@ _PARENT = {"conv_depthwise": "conv_grouped", "conv_grouped": "conv"}
 _SCALARS = ("memory_scale", "kernel_floor_us", "op_overhead_us", "light_overhead_us", "step_overhead_ms",
             "foreach_chunk", "gemm_half_dim", "conv_half_dim", "fresh_alloc_min_bytes", "fresh_alloc_gb_per_s",
             "cache_bytes", "dram_factor", "winograd_speedup", "sustained_clock_per_base", "shared_lane_fp32_share",
-            "nchw_transpose")
+            "nchw_transpose", "host_forward_us", "host_backward_us")
 
 ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
             "uint8": 1, "bool": 1}
@@ -150,6 +150,8 @@ class RooflineTable(Document):
     sustained_clock_per_base: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.0
     shared_lane_fp32_share: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 1.0
     nchw_transpose: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
+    host_forward_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    host_backward_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
 
 
 def check_table(table, where: str) -> dict:
@@ -192,6 +194,8 @@ class RooflineParams:
     sustained_clock_per_base: float = 0.0
     shared_lane_fp32_share: float = 1.0
     nchw_transpose: float = 0.0
+    host_forward_us: float = 0.0
+    host_backward_us: float = 0.0
     _arrays: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -236,6 +240,8 @@ class RooflineParams:
             sustained_clock_per_base=float(table.get("sustained_clock_per_base", 0.0)),
             shared_lane_fp32_share=float(table.get("shared_lane_fp32_share", 1.0)),
             nchw_transpose=float(table.get("nchw_transpose", 0.0)),
+            host_forward_us=float(table.get("host_forward_us", 0.0)),
+            host_backward_us=float(table.get("host_backward_us", 0.0)),
         )
 
     @classmethod
@@ -254,7 +260,8 @@ class RooflineParams:
              "foreach_chunk": self.foreach_chunk, "gemm_half_dim": self.gemm_half_dim,
              "conv_half_dim": self.conv_half_dim, "winograd_speedup": self.winograd_speedup,
              "sustained_clock_per_base": self.sustained_clock_per_base,
-             "shared_lane_fp32_share": self.shared_lane_fp32_share, "nchw_transpose": self.nchw_transpose}
+             "shared_lane_fp32_share": self.shared_lane_fp32_share, "nchw_transpose": self.nchw_transpose,
+             "host_forward_us": self.host_forward_us, "host_backward_us": self.host_backward_us}
         if self.light_overhead_us is not None:
             d["light_overhead_us"] = self.light_overhead_us
         if self.fresh_alloc_min_bytes or self.fresh_alloc_gb_per_s:

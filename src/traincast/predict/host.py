@@ -1,0 +1,86 @@
+"""The host that issues the kernels: when the GPU finishes kernels faster than eager PyTorch launches them.
+
+In eager PyTorch the host (Python, the dispatcher, autograd's bookkeeping, the caching allocator and the
+driver's launch) spends some microseconds on every op before its kernel reaches the GPU's queue, and the GPU
+runs the queue in order. While kernels are long the host runs ahead and the queue hides its cost; when they are
+short (small micro-batches, element-wise ops, many small layers) the GPU waits for the host between kernels.
+
+The step is simulated as two workers in order: the host issues op ``i`` at ``H_i = H_{i-1} + h_i``, the GPU
+starts it at ``max(G_{i-1}, H_i)`` and ends it ``g_i`` later (the predictor's time of the op). ``h_i`` is
+``host_forward_us`` for ops of the forward pass, the loss and the optimizer (issued by Python code) and
+``host_backward_us`` for ops of the backward pass (issued by autograd's engine, in C++). The step starts with
+both idle (the previous step ended at a synchronisation: reading the loss, the optimizer's step). Each op's
+effective time is ``G_i - G_{i-1}``: its kernel plus the time the GPU waited for it; the sum is the step.
+
+The recurrence ``G_i = max(G_{i-1}, H_i) + g_i`` has the closed form
+``G_i = S_i + max(0, max_{k<=i} (H_k - S_{k-1}))`` with ``S`` the running sum of ``g``: one pass of NumPy.
+
+The defaults (``efficiency.yaml``) are measured on a CPU, not fitted to GPU measurements:
+``benchmarks/host_dispatch.py`` runs eager training steps of small models whose kernels take a microsecond
+or two on this machine's CPU, so that their step time is the host's work, and divides by the ops traincast
+traces. CPUs (the device is the host) leave them at 0: their dispatch cost is in ``op_overhead_us``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from traincast.predict.base import OpTimes
+
+
+def host_seconds(ops: Sequence, forward_us: float, backward_us: float) -> np.ndarray:
+    """Host time to issue each op (seconds)."""
+    return np.array([(backward_us if o.phase == "backward" else forward_us) * 1e-6 for o in ops], dtype=float)
+
+
+def issue_bound(gpu_s: Sequence[float], host_s: Sequence[float]) -> np.ndarray:
+    """Effective seconds of each op when the host issues them ``host_s`` apart and the GPU runs each for
+    ``gpu_s`` in order (module docstring)."""
+    g = np.asarray(gpu_s, dtype=float)
+    h = np.asarray(host_s, dtype=float)
+    if g.size == 0:
+        return g
+    issued = np.cumsum(h)
+    done_before = np.concatenate(([0.0], np.cumsum(g)[:-1]))
+    lead = np.maximum(0.0, np.maximum.accumulate(issued - done_before))
+    end = np.cumsum(g) + lead
+    return np.diff(np.concatenate(([0.0], end)))
+
+
+def with_host(ot: OpTimes, ops: Sequence, forward_us: float, backward_us: float,
+              by_phase: bool = False) -> OpTimes:
+    """``ot`` with each op's time stretched by the GPU's wait for the host; ops the GPU waited for are
+    ``latency`` bound. ``by_phase``: the backward ops are one sequence and the others another (for op lists
+    grouped by layer, not in the order a step runs them: the parallel engine's)."""
+    if not (forward_us or backward_us) or not ops:
+        return ot
+    h = host_seconds(ops, forward_us, backward_us)
+    if by_phase:
+        eff = np.empty(len(ops))
+        back = np.array([o.phase == "backward" for o in ops])
+        g = np.asarray(ot.times_s, dtype=float)
+        for sel in (back, ~back):
+            if sel.any():
+                eff[sel] = issue_bound(g[sel], h[sel])
+    else:
+        eff = issue_bound(ot.times_s, h)
+    waited = eff > np.asarray(ot.times_s, dtype=float) * (1 + 1e-9) + 1e-15
+    bound = tuple("latency" if w else b for w, b in zip(waited, ot.bound))
+    return replace(ot, times_s=tuple(float(x) for x in eff), bound=bound)
+
+
+def host_costs(predictor, device) -> tuple[float, float]:
+    """(host_forward_us, host_backward_us) for forecasts on ``device`` by ``predictor``: a device profile's
+    values where the predictor carries one (``overrides``), else the catalog's for the device's generation."""
+    from traincast.predict.roofline import RooflineParams
+
+    p = predictor
+    overrides = None
+    while p is not None and overrides is None:
+        overrides = getattr(p, "overrides", None)
+        p = getattr(p, "inner", None)
+    params = RooflineParams.for_device(device, overrides if isinstance(overrides, dict) else None)
+    return params.host_forward_us, params.host_backward_us
