@@ -123,7 +123,7 @@ def timed(predictor, w, dev):
     from traincast.predict.host import host_costs, with_host
 
     ot = with_cudnn_recurrent(predictor).predict(w, dev, w.precision)
-    return with_host(ot, w.ops, *host_costs(predictor, dev)) if dev.kind == "gpu" else ot
+    return with_host(ot, w, *host_costs(predictor, dev)) if dev.kind == "gpu" else ot
 
 
 def phase_ms(workload, ot, phases) -> float:

@@ -10,7 +10,9 @@ Protocol (written 2026-11-25 before these forecasts were run; nothing is fitted 
   2,048, vocabulary 51,200, GELU, **fused attention** (one attention kernel; Megatron ran a fused
   scale-mask-softmax between two batched GEMMs, closer at the margin to one fused kernel than to Hugging Face's
   eager chain of fp32 element-wise kernels, as the vTrain per-sample slopes in docs/parallel.md show),
-  precision ``amp-fp16``, Adam. Sensitivity (beside, never to choose): ``--attention eager``.
+  precision ``amp-fp16``, Adam. Sensitivity (beside, never to choose): ``--attention eager``; added 2026-11-26
+  after the protocol's runs, with the precision that describes Megatron's ``--fp16`` (the model in fp16, fp32
+  master weights): ``--precision fp16``.
 - Hardware: Selene, A100-SXM4-80GB, 8 per node, 8 x 200 Gb/s InfiniBand per node (1,600 Gb/s), the fitted
   collective model.
 - Narayanan Table 1: the table's tensor and pipeline degrees, data degree = GPUs / (tp x pp), the table's batch;
@@ -25,6 +27,7 @@ Protocol (written 2026-11-25 before these forecasts were run; nothing is fitted 
 - Goal (issue 17): within 10%.
 
     python benchmarks/parallel_megatron.py [--table narayanan|korthikanti|both] [--attention fused|eager]
+                                           [--precision amp-fp16|fp16]
 """
 
 from __future__ import annotations
@@ -61,6 +64,9 @@ def paper_flops(batch: int, layers: int, h: int) -> float:
     return 96 * batch * SEQ * layers * h * h * (1 + SEQ / (6 * h) + VOCAB / (16 * layers * h))
 
 
+PRECISION = "amp-fp16"
+
+
 def model_for(tmp: Path, h: int, a: int, layers: int, gpus: int, attention: str, exact: bool):
     from traincast.hardware import get_catalog
     from traincast.hardware.records import Cluster
@@ -71,9 +77,9 @@ def model_for(tmp: Path, h: int, a: int, layers: int, gpus: int, attention: str,
     p = tmp / f"gpt_h{h}_a{a}_l{layers}.json"
     p.write_text(json.dumps(config(h, a, layers, attention)))
     dev = get_catalog().device("A100-SXM4-80GB")
-    fam = WorkloadFamily(str(p), optimizer="adam", precision="amp-fp16", seq_len=SEQ)
+    fam = WorkloadFamily(str(p), optimizer="adam", precision=PRECISION, seq_len=SEQ)
     cl = Cluster(dev, gpus_per_node=min(8, gpus), nodes=max(1, gpus // 8), inter_node_gbit_per_s=1600)
-    return ParallelModel(fam, dev, cl, default_predictor(), "amp-fp16", exact_traces=exact)
+    return ParallelModel(fam, dev, cl, default_predictor(), PRECISION, exact_traces=exact)
 
 
 def narayanan(attention: str, tmp: Path) -> list[float]:
@@ -166,7 +172,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--table", default="both", choices=("narayanan", "korthikanti", "both"))
     ap.add_argument("--attention", default="fused", choices=("fused", "eager"))
+    ap.add_argument("--precision", default="amp-fp16", choices=("amp-fp16", "fp16"),
+                    help="amp-fp16 (the protocol's); fp16: the model in fp16 with fp32 master weights, as Megatron's "
+                         "--fp16 ran (a sensitivity added 2026-11-26 with that precision, after the protocol's run)")
     args = ap.parse_args()
+    global PRECISION
+    PRECISION = args.precision
     tmp = Path(tempfile.mkdtemp(prefix="megatron_cfg_"))
     if args.table in ("narayanan", "both"):
         narayanan(args.attention, tmp)

@@ -83,3 +83,30 @@ def test_cpus_have_no_separate_host():
     cl = Cluster(device=cpu, gpus_per_node=1, nodes=1)
     st = step_time(wl, cl, AnalyticalPredictor())
     assert st.compute_s == pytest.approx(sum(AnalyticalPredictor().predict(wl, cpu).times_s))
+
+
+def test_a_recurrent_layer_is_issued_once_per_phase_not_per_traced_step():
+    """An LSTM is traced as PyTorch's per-step decomposition (hundreds of small ops) but runs on a GPU as one
+    cuDNN call per phase: the host issues each recurrent module once per phase, whatever its length."""
+    from torch import nn
+
+    from traincast.predict.host import host_seconds
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.LSTM(16, 16, batch_first=True)
+            self.out = nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.out(self.rnn(x)[0])
+
+    wl = trace(Tagger(), batch_size=2, inputs=(50, 16), optimizer="sgd")
+    assert wl.recurrent_calls
+    rec = frozenset(c.module for c in wl.recurrent_calls)
+    in_rnn = [o.module in rec for o in wl.ops]
+    assert sum(in_rnn) > 100  # 50 steps of gates and state updates, forward and backward
+    h = host_seconds(wl.ops, 15.0, 8.0, rec)
+    charged = sorted((o.phase, round(float(x) * 1e6, 6)) for o, x, r in zip(wl.ops, h, in_rnn) if r and x > 0)
+    assert charged == [("backward", 8.0), ("forward", 15.0)]
+    assert all(x > 0 for x, r in zip(h, in_rnn) if not r)

@@ -71,7 +71,7 @@ def step_time(
     predictor = with_cudnn_recurrent(predictor or default_predictor())
     ot = predictor.predict(workload, cluster.device, precision)
     if cluster.device.kind == "gpu":  # the GPU waits where the host issues kernels slower than they run
-        ot = with_host(ot, workload.ops, *host_costs(predictor, cluster.device))
+        ot = with_host(ot, workload, *host_costs(predictor, cluster.device))
     phase = {p: 0.0 for p in PHASES}
     for op, t in zip(workload.ops, ot.times_s):
         phase[op.phase] += t

@@ -31,9 +31,20 @@ import numpy as np
 from traincast.predict.base import OpTimes
 
 
-def host_seconds(ops: Sequence, forward_us: float, backward_us: float) -> np.ndarray:
-    """Host time to issue each op (seconds)."""
-    return np.array([(backward_us if o.phase == "backward" else forward_us) * 1e-6 for o in ops], dtype=float)
+def host_seconds(ops: Sequence, forward_us: float, backward_us: float, recurrent: frozenset = frozenset()) -> np.ndarray:
+    """Host time to issue each op (seconds). Ops of a recurrent module (``recurrent``: their paths) are traced as
+    PyTorch's per-step decomposition but run as one cuDNN call per phase, issued once (predict/rnn.py): the first
+    op of each such module and phase carries the call's host time, the others none."""
+    out = np.empty(len(ops))
+    seen: set = set()
+    for i, o in enumerate(ops):
+        h = (backward_us if o.phase == "backward" else forward_us) * 1e-6
+        if recurrent and o.module in recurrent:
+            key = (o.module, o.phase)
+            h = 0.0 if key in seen else h
+            seen.add(key)
+        out[i] = h
+    return out
 
 
 def issue_bound(gpu_s: Sequence[float], host_s: Sequence[float]) -> np.ndarray:
@@ -50,14 +61,15 @@ def issue_bound(gpu_s: Sequence[float], host_s: Sequence[float]) -> np.ndarray:
     return np.diff(np.concatenate(([0.0], end)))
 
 
-def with_host(ot: OpTimes, ops: Sequence, forward_us: float, backward_us: float,
-              by_phase: bool = False) -> OpTimes:
-    """``ot`` with each op's time stretched by the GPU's wait for the host; ops the GPU waited for are
-    ``latency`` bound. ``by_phase``: the backward ops are one sequence and the others another (for op lists
-    grouped by layer, not in the order a step runs them: the parallel engine's)."""
+def with_host(ot: OpTimes, workload, forward_us: float, backward_us: float, by_phase: bool = False) -> OpTimes:
+    """``ot`` (the times of ``workload.ops``) with each op's time stretched by the GPU's wait for the host; ops
+    the GPU waited for are ``latency`` bound. ``by_phase``: the backward ops are one sequence and the others
+    another (for op lists grouped by layer, not in the order a step runs them: the parallel engine's)."""
+    ops = workload.ops
     if not (forward_us or backward_us) or not ops:
         return ot
-    h = host_seconds(ops, forward_us, backward_us)
+    recurrent = frozenset(c.module for c in getattr(workload, "recurrent_calls", ()) or ())
+    h = host_seconds(ops, forward_us, backward_us, recurrent)
     if by_phase:
         eff = np.empty(len(ops))
         back = np.array([o.phase == "backward" for o in ops])

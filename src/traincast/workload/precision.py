@@ -10,6 +10,13 @@ switches set around a real step) and prediction (which peak each op runs at) all
   tensor-core kernel ran (NeuSight's kernels, for example); fp32 GEMMs stay off matrix units.
 - ``tf32``: TF32 for matmuls and convolutions.
 - ``amp-fp16`` / ``amp-bf16``: ``torch.autocast`` with that dtype; what stays fp32 follows ``fp32``.
+- ``bf16`` / ``fp16``: the model itself in that dtype (weights, activations, gradients), with fp32 master
+  weights in the optimizer: each step copies the half gradients into the masters' fp32 gradients, steps the
+  optimizer on the masters, and copies them back into the half weights (Megatron-LM's ``--bf16``/``--fp16``,
+  DeepSpeed, FSDP's ``MixedPrecision(param_dtype=...)``, torchtitan, apex O2). No autocast: norms, softmax and
+  the residual stream run in half too; the loss is computed in fp32 as these frameworks and transformers do.
+  Memory as in the ZeRO paper's accounting: 2 + 2 bytes of half weights and gradients, 12 of fp32 master
+  weights and Adam moments per parameter.
 - ``fp8`` / ``fp8-current`` / ``mxfp8``: ``amp-bf16`` with the linear layers' GEMMs (forward, data gradient and
   weight gradient) on FP8 tensor cores, as NVIDIA Transformer Engine runs them (torchao float8 the same way):
   ``fp8`` delayed per-tensor scaling (the amax of earlier steps; the amax comes out of the cast kernel itself),
@@ -40,6 +47,14 @@ class Precision:
     tf32_conv: bool  # torch.backends.cudnn.allow_tf32
     fp32_matrix: bool  # fp32 GEMMs and convolutions may run on full-FP32 matrix units (AMD CDNA MFMA)
     fp8: "Fp8Recipe | None" = None  # the linear layers' GEMMs in FP8 with this scaling recipe
+    params: str | None = None  # the model itself in this half dtype (bf16 | fp16), fp32 master weights
+
+    @property
+    def params_dtype(self):
+        """The torch dtype of the model's weights and activations under a half-model precision (else None)."""
+        import torch
+
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.params or "")
 
     @property
     def is_mixed(self) -> bool:
@@ -111,6 +126,12 @@ _add("amp-fp16", "torch.autocast to float16 (the rest as fp32)",
      autocast="fp16", tf32_matmul=False, tf32_conv=True, fp32_matrix=True)
 _add("amp-bf16", "torch.autocast to bfloat16 (the rest as fp32)",
      autocast="bf16", tf32_matmul=False, tf32_conv=True, fp32_matrix=True)
+_add("bf16", "the model in bfloat16 with fp32 master weights in the optimizer (Megatron-LM --bf16, DeepSpeed bf16, "
+     "FSDP MixedPrecision(param_dtype=bfloat16), torchtitan): every weight and activation bf16, the loss fp32",
+     autocast=None, tf32_matmul=False, tf32_conv=True, fp32_matrix=True, params="bf16")
+_add("fp16", "the model in float16 with fp32 master weights (Megatron-LM --fp16, DeepSpeed fp16, apex O2): every "
+     "weight and activation fp16, the loss fp32 (loss scaling's checks not counted)",
+     autocast=None, tf32_matmul=False, tf32_conv=True, fp32_matrix=True, params="fp16")
 
 
 _add("fp8", "FP8 linear-layer GEMMs, delayed per-tensor scaling (Transformer Engine's default recipe); the rest "

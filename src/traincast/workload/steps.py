@@ -72,6 +72,7 @@ class TrainingStep:
     optimizer_name: str = "sgd"
     input_description: str = ""
     state: dict = field(default_factory=dict)
+    master_params: list = field(default_factory=list)  # fp32 master weights of a half model (bf16/fp16)
 
     def _autocast(self):
         half = get_precision(self.precision).autocast
@@ -113,6 +114,8 @@ class TrainingStep:
                 for v in st.values():
                     if isinstance(v, torch.Tensor) and v.device.type == self.device.type:
                         seen[id(v)] = v.numel() * v.element_size()
+        for m in self.master_params:  # fp32 master weights of a half model: optimizer state (ZeRO's accounting)
+            seen[id(m)] = m.numel() * m.element_size()
         return sum(seen.values())
 
 
@@ -156,8 +159,19 @@ def supervised_step(
     """
     module.train()
     apply_freeze([module], freeze)
-    opt = make_optimizer(optimizer, module.parameters())
+    half = get_precision(precision).params_dtype
+    masters: list[torch.Tensor] = []
+    if half is not None:  # the model in half, fp32 master weights in the optimizer
+        module.to(half)
+        trainable = [p for p in module.parameters() if p.requires_grad]
+        masters = [p.detach().float().clone().requires_grad_(True) for p in trainable]
+        main_grads = [torch.zeros_like(m) for m in masters]  # fp32 gradients of the masters, kept between steps
+        opt = make_optimizer(optimizer, masters)
+    else:
+        opt = make_optimizer(optimizer, module.parameters())
     args, kwargs, target = make_batch(device)
+    if half is not None:
+        args, kwargs = _to_half((args, kwargs), half)
     state: dict = {}
 
     def forward() -> None:
@@ -167,19 +181,41 @@ def supervised_step(
     def backward() -> None:
         state.pop("loss").backward()
 
+    step_fn = opt.step
+    if half is not None:
+        halves = [p for p in module.parameters() if p.requires_grad]
+
+        @torch.no_grad()
+        def step_fn() -> None:
+            # the half gradients into the masters' fp32 ones, the step on the masters, the masters back into the model
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in halves]
+            torch._foreach_copy_(main_grads, grads)
+            for m, g in zip(masters, main_grads):
+                m.grad = g
+            opt.step()
+            torch._foreach_copy_(halves, masters)
+
     step = TrainingStep(
         name=name,
         modules=[module],
         optimizers=[opt],
-        stages=[("forward", forward), ("backward", backward), ("optimizer", opt.step)],
+        stages=[("forward", forward), ("backward", backward), ("optimizer", step_fn)],
         batch_size=batch_size,
         device=device,
         precision=precision,
         optimizer_name=optimizer,
         input_description=input_description,
         state=state,
+        master_params=masters,
     )
     return step
+
+
+def _to_half(tree, dtype):
+    """Floating-point tensors of a batch in the model's half dtype (ids, masks and labels keep theirs)."""
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, tree)
 
 
 def check_traceable(fn: Callable, what: str):

@@ -160,6 +160,8 @@ class _OpRecorder(TorchDispatchMode):
             if id(t) not in seen:
                 seen.add(id(t))
                 read += _nbytes(t)
+        if name in ("copy_", "_foreach_copy_") and args:  # a copy writes its destination without reading it
+            read -= sum(_nbytes(t) for t in {id(t): t for t in _tensors(args[0])}.values())
         gathered = costs.gathered_read_bytes(name, ins)
         if gathered is not None:
             read = min(read, gathered)

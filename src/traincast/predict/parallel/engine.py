@@ -349,7 +349,7 @@ class ParallelModel:
         sub = replace(wl, ops=tuple(new_ops), recurrent_calls=calls)
         ot = self.predictor.predict(sub, self.device, self.precision)
         if self.device.kind == "gpu":  # the GPU waits where the host issues kernels slower than they run
-            ot = with_host(ot, new_ops, *host_costs(self.predictor, self.device), by_phase=True)
+            ot = with_host(ot, sub, *host_costs(self.predictor, self.device), by_phase=True)
         fwd = dict.fromkeys(reps, 0.0)
         bwd = dict.fromkeys(reps, 0.0)
         core = dict.fromkeys(reps, 0.0)
