@@ -13,7 +13,7 @@ Protocol (written before the forecasts were looked at; nothing is fitted to thes
   all, and for each row with ``ratio_to`` the FP8/BF16 speed-up, predicted vs published.
 Goals (issue 22): throughput within 10% on H100 and B200, speed-up ratio within 5%.
 
-    python benchmarks/fp8_cp_validation.py [--only ID[,ID...]] [--json out.json]
+    python benchmarks/fp8_cp_validation.py [--only ID[,ID...]] [--json out.json] [--bf16-as bf16]
 """
 
 from __future__ import annotations
@@ -86,6 +86,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated row ids")
     ap.add_argument("--json", help="write the per-row results here")
+    ap.add_argument("--bf16-as", default="amp-bf16", choices=("amp-bf16", "bf16"),
+                    help="the precision of the rows the data file calls amp-bf16: as written (the protocol), or bf16, "
+                         "the half model torchtitan's FSDP2 MixedPrecisionPolicy(param_dtype=bfloat16) runs (a "
+                         "sensitivity added 2026-11-26 with that precision, after the protocol's runs)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT.parent / "src"))
     from traincast.hardware import get_catalog
@@ -95,7 +99,7 @@ def main(argv=None) -> int:
         yaml.safe_dump({"devices": data.get("devices", [])}, fh)
         extra = fh.name
     catalog = get_catalog([extra])
-    rows = data["rows"]
+    rows = [dict(r, precision=args.bf16_as if r["precision"] == "amp-bf16" else r["precision"]) for r in data["rows"]]
     if args.only:
         keep = set(args.only.split(","))
         rows = [r for r in rows if r["id"] in keep]

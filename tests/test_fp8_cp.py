@@ -342,3 +342,27 @@ def test_context_split_holds_on_interpolated_micro_batches(small_gpt, h100):
     one = pm.evaluate(ParallelConfig(dp=8, micro_batch=3), per_replica_batch=3, simulate_pipeline=False)
     two = pm.evaluate(ParallelConfig(dp=4, cp=2, micro_batch=3), per_replica_batch=3, simulate_pipeline=False)
     assert two.flops_per_gpu == pytest.approx(one.flops_per_gpu / 2, rel=0.01)
+
+
+def test_fp8_runs_on_the_bf16_half_model(small_gpt):
+    """``--precision fp8`` traces the half model (bf16 weights and activations, fp32 master weights), as
+    Transformer Engine under Megatron/NeMo and torchao float8 under FSDP2 run: no autocast weight copy, so each
+    FP8 linear layer gets one cast of its BF16 weight (K x N, 2 bytes read per weight) to FP8 and its transpose
+    before its first forward GEMM, once per step; parameters are 2 bytes each with 12 bytes of fp32 masters
+    and Adam moments, and the norms and residual stream stay bf16."""
+    from traincast.workload.precision import fp8_linear_modules
+
+    fam = WorkloadFamily(small_gpt, optimizer="adamw", precision="fp8", seq_len=SEQ)
+    wl = fam.trace(3)
+    half = WorkloadFamily(small_gpt, optimizer="adamw", precision="bf16", seq_len=SEQ).trace(3)
+    mods = fp8_linear_modules(half.ops)
+    assert mods
+    for m, (_M, K, N) in mods.items():
+        casts = [o for o in wl.ops if o.module == m and o.phase == "forward" and o.aten == "fp8_cast_transpose"
+                 and tuple(o.input_shapes[0]) == (K, N)]
+        assert len(casts) == 1 and casts[0].bytes_read == 2 * K * N
+    assert not any(o.aten == "_to_copy" and o.module in mods for o in wl.ops if o.phase == "forward")
+    assert wl.memory.parameter_bytes == 2 * wl.parameters
+    assert wl.memory.optimizer_state_bytes == 12 * wl.parameters
+    assert all(o.dtype == "bf16" for o in wl.ops if o.phase == "forward" and o.op_class == "norm")
+    assert sum(o.dtype == "fp8" for o in wl.ops if o.op_class == "matmul") == 3 * len(mods)

@@ -17,14 +17,15 @@ switches set around a real step) and prediction (which peak each op runs at) all
   the residual stream run in half too; the loss is computed in fp32 as these frameworks and transformers do.
   Memory as in the ZeRO paper's accounting: 2 + 2 bytes of half weights and gradients, 12 of fp32 master
   weights and Adam moments per parameter.
-- ``fp8`` / ``fp8-current`` / ``mxfp8``: ``amp-bf16`` with the linear layers' GEMMs (forward, data gradient and
+- ``fp8`` / ``fp8-current`` / ``mxfp8``: ``bf16`` (the half model: Transformer Engine under Megatron/NeMo and
+  torchao float8 under FSDP2 both run a bf16 model with fp32 master weights) with the linear layers' GEMMs (forward, data gradient and
   weight gradient) on FP8 tensor cores, as NVIDIA Transformer Engine runs them (torchao float8 the same way):
   ``fp8`` delayed per-tensor scaling (the amax of earlier steps; the amax comes out of the cast kernel itself),
   ``fp8-current`` current per-tensor scaling (one more pass over each tensor for its amax before the cast),
   ``mxfp8`` MX block scaling (one E8M0 scale per 32 values, Blackwell). Attention, norms and the element-wise
   rest stay BF16 (``fp8_attention=True`` in :func:`apply_fp8`: the attention core too). The linear layers of the
   repeated blocks only: the embedding and the output head stay BF16 (Transformer Engine's and torchtitan's
-  defaults). :func:`apply_fp8` turns a traced ``amp-bf16`` step into the FP8 one: the GEMMs read 1-byte operands
+  defaults). :func:`apply_fp8` turns a traced ``bf16`` (or ``amp-bf16``) step into the FP8 one: the GEMMs read 1-byte operands
   and run at the FP8 peak; each linear layer gains its casts (input and output gradient: cast + transpose per
   micro-batch, a copy for the other GEMM layout; the weight: cast + transpose once per step, replacing
   autocast's BF16 weight copy) and its amax work; the saved linear inputs are kept in FP8.
@@ -135,13 +136,14 @@ _add("fp16", "the model in float16 with fp32 master weights (Megatron-LM --fp16,
 
 
 _add("fp8", "FP8 linear-layer GEMMs, delayed per-tensor scaling (Transformer Engine's default recipe); the rest "
-     "bf16 autocast; needs FP8 tensor cores (Hopper, Ada, Blackwell)",
-     autocast="bf16", tf32_matmul=False, tf32_conv=True, fp32_matrix=True, fp8=FP8_DELAYED)
+     "bf16 (the model in bf16 with fp32 master weights, as Megatron/NeMo and FSDP2 run it); needs FP8 tensor cores "
+     "(Hopper, Ada, Blackwell)",
+     autocast=None, tf32_matmul=False, tf32_conv=True, fp32_matrix=True, fp8=FP8_DELAYED, params="bf16")
 _add("fp8-current", "FP8 linear-layer GEMMs, current per-tensor scaling (an amax pass before each cast; "
-     "torchao float8's default)", autocast="bf16", tf32_matmul=False, tf32_conv=True, fp32_matrix=True,
-     fp8=FP8_CURRENT)
+     "torchao float8's default)", autocast=None, tf32_matmul=False, tf32_conv=True, fp32_matrix=True,
+     fp8=FP8_CURRENT, params="bf16")
 _add("mxfp8", "FP8 linear-layer GEMMs with MX block scaling (1 scale per 32 values); Blackwell only",
-     autocast="bf16", tf32_matmul=False, tf32_conv=True, fp32_matrix=True, fp8=MXFP8)
+     autocast=None, tf32_matmul=False, tf32_conv=True, fp32_matrix=True, fp8=MXFP8, params="bf16")
 
 
 def get_precision(name: str | Precision) -> Precision:
@@ -180,7 +182,7 @@ def fp8_linear_modules(ops) -> dict:
 
 
 def apply_fp8(wl, precision: "str | Precision | None" = None, fp8_attention: bool = False):
-    """``wl`` (traced under ``amp-bf16``) as the FP8 precision ``precision`` runs it (``wl.precision`` when not
+    """``wl`` (traced under ``bf16``, the half model FP8 precisions run on, or ``amp-bf16``) as the FP8 precision ``precision`` runs it (``wl.precision`` when not
     given; ``wl`` unchanged for precisions without FP8).
 
     Per linear layer of the repeated blocks (forward GEMM ``M x K`` input by ``K x N`` weight):
@@ -191,6 +193,8 @@ def apply_fp8(wl, precision: "str | Precision | None" = None, fp8_attention: boo
       and its transpose for the weight gradient (2MK; MXFP8: row- and column-wise copies with scales);
     - ``fp8_cast_transpose`` of the output gradient in the backward pass: reads 2MN, writes 2MN the same way;
     - the weight: autocast's BF16 weight copy becomes the FP8 weight and its transpose (same 2 bytes per weight);
+      in a half model (``bf16``: no autocast copy) a cast of the BF16 weight to FP8 and its transpose is added
+      before the module's first forward GEMM, once per step, its output kept for the backward pass;
     - current scaling: an ``fp8_amax`` reduction pass over each tensor before its cast (reads it once more);
     - delayed scaling: one ``fp8_amax_scale_update`` per step over every FP8 tensor's amax history
       (Transformer Engine's fused update, 3 tensors per layer, history of 1,024);
@@ -225,12 +229,21 @@ def apply_fp8(wl, precision: "str | Precision | None" = None, fp8_attention: boo
     ops = []
     act_delta = 0.0
     bwd_cast_done: set = set()
+    weight_cast: set = set()  # modules whose weight has its FP8 copy this step
     for o in wl.ops:
         m = o.module
         if m in mods and o.phase != "optimizer":
             M, K, N = mods[m]
+            if o.phase == "forward" and m not in weight_cast and _is_linear_gemm(o):
+                # a half model (no autocast weight copy): the BF16 weight is cast to FP8 (and its transpose) once
+                # per step before its first GEMM, and the FP8 copy is kept for the backward pass
+                weight_cast.add(m)
+                n = K * N
+                ops.extend(cast(m, "forward", (K, N)))
+                act_delta += n * copy_bytes
             if o.phase == "forward" and o.op_class == "copy" and o.aten == "_to_copy" and o.output_shapes and \
                     tuple(o.output_shapes[0]) in ((K, N), (N, K)):
+                weight_cast.add(m)
                 # autocast's weight copy -> the FP8 weight (and its transpose), cast once per step
                 n = _numel(o.output_shapes[0])
                 extra_read = o.bytes_read if rec.amax_pass else 0
