@@ -173,6 +173,27 @@ def test_mamba_traces_fast_through_the_fused_scan(tmp_path):
     assert Workload.from_json(wl.to_json()).fused_kernels == wl.fused_kernels
 
 
+def test_rwkv_traces_through_its_wkv_kernel(tmp_path):
+    """RWKV-4's time mixing runs as transformers' CUDA kernel, not its per-position Python loop: one forward and
+    one backward WKV kernel per layer, 20 FLOPs per (token, channel) forward and three times that backward, the
+    kernel's inputs and output read and written once; the note names the kernel and no Mamba package."""
+    B, T, C, L = 2, 256, 64, 2
+    p = tmp_path / "rwkv.json"
+    p.write_text(json.dumps({"model_type": "rwkv", "hidden_size": C, "num_hidden_layers": L, "vocab_size": 1000,
+                             "context_length": T, "attention_hidden_size": C, "intermediate_size": 4 * C}))
+    t0 = time.perf_counter()
+    wl = trace(str(p), batch_size=B, seq_len=T)
+    assert time.perf_counter() - t0 < 20
+    assert dict(wl.fused_kernels) == {"rwkv_wkv_fwd": L, "rwkv_wkv_bwd": L}
+    fwd = [o for o in wl.ops if o.aten == "rwkv_wkv_fwd"]
+    bwd = [o for o in wl.ops if o.aten == "rwkv_wkv_bwd"]
+    assert {o.flops for o in fwd} == {20 * B * T * C} and {o.flops for o in bwd} == {60 * B * T * C}
+    assert {o.bytes_read for o in fwd} == {4 * (2 * C + 2 * B * T * C)} and {o.bytes_written for o in fwd} == {4 * B * T * C}
+    assert len(wl.ops) < 40 * T  # no per-position loop (it ran about 20 ops per position and layer)
+    notes = wl.kernel_notes()
+    assert any("RWKV WKV: RWKV CUDA kernel" in n for n in notes) and not any("mamba_ssm" in n for n in notes)
+
+
 def test_mamba2_traces_through_the_chunked_scan(tmp_path):
     cfg = {"model_type": "mamba2", "architectures": ["Mamba2ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
            "vocab_size": 1000, "state_size": 16, "num_heads": 4, "head_dim": 32, "n_groups": 1, "chunk_size": 32}

@@ -545,11 +545,82 @@ def _mamba2_scan(hidden_states, dt, A, B, C, chunk_size, D=None, dt_bias=None, i
     return y
 
 
+# --- RWKV-4's WKV recurrence (the CUDA kernel transformers loads for RWKV) --------------------------------
+# per time step and channel the kernel computes the output from its running (a, b, p) state and updates it:
+# about 20 floating-point operations (maximums, two exponentials each, multiply-adds and a division); the
+# backward kernel reruns the forward recurrence and then the reverse one: about three times that
+WKV_FLOPS_PER_ELEMENT = 20
+WKV_BWD_FACTOR = 3
+
+
+def _wkv_fwd_cost(w, u, k, v, *, out) -> Cost:
+    return Cost(WKV_FLOPS_PER_ELEMENT * k.numel(), nbytes(w, u, k, v), nbytes(out))
+
+
+def _wkv_bwd_cost(w, u, k, v, y, gy, *, out) -> Cost:
+    return Cost(WKV_BWD_FACTOR * WKV_FLOPS_PER_ELEMENT * k.numel(), nbytes(w, u, k, v, y, gy), nbytes(*_flat(out)))
+
+
+register_fused("rwkv_wkv_fwd", family="RWKV WKV", implementation="RWKV CUDA kernel", op_class="elementwise",
+               help="RWKV-4 time-mixing recurrence forward: k, v read once, the output written, the state in "
+               "registers")(_wkv_fwd_cost)
+register_fused("rwkv_wkv_bwd", family="RWKV WKV", implementation="RWKV CUDA kernel", op_class="elementwise",
+               help="RWKV-4 recurrence backward (forward recurrence rerun, then the reverse one)")(_wkv_bwd_cost)
+
+
+@torch.library.custom_op("traincast::rwkv_wkv_fwd", mutates_args=())
+def rwkv_wkv(w: Tensor, u: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    raise NotImplementedError("a cost-model op: traced on the meta device only")
+
+
+@rwkv_wkv.register_fake
+def _(w, u, k, v):
+    return torch.empty_like(k)
+
+
+@torch.library.custom_op("traincast::rwkv_wkv_bwd", mutates_args=())
+def rwkv_wkv_backward(w: Tensor, u: Tensor, k: Tensor, v: Tensor, y: Tensor, gy: Tensor) -> list[Tensor]:
+    raise NotImplementedError("a cost-model op: traced on the meta device only")
+
+
+@rwkv_wkv_backward.register_fake
+def _(w, u, k, v, y, gy):
+    return [torch.empty_like(w), torch.empty_like(u), torch.empty_like(k), torch.empty_like(v)]
+
+
+def _wkv_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs, output)
+
+
+def _wkv_bwd(ctx, gy):
+    w, u, k, v, y = ctx.saved_tensors
+    gw, gu, gk, gv = torch.ops.traincast.rwkv_wkv_bwd(w, u, k, v, y, gy)
+    return gw, gu, gk, gv
+
+
+rwkv_wkv.register_autograd(_wkv_bwd, setup_context=_wkv_setup)
+
+
+def _rwkv_attention_for(orig):
+    """transformers' ``rwkv_linear_attention`` (``orig``) as its CUDA kernel in training (no state carried in or
+    out); with a state, ``orig``."""
+
+    def rwkv_attention(time_decay, time_first, key, value, state=None, return_state=False):
+        if state is not None or return_state:
+            return orig(time_decay, time_first, key, value, state=state, return_state=return_state)
+        w = -torch.exp(time_decay.float())  # as the kernel's autograd function prepares it
+        y = rwkv_wkv(w, time_first.float(), key.float(), value.float())
+        return y.to(key.dtype), None
+
+    return rwkv_attention
+
+
 # the transformers functions each kernel stands in for, by the name models call them by
 _HF_KERNELS: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "mamba_selective_scan": (_mamba_scan, ("hidden_states", "dt", "A", "B", "C")),
     "causal_conv1d_fn": (_causal_conv1d, ("hidden_states", "weight")),
     "mamba2_chunk_scan": (_mamba2_scan, ("hidden_states", "dt", "A", "B", "C", "chunk_size")),
+    "rwkv_linear_attention": (_rwkv_attention_for, ("time_decay", "time_first", "key", "value")),
 }
 
 
@@ -616,6 +687,8 @@ def _patch_loaded_modules() -> None:
             if orig is None or not callable(orig) or getattr(orig, "_traincast_patch", False):
                 continue
             if _params(orig)[:len(needs)] == needs:
+                if repl is _rwkv_attention_for:  # the fallback with a state needs this module's original
+                    repl = _rwkv_attention_for(orig)
                 _patch(mod, fn_name, repl, "kernels")
 
 
@@ -687,7 +760,8 @@ def kernel_notes(counts: dict[str, int]) -> list[str]:
                      "scaled_dot_product_attention picks on CUDA)")
     if by:
         pk = kernel_packages()
-        missing = [p for p, ok in pk.items() if not ok]
+        mamba = any(i in ("mamba_ssm", "causal-conv1d") for impl in by.values() for i in impl)
+        missing = [p for p, ok in pk.items() if not ok] if mamba else []
         have = ("" if not missing else f"; {' and '.join(missing)} not installed here: assumed on the training "
                 "machine (without them transformers runs its sequential Python scan, far slower)")
         notes.append(", ".join(f"{fam}: {'/'.join(sorted(impl))}" for fam, impl in sorted(by.items()))
