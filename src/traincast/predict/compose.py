@@ -13,9 +13,9 @@ from traincast.hardware.catalog import Catalog, get_catalog, system_table
 from traincast.hardware.records import GIB, Cluster, Device
 from traincast.predict.base import OpTimes, Predictor
 from traincast.predict.comm import SYNC_METHODS, CommTime, gradient_sync
+from traincast.predict.host import host_costs, with_host
 from traincast.predict.inputs import input_pipeline, workers_per_gpu
 from traincast.predict.inputs import note as input_note
-from traincast.predict.host import host_costs, with_host
 from traincast.predict.registry import default_predictor
 from traincast.predict.rnn import with_cudnn_recurrent
 from traincast.predict.roofline import check_precision

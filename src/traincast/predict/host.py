@@ -31,7 +31,8 @@ import numpy as np
 from traincast.predict.base import OpTimes
 
 
-def host_seconds(ops: Sequence, forward_us: float, backward_us: float, recurrent: frozenset = frozenset()) -> np.ndarray:
+def host_seconds(ops: Sequence, forward_us: float, backward_us: float,
+                 recurrent: frozenset = frozenset()) -> np.ndarray:
     """Host time to issue each op (seconds). Ops of a recurrent module (``recurrent``: their paths) are traced as
     PyTorch's per-step decomposition but run as one cuDNN call per phase, issued once (predict/rnn.py): the first
     op of each such module and phase carries the call's host time, the others none."""

@@ -18,17 +18,18 @@ switches set around a real step) and prediction (which peak each op runs at) all
   Memory as in the ZeRO paper's accounting: 2 + 2 bytes of half weights and gradients, 12 of fp32 master
   weights and Adam moments per parameter.
 - ``fp8`` / ``fp8-current`` / ``mxfp8``: ``bf16`` (the half model: Transformer Engine under Megatron/NeMo and
-  torchao float8 under FSDP2 both run a bf16 model with fp32 master weights) with the linear layers' GEMMs (forward, data gradient and
-  weight gradient) on FP8 tensor cores, as NVIDIA Transformer Engine runs them (torchao float8 the same way):
-  ``fp8`` delayed per-tensor scaling (the amax of earlier steps; the amax comes out of the cast kernel itself),
-  ``fp8-current`` current per-tensor scaling (one more pass over each tensor for its amax before the cast),
-  ``mxfp8`` MX block scaling (one E8M0 scale per 32 values, Blackwell). Attention, norms and the element-wise
-  rest stay BF16 (``fp8_attention=True`` in :func:`apply_fp8`: the attention core too). The linear layers of the
-  repeated blocks only: the embedding and the output head stay BF16 (Transformer Engine's and torchtitan's
-  defaults). :func:`apply_fp8` turns a traced ``bf16`` (or ``amp-bf16``) step into the FP8 one: the GEMMs read 1-byte operands
-  and run at the FP8 peak; each linear layer gains its casts (input and output gradient: cast + transpose per
-  micro-batch, a copy for the other GEMM layout; the weight: cast + transpose once per step, replacing
-  autocast's BF16 weight copy) and its amax work; the saved linear inputs are kept in FP8.
+  torchao float8 under FSDP2 both run a bf16 model with fp32 master weights) with the linear layers' GEMMs
+  (forward, data gradient and weight gradient) on FP8 tensor cores, as NVIDIA Transformer Engine runs them
+  (torchao float8 the same way): ``fp8`` delayed per-tensor scaling (the amax of earlier steps; the amax comes out
+  of the cast kernel itself), ``fp8-current`` current per-tensor scaling (one more pass over each tensor for its
+  amax before the cast), ``mxfp8`` MX block scaling (one E8M0 scale per 32 values, Blackwell). Attention, norms
+  and the element-wise rest stay BF16 (``fp8_attention=True`` in :func:`apply_fp8`: the attention core too). The
+  linear layers of the repeated blocks only: the embedding and the output head stay BF16 (Transformer Engine's
+  and torchtitan's defaults). :func:`apply_fp8` turns a traced ``bf16`` (or ``amp-bf16``) step into the FP8 one:
+  the GEMMs read 1-byte operands and run at the FP8 peak; each linear layer gains its casts (input and output
+  gradient: cast + transpose per micro-batch, a copy for the other GEMM layout; the weight: cast + transpose once
+  per step, replacing autocast's BF16 weight copy or, in a half model, added) and its amax work; the saved linear
+  inputs are kept in FP8.
 """
 
 from __future__ import annotations
@@ -182,8 +183,8 @@ def fp8_linear_modules(ops) -> dict:
 
 
 def apply_fp8(wl, precision: "str | Precision | None" = None, fp8_attention: bool = False):
-    """``wl`` (traced under ``bf16``, the half model FP8 precisions run on, or ``amp-bf16``) as the FP8 precision ``precision`` runs it (``wl.precision`` when not
-    given; ``wl`` unchanged for precisions without FP8).
+    """``wl`` (traced under ``bf16``, the half model FP8 precisions run on, or ``amp-bf16``) as the FP8 precision
+    ``precision`` runs it (``wl.precision`` when not given; ``wl`` unchanged for precisions without FP8).
 
     Per linear layer of the repeated blocks (forward GEMM ``M x K`` input by ``K x N`` weight):
 

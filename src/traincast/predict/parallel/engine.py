@@ -616,7 +616,8 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         chunk_units = [list(range(n_units))]
 
     # tensor-parallel communication per unit per micro-batch
-    item = 2 if get_precision(base.precision).autocast or base.precision in ("fp16", "bf16") else 4
+    prec = get_precision(base.precision)
+    item = 2 if prec.autocast or prec.params else 4  # activations in half under autocast and in a half model
     tokens = lay.tokens * mb // lay.batch
     hid = lay.hidden or 0
     msg = tokens * hid * item / ncp  # one rank's hidden states: 1/cp of the tokens with context parallelism
