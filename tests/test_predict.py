@@ -375,3 +375,17 @@ def test_a_config_without_a_dataset_size_forecasts_one_iteration(tmp_path, capsy
     assert "iteration" in out and "--dataset-size" in out
     assert run(["plan", str(cfg), "--epochs", "1", "-b", "4", "--seq-len", "32", "--plot", ""]) == 2
     assert "--dataset-size is needed" in capsys.readouterr().err
+
+
+def test_auto_reads_shapes_only_where_the_learned_model_times_ops():
+    """``auto`` times a GPU of its fit with the learned model (which reads op shapes: exact traces) and hands any
+    other GPU to the analytical roofline, where interpolated traces will do (the parallel search then traces two
+    micro-batches instead of every one)."""
+    from traincast.hardware.catalog import get_catalog
+    from traincast.predict.registry import default_predictor
+
+    cat = get_catalog()
+    auto = default_predictor()
+    assert auto.needs_shapes_on(cat.device("A100-SXM4-40GB"))
+    assert not auto.needs_shapes_on(cat.device("H100-SXM5-80GB"))
+    assert not auto.needs_shapes_on(cat.device("MI250"))

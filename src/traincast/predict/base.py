@@ -47,6 +47,11 @@ class Predictor(ABC):
         """Whether this predictor times ``device`` with its own method (else it falls back to another)."""
         return True
 
+    def needs_shapes_on(self, device: Device) -> bool:
+        """Whether forecasts on ``device`` read op shapes (exact traces, not interpolated ones): ``needs_shapes``,
+        unless the predictor hands ``device`` to one that does not."""
+        return self.needs_shapes
+
     def notes(self, workload: Workload, device: Device, precision: str = "fp32") -> list[str]:
         """What a user should know about a forecast this predictor made (coverage, adaptations...)."""
         return []
@@ -68,6 +73,9 @@ class PredictorWrapper(Predictor):
 
     def covers(self, device: Device) -> bool:
         return self.inner.covers(device)
+
+    def needs_shapes_on(self, device: Device) -> bool:
+        return self.inner.needs_shapes_on(device)
 
     def notes(self, workload: Workload, device: Device, precision: str = "fp32") -> list[str]:
         return self.inner.notes(workload, device, precision)

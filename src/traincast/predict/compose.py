@@ -496,7 +496,7 @@ def forecast(
     family = family or WorkloadFamily(model, optimizer=optimizer, precision=precision,
                                       seq_len=seq_len, freeze=freeze, inputs=inputs, fp8_attention=fp8_attention)
     predictor = predictor or default_predictor()
-    exact = exact_trace or predictor.needs_shapes
+    exact = exact_trace or predictor.needs_shapes_on(device)
     wl = None if parallel else family.trace(b) if exact else family.at(b)
     if dataset_size is None:
         dataset_size = default_dataset_size(model)
@@ -569,7 +569,7 @@ def forecast(
                 s = st
             else:
                 # predictors that read op shapes need exact traces, not interpolated ones
-                w = family.trace(pb) if predictor.needs_shapes else family.at(pb)
+                w = family.trace(pb) if predictor.needs_shapes_on(device) else family.at(pb)
                 s = step_time(w, cluster_for(g, nn), predictor, precision, sync, overlap)
             rate = pb * p / s.iteration_s
             base_rate = base_rate or rate

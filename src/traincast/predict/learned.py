@@ -144,6 +144,11 @@ class LearnedPredictor(Predictor):
     def covers(self, device: Device) -> bool:
         return covers_device(device)
 
+    def needs_shapes_on(self, device: Device) -> bool:
+        """Shapes are read only where the learned model times ops: not on a device outside the learned data or
+        one it defers to the analytical predictor (``auto`` on a GPU outside its fit)."""
+        return self.covers(device) and not self.defers(device)
+
     def blends(self, device: Device) -> bool:
         """Whether covered ops on ``device`` are the geometric mean of learned and analytical times."""
         return (self.blend_unseen and not self.analytical_unseen and self.covers(device) and not self._adapts(device)

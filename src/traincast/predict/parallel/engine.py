@@ -273,7 +273,7 @@ class ParallelModel:
         self.predictor = predictor
         self.precision = precision
         self.collectives = collectives or default_params()
-        self.exact = exact_traces or predictor.needs_shapes
+        self.exact = exact_traces or predictor.needs_shapes_on(device)
         self._costs: dict = {}
         self._opt: dict = {}
         self._base: Workload | None = None
