@@ -249,3 +249,21 @@ def test_a_config_field_left_empty_is_named(capsys, tmp_path):
     assert "leaves empty (None): head_dim; set them in the config.json" in msg, msg
     p.write_text(json.dumps(dict(json.loads(p.read_text()), head_dim=32)))
     assert cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "8")[0] == 0
+
+
+def test_a_meta_tensor_sent_to_the_ids_device_stays_on_meta():
+    """Vision-language models write ``embeds.to(input_ids.device)``; traincast keeps a multimodal model's ids on
+    the CPU (their values are read), so during a trace such a move keeps the tensor on meta (in training both
+    live on the GPU), with the dtype asked for."""
+    import torch
+
+    from traincast.workload.hf import _MixedDevices
+
+    ids = torch.zeros(2, 4, dtype=torch.long)
+    with _MixedDevices():
+        x = torch.empty(2, 4, 8, device="meta")
+        assert x.to(ids.device).device.type == "meta"
+        assert x.to("cpu", torch.bfloat16).dtype == torch.bfloat16 and x.to("cpu", torch.bfloat16).is_meta
+        assert x.to(ids).dtype == torch.long and x.to(ids).is_meta
+        assert x.cpu().is_meta
+        assert x.to(device="cpu").is_meta

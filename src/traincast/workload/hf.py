@@ -766,6 +766,22 @@ class _MixedDevices(torch.overrides.TorchFunctionMode):
         from torch.utils._pytree import tree_leaves, tree_map
 
         kwargs = kwargs or {}
+        if func in (torch.Tensor.to, torch.Tensor.cpu) and args and isinstance(args[0], torch.Tensor) \
+                and args[0].device.type == "meta":
+            # a meta tensor sent to where the ids live (``.to(input_ids.device)``): the ids are on the CPU only
+            # because traincast keeps their values there; in training both are on the GPU, so it stays on meta
+            def on_meta(x):
+                if isinstance(x, torch.Tensor):  # .to(other): other's dtype, here
+                    return x.dtype if x.device.type == "cpu" else x
+                if (isinstance(x, torch.device) and x.type == "cpu") or (isinstance(x, str) and x == "cpu"):
+                    return torch.device("meta")
+                return x
+
+            if func is torch.Tensor.cpu:
+                return args[0]
+            args = tuple(on_meta(a) for a in args)
+            kwargs = {k: on_meta(v) for k, v in kwargs.items()}
+            return func(*args, **kwargs)
         leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         if any(t.device.type == "meta" for t in leaves) and any(t.device.type == "cpu" and t.dim() > 0 for t in leaves):
             args, kwargs = tree_map(lambda t: t.detach().to("meta") if isinstance(t, torch.Tensor)
