@@ -68,7 +68,7 @@ _SELECT = _NONZERO | _MASKED_SELECT | {torch.where, _T.__getitem__, _T.__setitem
 _WATCHED = frozenset(_KEEPS | _ZEROS | _SCATTER | _EQ | set(_INDICES) | _SUM | _BINCOUNT | _SELECT | {F.one_hot})
 
 
-def _dim_arg(func, args, kwargs, pos: int):
+def _dim_arg(args, kwargs, pos: int):
     if "dim" in kwargs:
         return kwargs["dim"]
     if len(args) > pos and isinstance(args[pos], int):
@@ -92,19 +92,19 @@ class ExpectedSelections(TorchFunctionMode):
         self.dense = 0  # selections sized as full
 
     # --- what a tensor is expected to hold ----------------------------------------------------------
-    def _density_of(self, t: torch.Tensor) -> float | None:
-        return self.density.get(t)
-
-    def _rows(self, mask: torch.Tensor) -> int:
-        d = self.density.get(mask)
-        if d is None:
+    def _tally(self, t: torch.Tensor, full: bool) -> None:
+        """Count one answered selection: sized as full, from real values, or from a router's density."""
+        if full:
             self.dense += 1
-            return mask.numel()
-        if mask in self.exact:
+        elif t in self.exact:
             self.known_sized += 1
         else:
             self.routed += 1
-        return int(round(mask.numel() * d))
+
+    def _rows(self, mask: torch.Tensor) -> int:
+        d = self.density.get(mask)
+        self._tally(mask, d is None)
+        return mask.numel() if d is None else int(round(mask.numel() * d))
 
     # --- the selections -----------------------------------------------------------------------------
     def _nonzero(self, mask: torch.Tensor, as_tuple: bool):
@@ -169,23 +169,9 @@ class ExpectedSelections(TorchFunctionMode):
         n = t.numel()
         total = int(round(self.value[t] * n))
         base, extra = divmod(total, n) if n else (0, 0)
-        if t in self.exact:
-            self.known_sized += 1
-        elif t in self.full_counts:
-            self.dense += 1
-        else:
-            self.routed += 1
+        self._tally(t, t in self.full_counts and t not in self.exact)
         flat = [base + (1 if i < extra else 0) for i in range(n)]
-        if t.dim() == 0:
-            return flat[0]
-
-        def nest(items, shape):
-            if len(shape) == 1:
-                return items
-            step = len(items) // shape[0]
-            return [nest(items[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
-
-        return nest(flat, tuple(t.shape))
+        return torch.tensor(flat, dtype=torch.long).reshape(t.shape).tolist()
 
     # --- how full what was made is --------------------------------------------------------------------
     def _tag(self, func, args, kwargs, out) -> None:
@@ -232,7 +218,7 @@ class ExpectedSelections(TorchFunctionMode):
             return
         if func in _INDICES:
             pos = _INDICES[func]
-            dim = _dim_arg(func, args, kwargs, 2 if func in (torch.topk, _T.topk) else 1)
+            dim = _dim_arg(args, kwargs, 2 if func in (torch.topk, _T.topk) else 1)
             if dim is None and func in (torch.topk, _T.topk):
                 dim = -1
             if dim is None or first.dim() == 0:
