@@ -183,17 +183,15 @@ def supervised_step(
 
     step_fn = opt.step
     if half is not None:
-        halves = [p for p in module.parameters() if p.requires_grad]
-
         @torch.no_grad()
         def step_fn() -> None:
             # the half gradients into the masters' fp32 ones, the step on the masters, the masters back into the model
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in halves]
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in trainable]
             torch._foreach_copy_(main_grads, grads)
             for m, g in zip(masters, main_grads):
                 m.grad = g
             opt.step()
-            torch._foreach_copy_(halves, masters)
+            torch._foreach_copy_(trainable, masters)
 
     step = TrainingStep(
         name=name,
