@@ -271,8 +271,6 @@ def _first_line(exc: BaseException) -> str:
 def _empty_fields_used(exc: BaseException, cfg) -> list[str]:
     """Config fields left ``None`` (in ``cfg``, its sub-configs or a dict field such as ``rope_parameters``)
     whose names appear in the source of the last frames of ``exc``'s traceback: the ones the failing code read."""
-    import inspect as _inspect
-
     empty: list[str] = []
     for c in [cfg, *_subconfigs(cfg)]:
         for k, v in vars(c).items():
@@ -285,12 +283,9 @@ def _empty_fields_used(exc: BaseException, cfg) -> list[str]:
     if not empty:
         return []
     import linecache
+    import traceback
 
-    tb = exc.__traceback__
-    frames = []
-    while tb is not None:
-        frames.append((tb.tb_frame, tb.tb_lineno))
-        tb = tb.tb_next
+    frames = list(traceback.walk_tb(exc.__traceback__))
     if not frames:
         return []
     frame, line_no = frames[-1]
@@ -298,7 +293,7 @@ def _empty_fields_used(exc: BaseException, cfg) -> list[str]:
     sources = []
     for f, _ in frames[-3:]:
         try:
-            sources.append(_inspect.getsource(f.f_code))
+            sources.append(inspect.getsource(f.f_code))
         except (OSError, TypeError):
             continue
 
