@@ -13,7 +13,11 @@ Protocol (written before the forecasts were looked at; nothing is fitted to thes
   all, and for each row with ``ratio_to`` the FP8/BF16 speed-up, predicted vs published.
 Goals (issue 22): throughput within 10% on H100 and B200, speed-up ratio within 5%.
 
-    python benchmarks/fp8_cp_validation.py [--only ID[,ID...]] [--json out.json] [--bf16-as bf16]
+    python benchmarks/fp8_cp_validation.py [--only ID[,ID...]] [--json out.json] [--bf16-as bf16] [--kernels compiled]
+
+``--kernels compiled`` (added 2026-11-26 with the fusion model, workload/fusion.py, after the eager runs above
+were seen): every row's source runs fused element-wise kernels (torchtitan: torch.compile; NeMo and
+Megatron-Bridge: Megatron-Core with Transformer Engine's fused kernels), so the rows are forecast with them.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ def published_tokens(row: dict) -> float:
     return float(row["model_tflops_per_gpu"]) * 1e12 / nemo_llama_flops_per_token(cfg, row["seq_len"])
 
 
-def forecast_row(row: dict, catalog, families: dict):
+def forecast_row(row: dict, catalog, families: dict, kernels: str = "eager"):
     from traincast.predict.compose import WorkloadFamily
     from traincast.predict.options import forecast_from_options
 
@@ -62,7 +66,8 @@ def forecast_row(row: dict, catalog, families: dict):
         model = str(tmp)
     key = (model, row["precision"], row["seq_len"])
     if key not in families:
-        families[key] = WorkloadFamily(model, optimizer="adamw", precision=row["precision"], seq_len=row["seq_len"])
+        families[key] = WorkloadFamily(model, optimizer="adamw", precision=row["precision"], seq_len=row["seq_len"],
+                                       kernels=kernels)
     gpus = row["gpus"]
     gpn = row.get("gpus_per_node")
     nodes = gpus // gpn if gpn and gpus > gpn else None
@@ -90,6 +95,8 @@ def main(argv=None) -> int:
                     help="the precision of the rows the data file calls amp-bf16: as written (the protocol), or bf16, "
                          "the half model torchtitan's FSDP2 MixedPrecisionPolicy(param_dtype=bfloat16) runs (a "
                          "sensitivity added 2026-11-26 with that precision, after the protocol's runs)")
+    ap.add_argument("--kernels", default="eager", choices=("eager", "compiled"),
+                    help="kernel mode of every row (module docstring)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT.parent / "src"))
     from traincast.hardware import get_catalog
@@ -110,7 +117,7 @@ def main(argv=None) -> int:
     for row in rows:
         t0 = time.perf_counter()
         try:
-            f = forecast_row(row, catalog, families)
+            f = forecast_row(row, catalog, families, args.kernels)
         except Exception as exc:  # a row the forecast cannot take: reported, not hidden
             print(f"{row['id']:30s} error: {exc}")
             results[row["id"]] = {"error": str(exc)}

@@ -65,6 +65,7 @@ def paper_flops(batch: int, layers: int, h: int) -> float:
 
 
 PRECISION = "amp-fp16"
+KERNELS = "eager"
 
 
 def model_for(tmp: Path, h: int, a: int, layers: int, gpus: int, attention: str, exact: bool):
@@ -77,7 +78,7 @@ def model_for(tmp: Path, h: int, a: int, layers: int, gpus: int, attention: str,
     p = tmp / f"gpt_h{h}_a{a}_l{layers}.json"
     p.write_text(json.dumps(config(h, a, layers, attention)))
     dev = get_catalog().device("A100-SXM4-80GB")
-    fam = WorkloadFamily(str(p), optimizer="adam", precision=PRECISION, seq_len=SEQ)
+    fam = WorkloadFamily(str(p), optimizer="adam", precision=PRECISION, seq_len=SEQ, kernels=KERNELS)
     cl = Cluster(dev, gpus_per_node=min(8, gpus), nodes=max(1, gpus // 8), inter_node_gbit_per_s=1600)
     return ParallelModel(fam, dev, cl, default_predictor(), PRECISION, exact_traces=exact)
 
@@ -175,9 +176,12 @@ def main() -> None:
     ap.add_argument("--precision", default="amp-fp16", choices=("amp-fp16", "fp16"),
                     help="amp-fp16 (the protocol's); fp16: the model in fp16 with fp32 master weights, as Megatron's "
                          "--fp16 ran (a sensitivity added 2026-11-26 with that precision, after the protocol's run)")
+    ap.add_argument("--kernels", default="eager", choices=("eager", "compiled"),
+                    help="eager (the protocol's) or compiled: element-wise chains fused (workload/fusion.py), as "
+                         "Megatron's fused kernels run them (a sensitivity added 2026-11-26 with the fusion model)")
     args = ap.parse_args()
-    global PRECISION
-    PRECISION = args.precision
+    global PRECISION, KERNELS
+    PRECISION, KERNELS = args.precision, args.kernels
     tmp = Path(tempfile.mkdtemp(prefix="megatron_cfg_"))
     if args.table in ("narayanan", "both"):
         narayanan(args.attention, tmp)

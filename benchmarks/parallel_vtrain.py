@@ -64,7 +64,7 @@ def load_rows() -> list[dict]:
 
 
 def forecast_rows(rows: list[dict], device: str = "A100-SXM4-80GB", attention: str = "eager", recompute: str = "full",
-                  pp1_whole_batch: bool = False, precision: str = "amp-fp16") -> list[dict]:
+                  pp1_whole_batch: bool = False, precision: str = "amp-fp16", kernels: str = "eager") -> list[dict]:
     """Each row with the forecast iteration (ms) and its signed error (%) added, under this file's protocol."""
     from traincast.hardware import get_catalog
     from traincast.hardware.records import Cluster
@@ -81,7 +81,8 @@ def forecast_rows(rows: list[dict], device: str = "A100-SXM4-80GB", attention: s
         if key not in families:
             p = tmp / f"gpt_h{r['h']}_a{r['a']}_l{r['L']}_s{r['s']}.json"
             p.write_text(json.dumps(gpt_config(*key, attention=attention)))
-            families[key] = WorkloadFamily(str(p), optimizer="adam", precision=precision, seq_len=r["s"])
+            families[key] = WorkloadFamily(str(p), optimizer="adam", precision=precision, seq_len=r["s"],
+                                           kernels=kernels)
         mkey = (key, r["gpus"])
         if mkey not in models:
             models[mkey] = ParallelModel(families[key], dev, Cluster(dev, gpus_per_node=r["gpus"], nodes=1), pred,
@@ -137,6 +138,9 @@ def main() -> None:
     ap.add_argument("--precision", default="amp-fp16", choices=("amp-fp16", "fp16"),
                     help="amp-fp16 (the protocol's) or fp16: the model in fp16 with fp32 master weights, as vTrain's "
                          "Megatron runs were (a sensitivity added 2026-11-26 with that precision, after the protocol's run)")
+    ap.add_argument("--kernels", default="eager", choices=("eager", "compiled"),
+                    help="eager (the protocol's) or compiled: element-wise chains fused (workload/fusion.py), as "
+                         "Megatron's fused kernels run them (a sensitivity added 2026-11-26 with the fusion model)")
     ap.add_argument("--rows", type=int, default=0, help="only the first N rows (quick look)")
     ap.add_argument("--slopes", action="store_true",
                     help="diagnosis: time per micro-batch vs micro-batch size (intercept and slope), measured and forecast")
@@ -148,7 +152,8 @@ def main() -> None:
     if args.rows:
         rows = rows[: args.rows]
     t0 = time.perf_counter()
-    recs = forecast_rows(rows, args.device, args.attention, args.recompute, args.pp1_whole_batch, args.precision)
+    recs = forecast_rows(rows, args.device, args.attention, args.recompute, args.pp1_whole_batch, args.precision,
+                         args.kernels)
     elapsed = time.perf_counter() - t0
     errs = [x["err"] for x in recs]
     absr = sorted(abs(e) for e in errs)

@@ -11,6 +11,8 @@ from traincast.cli.render import console, count, dur, flops, print_json, size, s
 from traincast.errors import png_path
 
 Catalogs = Optional[list[Path]]
+KERNELS_HELP = ("eager (every op its own kernel, as eager PyTorch) | compiled (element-wise, cast, norm and reduction "
+                "chains between GEMMs fused: torch.compile, Megatron/Transformer Engine fused kernels)")
 HF_TASK_HELP = ("the head of a Hugging Face model where its type has several: causal-lm | masked-lm | seq2seq | "
                 "image-classification | contrastive | ctc | audio-classification | speech-seq2seq | "
                 "image-text-to-text | sequence-classification | ... (one per transformers auto mapping; "
@@ -201,6 +203,7 @@ def register(app: typer.Typer) -> None:
         loader_workers: Optional[int] = typer.Option(None, "--loader-workers",
                                                      help="data-loader worker processes per GPU decoding images "
                                                           "(default: from --instance's vCPUs; else not counted)"),
+        kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
         task: Optional[str] = typer.Option(None, "--task", help=HF_TASK_HELP),
         image_size: Optional[int] = typer.Option(None, "--image-size", help="image side in pixels of a Hugging "
                                                  "Face vision model (default: its config's image_size)"),
@@ -221,7 +224,7 @@ def register(app: typer.Typer) -> None:
                                   micro_batch=micro_batch, schedule=schedule, recompute=recompute,
                                   sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer,
                                   cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather, fp8_attention=fp8_attention,
-                                  loader_workers=loader_workers, inputs=_inputs(input_shape),
+                                  loader_workers=loader_workers, inputs=_inputs(input_shape), kernels=kernels,
                                   task=task, image_size=image_size, audio_seconds=audio_seconds,
                                   num_frames=num_frames)
         if as_json:

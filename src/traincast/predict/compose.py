@@ -166,10 +166,13 @@ class WorkloadFamily:
     """Traces of one model configuration at any per-device batch, with a cache."""
 
     def __init__(self, model, *, optimizer="sgd", precision="fp32", seq_len=None, freeze=None, inputs=None,
-                 fp8_attention: bool = False):
+                 fp8_attention: bool = False, kernels: str = "eager"):
+        from traincast.workload.fusion import check_kernels
+
         self.model = model
         self.kw = dict(optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze, inputs=inputs)
         self.fp8_attention = fp8_attention  # FP8 precisions: the attention kernels in FP8 too
+        self.kernels = check_kernels(kernels)  # eager | compiled (workload/fusion.py)
         self._traces: dict[int, Workload] = {}
         self._interpolated: dict[int, Workload] = {}
 
@@ -177,11 +180,13 @@ class WorkloadFamily:
         from traincast.workload import trace
 
         if batch not in self._traces:
+            from traincast.workload.fusion import apply_kernels
             from traincast.workload.precision import apply_fp8
 
-            # FP8 precisions: the linear layers' GEMMs, casts and amax work as Transformer Engine runs them
-            self._traces[batch] = apply_fp8(trace(self.model, batch_size=batch, **self.kw),
-                                            fp8_attention=self.fp8_attention)
+            # compiled kernels: element-wise chains fused (on the traced data flow, so before anything rewrites
+            # the ops); FP8 precisions: the linear layers' GEMMs, casts and amax work as Transformer Engine runs them
+            wl = apply_kernels(trace(self.model, batch_size=batch, **self.kw), self.kernels)
+            self._traces[batch] = apply_fp8(wl, fp8_attention=self.fp8_attention)
         return self._traces[batch]
 
     def at(self, batch: int) -> Workload:
@@ -449,6 +454,7 @@ def forecast(
     strategy=None,
     fp8_attention: bool = False,
     loader_workers: int | None = None,
+    kernels: str = "eager",
 ) -> Forecast:
     """Forecast a training job: step, epoch, total time, cost, memory.
 
@@ -461,6 +467,8 @@ def forecast(
     the price is that of the cheapest catalog instance carrying it. ``loader_workers``: data-loader worker
     processes per GPU decoding and augmenting images (default: from a named ``instance``'s vCPUs; with neither,
     the input pipeline is not counted and a note says how many cores would keep up). With
+    ``kernels``: ``eager`` (every op its own kernel) or ``compiled`` (element-wise chains between GEMMs fused,
+    as ``torch.compile`` and Megatron/Transformer Engine run them; :mod:`traincast.workload.fusion`). With
     ``exact_trace=False`` the workload may be interpolated from a ``family``'s
     traces at other batch sizes (exact in FLOPs and bytes; used by planning).
     """
@@ -493,8 +501,8 @@ def forecast(
         if batch_size % gpus:
             notes.append(f"global batch {batch_size} does not divide over {gpus} GPUs; {b} per GPU assumed")
     global_batch = b * gpus
-    family = family or WorkloadFamily(model, optimizer=optimizer, precision=precision,
-                                      seq_len=seq_len, freeze=freeze, inputs=inputs, fp8_attention=fp8_attention)
+    family = family or WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len,
+                                      freeze=freeze, inputs=inputs, fp8_attention=fp8_attention, kernels=kernels)
     predictor = predictor or default_predictor()
     exact = exact_trace or predictor.needs_shapes_on(device)
     wl = None if parallel else family.trace(b) if exact else family.at(b)

@@ -39,6 +39,9 @@ def host_seconds(ops: Sequence, forward_us: float, backward_us: float,
     out = np.empty(len(ops))
     seen: set = set()
     for i, o in enumerate(ops):
+        if o.fusion == 2:  # inside a fused kernel (workload/fusion.py): issued with its group's first op
+            out[i] = 0.0
+            continue
         h = (backward_us if o.phase == "backward" else forward_us) * 1e-6
         if recurrent and o.module in recurrent:
             key = (o.module, o.phase)

@@ -166,6 +166,8 @@ class LearnedPredictor(Predictor):
         covered = np.zeros(len(workload.ops), dtype=bool)
         units: dict[tuple[str, str], str] = {}
         for i, op in enumerate(workload.ops):
+            if op.fusion:  # a fused kernel's share (workload/fusion.py): its bytes, not its shapes, say what it moves
+                continue
             mapped = F.op_rows(op)
             if mapped is None:
                 continue

@@ -441,7 +441,10 @@ def fresh_output_bytes(aten: str, output_shapes, bytes_written: float, min_bytes
 
 
 def launches_of(op, chunk: int) -> int:
-    """Kernel launches of an op: a foreach op over n tensors launches ceil(n / chunk) kernels."""
+    """Kernel launches of an op: a foreach op over n tensors launches ceil(n / chunk) kernels; an op inside a
+    fused kernel (``fusion == 2``, workload/fusion.py) none of its own."""
+    if getattr(op, "fusion", 0) == 2:
+        return 0
     return math.ceil(op.n_tensors / chunk) if op.n_tensors > 1 else 1
 
 
@@ -606,7 +609,8 @@ class CompiledOps:
         bw = (self.bandwidth_bytes_per_s * params.memory_vector[self.mem_class] * params.memory_scale
               * np.where(big, params.dram_factor, warm_cache))
         chunk = max(1, int(params.foreach_chunk))
-        launches = np.where(self.n_tensors > 1, np.ceil(self.n_tensors / chunk), 1.0)
+        # n_tensors 0: an op inside a fused kernel (workload/fusion.py), no launch of its own
+        launches = np.where(self.n_tensors > 1, np.ceil(self.n_tensors / chunk), np.where(self.n_tensors < 1, 0.0, 1.0))
         heavy = params.op_overhead_us * 1e-6
         over = (np.where(self.light, params.light_overhead_us * 1e-6, heavy) if params.light_overhead_us is not None
                 else np.full(len(self), heavy))
@@ -629,7 +633,8 @@ def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineP
     return CompiledOps.from_arrays(
         [o.flops for o in ops], [o.bytes_total for o in ops], [o.op_class for o in ops], device,
         precision=precision, dtype=[o.dtype for o in ops], key=[compute_key(o) for o in ops],
-        dmin=[gemm_min_dim(o) for o in ops], n_tensors=[o.n_tensors for o in ops], light=[is_light(o) for o in ops],
+        dmin=[gemm_min_dim(o) for o in ops], n_tensors=[0 if o.fusion == 2 else o.n_tensors for o in ops],
+        light=[is_light(o) for o in ops],
         winograd=[winograd_eligible(o) for o in ops],
         conv_bytes=[o.bytes_total if o.op_class == "conv" else 0.0 for o in ops],
         fresh_bytes=[fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, min_bytes, o.dtype) if min_bytes

@@ -48,6 +48,14 @@ class OpRecord:
     # the op's non-tensor arguments in call order (stride, padding, dilation,
     # transposed, output_padding, groups for a convolution), JSON-able
     args: tuple = ()
+    # data flow, for kernel fusion (workload/fusion.py): per distinct input tensor (producer op index, its output
+    # slot, bytes read, storage offset); a tensor no recorded op wrote (a parameter, the data, a buffer) has a
+    # negative producer, one per storage; per output (bytes written, 1 when it rewrites an input's storage)
+    src: tuple = ()
+    outs: tuple = ()
+    # 0: a kernel of its own; 1: the first op of a fused kernel; 2: an op inside a fused kernel (no launch of
+    # its own; its bytes are those the fused kernel moves for it)
+    fusion: int = 0
 
     @property
     def bytes_total(self) -> int:
@@ -66,6 +74,8 @@ class OpRecord:
         d["input_shapes"] = tuple(tuple(s) for s in d["input_shapes"])
         d["output_shapes"] = tuple(tuple(s) for s in d["output_shapes"])
         d["args"] = tuple(tuple(a) if isinstance(a, list) else a for a in d.get("args", ()))
+        d["src"] = tuple(tuple(x) for x in d.get("src", ()))
+        d["outs"] = tuple(tuple(x) for x in d.get("outs", ()))
         return cls(**d)
 
 
@@ -162,6 +172,8 @@ class Workload:
     param_tensors: int = 0  # trainable parameter tensors
     trace_s: float = field(default=0.0, compare=False)
     interpolated_from: tuple[int, int] | None = None  # the two traced batch sizes this one is interpolated from
+    kernels: str = "eager"  # workload/fusion.py: "compiled" when element-wise chains run as fused kernels
+    fused_pointwise: tuple[int, int] = (0, 0)  # compiled: (ops run inside fused kernels, fused kernels)
 
     # --- aggregates -----------------------------------------------------
     def flops(self, phase: str | None = None) -> int:
@@ -204,6 +216,10 @@ class Workload:
             notes.append(f"mixture of experts: {self.routed_selections} per-expert token selections per step sized as "
                          "balanced routing (each expert gets its even share of the routed tokens; a router that loads "
                          "them unevenly is slower)")
+        if self.kernels == "compiled" and self.fused_pointwise[1]:
+            n, k = self.fused_pointwise
+            notes.append(f"kernels compiled: {n} element-wise, cast, norm and reduction ops run as {k} fused kernels "
+                         "(each reads its inputs once and writes what later kernels read)")
         if self.dense_selections:
             notes.append(f"{self.dense_selections} data-dependent selections per step (torch.nonzero / where / boolean "
                          "masks) sized as a dense batch: every position selected")
@@ -239,6 +255,8 @@ class Workload:
             "param_tensors": self.param_tensors,
             "trace_s": self.trace_s,
             "interpolated_from": list(self.interpolated_from) if self.interpolated_from else None,
+            "kernels": self.kernels,
+            "fused_pointwise": list(self.fused_pointwise),
         }
         if with_ops:
             d["ops"] = [o.to_dict() for o in self.ops]
@@ -258,7 +276,7 @@ class Workload:
         info.update({k: d[k] for k in ("precision", "fused_attention", "recurrent_calls", "balanced_expert_gemms",
                                         "data_dependent_reads", "routed_selections", "dense_selections",
                                         "unregistered_ops", "fused_kernels", "param_tensors", "trace_s",
-                                        "interpolated_from") if k in d})
+                                        "interpolated_from", "kernels", "fused_pointwise") if k in d})
         calls = info.get("recurrent_calls", info.get("rnn_calls")) or []
         interp = info.get("interpolated_from")
         return cls(
@@ -283,6 +301,8 @@ class Workload:
             param_tensors=int(info.get("param_tensors", 0) or 0),
             trace_s=float(info.get("trace_s", 0.0) or 0.0),
             interpolated_from=tuple(interp) if interp else None,
+            kernels=str(info.get("kernels", "eager")),
+            fused_pointwise=tuple(int(x) for x in info.get("fused_pointwise", (0, 0))),
         )
 
     @classmethod

@@ -102,6 +102,7 @@ class _OpRecorder(TorchDispatchMode):
         self.unregistered: Counter[str] = Counter()
         self.fused: Counter[str] = Counter()  # traincast:: fused kernels run, by name
         self.data_dependent = 0
+        self.writer: dict[int, tuple[int, int]] = {}  # storage -> (op index, output slot) that last wrote it
 
     def _forward_module(self) -> str:
         """The innermost module running now (forward): the deepest of the tracker's parents, ties broken by
@@ -156,12 +157,25 @@ class _OpRecorder(TorchDispatchMode):
         # unique input tensors; in-place outputs are the inputs themselves
         seen: set[int] = set()
         read = 0
+        dests = {id(t) for t in _tensors(args[0])} if name in ("copy_", "_foreach_copy_") and args else set()
+        src = []
         for t in ins:
             if id(t) not in seen:
                 seen.add(id(t))
                 read += _nbytes(t)
-        if name in ("copy_", "_foreach_copy_") and args:  # a copy writes its destination without reading it
+                if id(t) not in dests:  # a copy writes its destination without reading it
+                    key = _storage_key(t)
+                    p, slot = self.writer.setdefault(key, (-1 - len(self.writer), 0))
+                    src.append((p, slot, _nbytes(t), int(t.storage_offset())))
+        if dests:
             read -= sum(_nbytes(t) for t in {id(t): t for t in _tensors(args[0])}.values())
+        in_keys = {_storage_key(t) for t in ins}
+        idx = len(self.ops)
+        out_rec = []
+        for slot, t in enumerate(outs):
+            key = _storage_key(t)
+            out_rec.append((_nbytes(t), int(key in in_keys)))
+            self.writer[key] = (idx, slot)
         gathered = costs.gathered_read_bytes(name, ins)
         if gathered is not None:
             read = min(read, gathered)
@@ -192,6 +206,8 @@ class _OpRecorder(TorchDispatchMode):
                 output_shapes=tuple(tuple(t.shape) for t in outs[:4]),
                 n_tensors=n_tensors,
                 args=_scalar_args(args) if not name.startswith("_foreach_") else (),
+                src=tuple(src),
+                outs=tuple(out_rec),
             )
         )
         return out
@@ -307,7 +323,10 @@ class BalancedExperts:
 
 # --- the trace ----------------------------------------------------------
 def _storage_key(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, AttributeError):  # a tensor without storage (subclasses)
+        return id(t)
 
 
 def trace_call(fn, phase: str = "forward") -> tuple[object, list[OpRecord]]:

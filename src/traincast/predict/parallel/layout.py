@@ -380,7 +380,7 @@ def _analyse(wl: Workload) -> ModelLayout:
             if shp in ((k, n), (n, k), (n,)):  # a weight (or bias) cast: saved once per step, not an activation
                 copies[op_unit[i]] += int(o.bytes_written)
             continue
-        out_bytes[i] = float(o.bytes_written)
+        out_bytes[i] = float(_eager_written(o))
     tot = sum(out_bytes) or 1.0
     share = tuple(b / tot for b in out_bytes)
     # one hidden state of a layer: tokens x h x the residual stream's item size
@@ -390,7 +390,7 @@ def _analyse(wl: Workload) -> ModelLayout:
             o = ops[i]
             if 0 < op_unit[i] < len(units) - 1 and o.output_shapes and o.output_shapes[0] and \
                     _numel(o.output_shapes[0]) == tokens * h and o.op_class in ("elementwise", "norm"):
-                res_bytes = int(o.bytes_written * tokens * h / max(1, sum(_numel(s) for s in o.output_shapes)))
+                res_bytes = int(_eager_written(o) * tokens * h / max(1, sum(_numel(s) for s in o.output_shapes)))
                 break
         res_bytes = res_bytes or tokens * h * 2
     core = [c and ops[i].module not in module_role for i, c in enumerate(core)]
@@ -413,6 +413,12 @@ def _analyse(wl: Workload) -> ModelLayout:
                        batch=max(1, wl.batch_size), weight_copy_bytes=tuple(copies),
                        attention_ops=tuple(sum(1 for i in fwd_idx if op_unit[i] == u and ops[i].op_class == "attention")
                                            for u in range(len(units))))
+
+
+def _eager_written(op) -> int:
+    """Bytes ``op`` writes as eager PyTorch runs it: the outputs it makes, also when a fused kernel keeps some in
+    registers (workload/fusion.py), so that activation memory does not depend on the kernel mode."""
+    return sum(b for b, _ in op.outs) if op.fusion else op.bytes_written
 
 
 def _gemm_split(op, role: str, k_f: int, n_f: int, tokens: int) -> tuple[str, int]:

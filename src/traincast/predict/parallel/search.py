@@ -185,9 +185,9 @@ def search(model: ParallelModel, gpus: int, global_batch: int, *, top: int = 10,
 def parallelize(model_spec, *, gpu=None, gpus: int, nodes: int | None = None, batch_size: int,
                 seq_len: int | None = None, precision: str = "fp32", optimizer: str = "adamw", instance: str | None = None,
                 network_gbit_per_s: float | None = None, predictor=None, catalog=None, family=None, top: int = 10,
-                progress=None, **kw) -> SearchResult:
+                progress=None, kernels: str = "eager", **kw) -> SearchResult:
     """``traincast parallelize``: the fastest layouts of ``model_spec`` on ``gpus`` GPUs with a global batch of
-    ``batch_size``."""
+    ``batch_size`` (``kernels``: ``eager`` | ``compiled``, workload/fusion.py)."""
     from traincast.hardware.catalog import get_catalog
     from traincast.predict.compose import WorkloadFamily, cluster_of
     from traincast.predict.registry import default_predictor
@@ -200,7 +200,8 @@ def parallelize(model_spec, *, gpu=None, gpus: int, nodes: int | None = None, ba
     from traincast.predict.roofline import check_precision
 
     check_precision(device, precision)
-    family = family or WorkloadFamily(model_spec, optimizer=optimizer, precision=precision, seq_len=seq_len)
+    family = family or WorkloadFamily(model_spec, optimizer=optimizer, precision=precision, seq_len=seq_len,
+                                      kernels=kernels)
     pm = ParallelModel(family, device, cluster, predictor or default_predictor(), precision)
     return search(pm, gpus, batch_size, top=top, progress=progress, **kw)
 

@@ -1,0 +1,144 @@
+"""Kernel fusion (workload/fusion.py): the data flow the tracer records and the bytes a fused kernel moves."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from traincast.cli.main import _register_all, run
+from traincast.hardware import get_catalog
+from traincast.predict.host import host_seconds
+from traincast.predict.roofline import RooflineParams, compile_ops
+from traincast.workload import trace
+from traincast.workload.fusion import fuse_pointwise, fusion_groups
+from traincast.workload.records import MemoryFootprint, Workload
+from traincast.workload.tracer import trace_call
+
+_register_all()
+M, K, N = 64, 32, 48
+
+
+def _wl(ops) -> Workload:
+    return Workload(model="t", batch_size=1, optimizer="sgd", ops=tuple(ops),
+                    memory=MemoryFootprint(0, 0, 0, 0, 0, 1), parameters=0, trainable_parameters=0)
+
+
+def _meta(*shape):
+    return torch.empty(*shape, device="meta")
+
+
+def test_a_chain_after_a_matmul_reads_its_input_once_and_keeps_intermediates_in_registers():
+    x, w = _meta(M, K), _meta(K, N)
+    _, ops = trace_call(lambda: ((x @ w).relu() * 2 + 1).sum())
+    assert [o.aten for o in ops] == ["mm", "relu", "mul", "add", "sum"]
+    # data flow: relu reads the matmul's output, each later op its predecessor's
+    assert ops[1].src[0][:3] == (0, 0, M * N * 4) and ops[2].src[0][0] == 1 and ops[3].src[0][0] == 2
+    eager = _wl(ops)
+    f = fuse_pointwise(eager)
+    assert fusion_groups(eager.ops) == [[1, 2, 3, 4]]
+    assert [o.fusion for o in f.ops] == [0, 1, 2, 2, 2]
+    assert f.ops[0] == eager.ops[0]  # the matmul is untouched
+    fused = f.ops[1:]
+    # one read of the matmul's output; nothing written: every intermediate stays in the kernel (the sum is
+    # read by no one)
+    assert sum(o.bytes_read for o in fused) == M * N * 4
+    assert sum(o.bytes_written for o in fused) == 0
+    assert [o.flops for o in f.ops] == [o.flops for o in eager.ops]
+    assert sum(o.bytes_total for o in eager.ops[1:]) == 3 * (2 * M * N * 4) + M * N * 4 + 4
+
+
+def test_an_output_read_outside_the_group_is_written():
+    x, w1, w2, w3 = _meta(M, K), _meta(K, N), _meta(N, K), _meta(N, K)
+
+    def fn():
+        h = (x @ w1).relu()
+        g = h * 2
+        return g @ w2, h @ w3
+
+    _, ops = trace_call(fn)
+    assert [o.aten for o in ops] == ["mm", "relu", "mul", "mm", "mm"]
+    f = fuse_pointwise(_wl(ops))
+    relu, mul = f.ops[1], f.ops[2]
+    assert relu.bytes_read == M * N * 4 and mul.bytes_read == 0
+    # h is read by the last matmul and g by the second: both leave the kernel
+    assert relu.bytes_written == M * N * 4 and mul.bytes_written == M * N * 4
+
+
+def test_groups_never_span_phases_or_repeated_blocks(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 1000,
+                             "n_positions": 64}))
+    wl = trace(str(p), batch_size=2, seq_len=32, precision="amp-bf16", optimizer="adamw")
+    f = fuse_pointwise(wl)
+    groups = fusion_groups(wl.ops)
+    assert any(len(g) > 2 for g in groups)
+    for g in groups:
+        assert len({wl.ops[i].phase for i in g}) == 1
+        assert wl.ops[g[0]].phase in ("forward", "backward")
+        blocks = {".".join(wl.ops[i].module.split(".")[:4]) for i in g if ".h." in wl.ops[i].module}
+        assert len(blocks) <= 1
+    # same ops, FLOPs and memory; fewer bytes; optimizer untouched
+    assert len(f.ops) == len(wl.ops) and f.flops() == wl.flops() and f.memory == wl.memory
+    assert f.bytes("forward") < 0.8 * wl.bytes("forward") and f.bytes("backward") < 0.8 * wl.bytes("backward")
+    assert f.bytes("optimizer") == wl.bytes("optimizer")
+    # launches: one per fused kernel; the ops inside have no kernel floor, overhead or host time of their own
+    dev = get_catalog().device("A100-SXM4-80GB")
+    params = RooflineParams.for_device(dev)
+    inside = np.array([o.fusion == 2 for o in f.ops])
+    assert inside.sum() == f.fused_pointwise[0] - f.fused_pointwise[1] > 0
+    t_f = compile_ops(f.ops, dev, "amp-bf16", params).times(params)
+    t_e = compile_ops(wl.ops, dev, "amp-bf16", params).times(params)
+    assert t_f.sum() < t_e.sum()
+    tiny = replace(params, op_overhead_us=0.0, kernel_floor_us=0.0)
+    zero_bytes = [replace(o, bytes_read=0, bytes_written=0, flops=0) for o in f.ops]
+    assert np.all(compile_ops(zero_bytes, dev, "amp-bf16", tiny).times(tiny)[inside] == 0)
+    assert np.all(host_seconds(f.ops, 15.0, 8.0)[inside] == 0)
+    assert "fused kernels" in " ".join(f.kernel_notes())
+    # the data flow survives a round trip through JSON, and so the fusion of a saved trace is the same
+    again = Workload.from_json(wl.to_json())
+    assert fuse_pointwise(again).ops == f.ops
+
+
+def test_cli_compiled_is_faster_and_a_bad_mode_is_one_line(capsys, tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "gpt2", "n_embd": 128, "n_layer": 2, "n_head": 2, "vocab_size": 1000,
+                             "n_positions": 256}))
+    out = {}
+    for k in ("eager", "compiled"):
+        code = run(["predict", str(p), "--gpu", "H100", "-b", "8", "--seq-len", "256", "--precision", "amp-bf16",
+                    "--optimizer", "adamw", "--kernels", k, "--json"])
+        assert code == 0
+        out[k] = json.loads(capsys.readouterr().out)
+    assert out["compiled"]["iteration_s"] < out["eager"]["iteration_s"]
+    assert out["compiled"]["memory"]["peak_bytes"] == out["eager"]["memory"]["peak_bytes"]
+    assert any("fused kernels" in n for n in out["compiled"]["notes"])
+    code = run(["predict", str(p), "--gpu", "H100", "-b", "8", "--kernels", "inductor"])
+    err = capsys.readouterr().err
+    assert code == 2 and "kernel mode" in err and "compiled" in err and "Traceback" not in err
+
+
+def test_parallel_layouts_take_the_kernel_mode(tmp_path):
+    from traincast.predict.options import forecast_from_options
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "llama", "hidden_size": 256, "intermediate_size": 688,
+                             "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+                             "vocab_size": 2000, "max_position_embeddings": 512}))
+    its, mem = {}, {}
+    for k in ("eager", "compiled"):
+        f = forecast_from_options(str(p), gpu="H100", gpus=8, batch_size=16, seq_len=512, precision="amp-bf16",
+                                  optimizer="adamw", tp=2, pp=2, micro_batch=1, kernels=k)
+        its[k], mem[k] = f.iteration_s, f.peak_memory_bytes
+    assert its["compiled"] < its["eager"]
+    assert mem["compiled"] == mem["eager"]
+
+
+def test_a_workload_without_data_flow_is_refused():
+    x, w = _meta(M, K), _meta(K, N)
+    _, ops = trace_call(lambda: (x @ w).relu() * 2)
+    with pytest.raises(ValueError, match="data flow"):
+        fuse_pointwise(_wl([replace(o, src=(), outs=()) for o in ops]))
