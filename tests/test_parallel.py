@@ -132,6 +132,30 @@ def test_tensor_parallel_all_reduces_by_hand(ideal_model, a100):
     assert sp.stages[0].tensor_comm_s == pytest.approx((10 * LAYERS + 1 + 3) * half, rel=1e-6)
 
 
+def test_tp_comm_overlap_hides_the_gathers_under_the_gemms_by_hand(ideal_model, a100):
+    """--tp-comm-overlap: per unit and phase, exposed = comm / t + max(0, comm x (t - 1) / t - the unit's column-
+    and row-parallel GEMM time); the total volume is unchanged and the step is faster."""
+    t, mb = 2, 2
+    plain = ParallelConfig(tp=t, dp=1, micro_batch=mb, sequence_parallel=True)
+    over = ParallelConfig(tp=t, dp=1, micro_batch=mb, sequence_parallel=True, tp_comm_overlap=True)
+    a, b = ideal_model.evaluate(plain, mb), ideal_model.evaluate(over, mb)
+    uc = ideal_model.unit_costs(t, True, mb)
+    assert all(g > 0 for g in uc.tp_gemm_forward_s[1:-1]) and all(g > 0 for g in uc.tp_gemm_backward_s[1:-1])
+    half = (t - 1) / t * mb * SEQ * H * 2 / (a100.link.gb_per_s * 1e9)
+    expected = 0.0
+    for u in range(len(uc.forward_s)):
+        is_layer = 0 < u < len(uc.forward_s) - 1
+        f = 4 * half if is_layer else (half if u == 0 else 0.0)  # 2 all-gathers + 2 reduce-scatters; the embedding
+        bwd = 6 * half if is_layer else (3 * half if u == len(uc.forward_s) - 1 else 0.0)
+        for c, g in ((f, uc.tp_gemm_forward_s[u]), (bwd, uc.tp_gemm_backward_s[u])):
+            expected += c / t + max(0.0, c * (t - 1) / t - g)
+    assert b.stages[0].tensor_comm_s == pytest.approx(expected, rel=1e-6)
+    assert b.stages[0].tensor_comm_s < a.stages[0].tensor_comm_s
+    assert b.comm_total_by_kind["tensor"] == pytest.approx(a.comm_total_by_kind["tensor"], rel=1e-9)
+    assert b.iteration_s < a.iteration_s
+    assert "tp-overlap" in over.label()
+
+
 def test_data_parallel_and_zero_volumes_by_hand(ideal_model, a100):
     bw = a100.link.gb_per_s * 1e9
     grad_bytes = PHI * 4
@@ -312,6 +336,7 @@ def _run(cli, args, capsys):
     (["--schedule", "interleaved:2"], "needs pipeline stages"),
     (["--schedule", "1fb1"], "did you mean"),
     (["--sequence-parallel"], "needs --tp >= 2"),
+    (["--tp", "2", "--tp-comm-overlap"], "needs --tp >= 2 and --sequence-parallel"),
     (["--tp", "8"], "does not divide the model's 4 attention heads"),
     (["--recompute", "partial"], "unknown recomputation"),
 ])

@@ -200,6 +200,10 @@ def register(app: typer.Typer) -> None:
                                             help="FSDP/ZeRO-3 gathers the layers' weights in FP8 (FP8 precisions)"),
         fp8_attention: bool = typer.Option(False, "--fp8-attention",
                                            help="FP8 precisions: the attention kernels in FP8 too (cuDNN FP8 attention)"),
+        tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap",
+                                             help="the sequence-parallel all-gathers and reduce-scatters run under "
+                                                  "the GEMMs (Megatron-Core / Transformer Engine userbuffers; needs "
+                                                  "--sequence-parallel)"),
         loader_workers: Optional[int] = typer.Option(None, "--loader-workers",
                                                      help="data-loader worker processes per GPU decoding images "
                                                           "(default: from --instance's vCPUs; else not counted)"),
@@ -224,6 +228,7 @@ def register(app: typer.Typer) -> None:
                                   micro_batch=micro_batch, schedule=schedule, recompute=recompute,
                                   sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer,
                                   cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather, fp8_attention=fp8_attention,
+                                  tp_comm_overlap=tp_comm_overlap,
                                   loader_workers=loader_workers, inputs=_inputs(input_shape), kernels=kernels,
                                   task=task, image_size=image_size, audio_seconds=audio_seconds,
                                   num_frames=num_frames)

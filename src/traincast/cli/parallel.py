@@ -36,6 +36,9 @@ def register(app: typer.Typer) -> None:
         cp_kinds: str = typer.Option("ring", "--cp-kinds", help="context parallelism to consider: ring, all-to-all"),
         kernels: str = typer.Option("eager", "--kernels", help="eager (every op its own kernel) | compiled "
                                     "(element-wise chains fused: torch.compile, Megatron/Transformer Engine)"),
+        tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap", help="layouts with sequence parallelism "
+                                             "overlap its all-gathers and reduce-scatters with the GEMMs "
+                                             "(Megatron-Core / Transformer Engine userbuffers)"),
         top: int = typer.Option(10, "--top", help="layouts to list"),
         catalog: Optional[list[Path]] = typer.Option(None, "--catalog", help="extra catalog YAML file(s)"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output, with `best`"),
@@ -74,7 +77,8 @@ def register(app: typer.Typer) -> None:
             res = run(model, gpu=gpu, gpus=gpus, nodes=nodes, batch_size=batch_size, seq_len=seq_len,
                       precision=precision, optimizer=optimizer, instance=instance, network_gbit_per_s=network,
                       catalog=get_catalog(catalog or ()), top=top, progress=progress, shardings=shs, recomputes=rcs,
-                      micro_batches=mbs, max_tp=max_tp, context=ctx, cp_kinds=kinds, kernels=kernels)
+                      micro_batches=mbs, max_tp=max_tp, context=ctx, cp_kinds=kinds, kernels=kernels,
+                      tp_comm_overlap=tp_comm_overlap)
         finally:
             if prog is not None:
                 prog.stop()

@@ -22,13 +22,14 @@ def strategy_from_options(gpus: int, nodes: int | None = None, instance: str | N
                           zero: int | None = None, fsdp: str | None = None, micro_batch: int | None = None,
                           schedule: str = "1f1b", recompute: str = "none", sequence_parallel: bool = False,
                           offload_optimizer: bool = False, cp: int = 1, cp_kind: str = "ring",
-                          fp8_all_gather: bool = False):
+                          fp8_all_gather: bool = False, tp_comm_overlap: bool = False):
     """The parallel layout the options ask for (None for plain data parallelism), and warnings."""
     from traincast.predict.parallel import resolve
 
     trivial = (tp == 1 and pp == 1 and dp in (None, gpus) and ep == 1 and zero in (None, 0) and fsdp is None
                and micro_batch is None and str(schedule).lower() == "1f1b" and str(recompute).lower() == "none"
-               and not sequence_parallel and not offload_optimizer and cp == 1 and not fp8_all_gather)
+               and not sequence_parallel and not offload_optimizer and cp == 1 and not fp8_all_gather
+               and not tp_comm_overlap)
     if trivial:
         return None, []
     gpn = None
@@ -38,7 +39,8 @@ def strategy_from_options(gpus: int, nodes: int | None = None, instance: str | N
         gpn = (catalog or get_catalog()).instance(instance).gpus
     return resolve(gpus, gpus_per_node=gpn, tp=tp, pp=pp, dp=dp, ep=ep, zero=zero, fsdp=fsdp, micro_batch=micro_batch,
                    schedule=schedule, recompute=recompute, sequence_parallel=sequence_parallel,
-                   offload_optimizer=offload_optimizer, cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather)
+                   offload_optimizer=offload_optimizer, cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather,
+                   tp_comm_overlap=tp_comm_overlap)
 
 
 def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes: int | None = None, batch_size: int,

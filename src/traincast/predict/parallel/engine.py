@@ -259,6 +259,8 @@ class UnitCosts:
     attention_backward_s: tuple[float, ...] = ()
     fp8_gemm_s: tuple[float, ...] = ()  # forward + backward, FP8 GEMMs
     fp8_cast_s: tuple[float, ...] = ()  # forward + backward, FP8 casts, transposes and amax passes
+    tp_gemm_forward_s: tuple[float, ...] = ()  # the column- and row-parallel GEMMs (what --tp-comm-overlap hides under)
+    tp_gemm_backward_s: tuple[float, ...] = ()
 
 
 class ParallelModel:
@@ -361,10 +363,14 @@ class ParallelModel:
         ab = dict.fromkeys(reps, 0.0)
         f8g = dict.fromkeys(reps, 0.0)
         f8c = dict.fromkeys(reps, 0.0)
+        gf = dict.fromkeys(reps, 0.0)
+        gb = dict.fromkeys(reps, 0.0)
         for i, o, s in zip(idx, new_ops, ot.times_s):
             u = lay.roles[i].unit
             if o.op_class == "attention":
                 (af if o.phase == "forward" else ab)[u] += s
+            if o.op_class == "matmul" and lay.roles[i].role in ("col", "row"):
+                (gf if o.phase == "forward" else gb)[u] += s
             if o.dtype == "fp8" and o.op_class == "matmul":
                 f8g[u] += s
             elif o.aten in FP8_CAST_ATENS:
@@ -407,7 +413,9 @@ class ParallelModel:
             attention_forward_s=tuple(af[rep_of[u]] for u in range(n_units)),
             attention_backward_s=tuple(ab[rep_of[u]] for u in range(n_units)),
             fp8_gemm_s=tuple(f8g[rep_of[u]] for u in range(n_units)),
-            fp8_cast_s=tuple(f8c[rep_of[u]] for u in range(n_units)))
+            fp8_cast_s=tuple(f8c[rep_of[u]] for u in range(n_units)),
+            tp_gemm_forward_s=tuple(gf[rep_of[u]] for u in range(n_units)),
+            tp_gemm_backward_s=tuple(gb[rep_of[u]] for u in range(n_units)))
         self._costs[key] = uc
         return uc
 
@@ -641,6 +649,14 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
                 tp_b[u] = cols * ar
         if lay.vocab:  # the vocabulary-parallel embedding's output
             tp_f[0] += rs if sp else ar
+    tp_f_total, tp_b_total = list(tp_f), list(tp_b)
+    if t > 1 and cfg.tp_comm_overlap:
+        # Transformer Engine's userbuffers split each all-gather / reduce-scatter into t chunks, each under the
+        # GEMM of the chunk before it: the first chunk is exposed, and whatever the GEMMs cannot cover
+        for u in range(n_units):
+            for tot, gemm in ((tp_f, uc.tp_gemm_forward_s[u]), (tp_b, uc.tp_gemm_backward_s[u])):
+                c_u = tot[u]
+                tot[u] = c_u / t + max(0.0, c_u * (t - 1) / t - gemm)
     # context parallelism, per attention call and micro-batch (one tensor rank's heads)
     cp_f_tot, cp_b_tot = [0.0] * n_units, [0.0] * n_units
     cp_f_exp, cp_b_exp = [0.0] * n_units, [0.0] * n_units
@@ -877,6 +893,9 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     fwd_compute = m * sum(sum(uc.forward_s[u] for u in chunk_units[c]) for c in cs)
     bwd_compute = m * sum(sum(uc.backward_s[u] for u in chunk_units[c]) + rec_chunk[c] for c in cs)
     tp_total = m * sum(tpc_chunk[c] for c in cs)
+    whole = rc.whole_layers
+    tp_all = m * sum(tp_f_total[u] + tp_b_total[u] + (tp_f_total[u] if whole and 0 < u < n_units - 1 else 0.0)
+                     for c in cs for u in chunk_units[c])
     pp_total = 2 * m * p2p * (len(cs) if chunks > 1 else 0)
     ep_total = m * 2 * ep_s * sum(moe[u] for c in cs for u in chunk_units[c])
     gather_total = m * sum(gather_f[u] + gather_b[u] for c in cs for u in chunk_units[c])
@@ -891,7 +910,7 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
                        for c in cs for u in chunk_units[c])
     by_kind_exposed = {"tensor": tp_total, "pipeline": pp_total, "data": dp_exposed + zero_ag_s,
                        "sharding": gather_exposed, "expert": ep_total, "context": cp_exposed}
-    by_kind_total = {"tensor": tp_total, "pipeline": pp_total, "data": dp_total + zero_ag_s,
+    by_kind_total = {"tensor": tp_all, "pipeline": pp_total, "data": dp_total + zero_ag_s,
                      "sharding": gather_total, "expert": ep_total, "context": cp_total}
     fp8_gemm = m * sum(uc.fp8_gemm_s[u] for c in cs for u in chunk_units[c]) if uc.fp8_gemm_s else 0.0
     fp8_cast = m * sum(uc.fp8_cast_s[u] for c in cs for u in chunk_units[c]) if uc.fp8_cast_s else 0.0

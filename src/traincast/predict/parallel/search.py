@@ -76,10 +76,12 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
                       recomputes: tuple[str, ...] = ("none", "selective", "full"),
                       virtual: tuple[int, ...] = (2, 4), micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16),
                       sequence_parallel: tuple[bool, ...] = (False, True), offload: bool = False,
-                      context: tuple[int, ...] | None = None, cp_kinds: tuple[str, ...] = ("ring",)):
+                      context: tuple[int, ...] | None = None, cp_kinds: tuple[str, ...] = ("ring",),
+                      tp_comm_overlap: bool = False):
     """Every layout of ``gpus`` GPUs the model can take (degrees, sharding, micro-batch, recomputation, sequence
     parallelism, schedule, context-parallel degree). ``context``: the context degrees to try (None: 1, and for
-    sequences of at least ``LONG_SEQUENCE`` tokens every power of two up to the GPUs of a node / NVLink domain)."""
+    sequences of at least ``LONG_SEQUENCE`` tokens every power of two up to the GPUs of a node / NVLink domain).
+    ``tp_comm_overlap``: layouts with sequence parallelism overlap its collectives with the GEMMs (Megatron-Core)."""
     lay = model.layout
     g = model.cluster.gpus_per_node
     max_tp = max_tp or min(g, gpus)
@@ -113,7 +115,8 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
                             for (sname, v), kind in ((x, k) for x in scheds for k in (cp_kinds if cp > 1 else ("ring",))):
                                 cfg = ParallelConfig(tp=tp, pp=pp, dp=dp, sharding=sh, micro_batch=mb, schedule=sname,
                                                      virtual_stages=v, recompute=rc, sequence_parallel=sp,
-                                                     offload_optimizer=offload, cp=cp, cp_kind=kind)
+                                                     offload_optimizer=offload, cp=cp, cp_kind=kind,
+                                                     tp_comm_overlap=bool(tp_comm_overlap and sp))
                                 try:
                                     check_against_model(lay, cfg)
                                 except TraincastError:

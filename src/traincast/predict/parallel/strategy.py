@@ -118,6 +118,9 @@ class ParallelConfig:
     cp: int = 1  # context-parallel degree: the sequence split over cp ranks (they share the samples)
     cp_kind: str = "ring"  # CONTEXT_PARALLEL entry
     fp8_all_gather: bool = False  # ZeRO-3/FSDP gathers the layers' weights in FP8 (FP8 precisions)
+    # Megatron-Core/Transformer Engine --tp-comm-overlap: each sequence-parallel all-gather / reduce-scatter runs in
+    # chunks under the column-/row-parallel GEMM that consumes / produces it (userbuffers)
+    tp_comm_overlap: bool = False
 
     @property
     def gpus(self) -> int:
@@ -171,6 +174,8 @@ class ParallelConfig:
             parts.append("no-overlap")
         if self.fp8_all_gather:
             parts.append("fp8-all-gather")
+        if self.tp_comm_overlap:
+            parts.append("tp-overlap")
         return " ".join(parts)
 
     def to_dict(self) -> dict:
@@ -205,7 +210,8 @@ def resolve(gpus: int, *, tp: int = 1, pp: int = 1, dp: int | None = None, ep: i
             fsdp: str | None = None, sharding: str | None = None, micro_batch: int | None = None,
             schedule: str = "1f1b", recompute: str = "none", sequence_parallel: bool = False,
             offload_optimizer: bool = False, gpus_per_node: int | None = None, cp: int = 1,
-            cp_kind: str = "ring", fp8_all_gather: bool = False) -> tuple[ParallelConfig, list[str]]:
+            cp_kind: str = "ring", fp8_all_gather: bool = False,
+            tp_comm_overlap: bool = False) -> tuple[ParallelConfig, list[str]]:
     """A :class:`ParallelConfig` from the options a user gives, and warnings. ``dp`` defaults to gpus / (tp x pp);
     degrees that do not multiply to ``gpus``, ZeRO and FSDP both, and other impossible choices raise
     ConfigError naming them."""
@@ -256,6 +262,9 @@ def resolve(gpus: int, *, tp: int = 1, pp: int = 1, dp: int | None = None, ep: i
     if gpus_per_node and tp > gpus_per_node:
         warnings.append(f"tensor parallelism across nodes: --tp {tp} spans {-(-tp // gpus_per_node)} nodes of "
                         f"{gpus_per_node} GPUs; its all-reduces go over the network every layer")
+    if tp_comm_overlap and not (tp > 1 and sequence_parallel):
+        raise ConfigError("--tp-comm-overlap overlaps the sequence-parallel all-gathers and reduce-scatters with the "
+                          "GEMMs (as Megatron-Core requires): it needs --tp >= 2 and --sequence-parallel")
     if fp8_all_gather and not SHARDINGS.get(sharding).parameters:
         raise ConfigError("--fp8-all-gather gathers sharded parameters: it needs --zero 3 or --fsdp full|hybrid")
     if offload_optimizer and SHARDINGS.get(sharding).parameters:
@@ -263,7 +272,7 @@ def resolve(gpus: int, *, tp: int = 1, pp: int = 1, dp: int | None = None, ep: i
     return ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep, sharding=sharding, micro_batch=micro_batch, schedule=sched,
                           virtual_stages=v, recompute=recompute, sequence_parallel=bool(sequence_parallel),
                           offload_optimizer=bool(offload_optimizer), cp=cp, cp_kind=cp_kind,
-                          fp8_all_gather=bool(fp8_all_gather)), warnings
+                          fp8_all_gather=bool(fp8_all_gather), tp_comm_overlap=bool(tp_comm_overlap)), warnings
 
 
 def with_micro_batch(cfg: ParallelConfig, micro_batch: int) -> ParallelConfig:
