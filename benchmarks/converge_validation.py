@@ -14,6 +14,9 @@ Runs.
     schedule, committed as small extracts under ``benchmarks/data/public_curves/``
     (each with its repository, path, commit and licence in ``manifest.json``).
     Held out: they are run with the method as committed, never tuned on.
+  * ``public-b``: a second set of public logs (``benchmarks/data/public_curves_b/``), gathered on 2026-11-26
+    after the first set had been run once and seen (from then on the first set counts as development data).
+    Run once, with the method as committed at that moment.
 
 Targets. The curve a user watches is the trailing moving average of the logged
 training loss over 5% of the logged points. For a run of N logged points the
@@ -68,6 +71,7 @@ from traincast.online.schedule import parse_schedule  # noqa: E402
 ORIGINS = (0.1, 0.25, 0.5)
 TARGETS = (0.6, 0.8, 0.9)
 PUBLIC = HERE / "data" / "public_curves"
+PUBLIC_B = HERE / "data" / "public_curves_b"  # a second held-out set, gathered 2026-11-26 (see the docstring)
 
 
 def smoothed(loss: np.ndarray, w: int) -> np.ndarray:
@@ -91,13 +95,13 @@ def cpu_runs():
     return out
 
 
-def public_runs():
-    man_p = PUBLIC / "manifest.json"
+def public_runs(folder: Path = PUBLIC):
+    man_p = folder / "manifest.json"
     if not man_p.exists():
         return []
     out = []
     for name, m in sorted(json.loads(man_p.read_text()).items()):
-        with open(PUBLIC / m["file"]) as f:
+        with open(folder / m["file"]) as f:
             rows = [r for r in csv.DictReader(line for line in f if not line.startswith("#"))]
         k = np.array([float(r["step"]) for r in rows])
         y = np.array([float(r[m.get("loss_column", "loss")]) for r in rows])
@@ -175,14 +179,15 @@ def table(rows, title, by="method"):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", choices=("cpu", "public", "all"), default="all")
+    ap.add_argument("--set", choices=("cpu", "public", "public-b", "all"), default="all")
     ap.add_argument("--draws", type=int, default=80, help="sampled curves per forecast")
     ap.add_argument("--only", default=None, help="runs whose name contains this")
     ap.add_argument("--methods", default="traincast,no-schedule,optimus-auto")
     ap.add_argument("--save", default=None, help="write the rows as JSON here")
     args = ap.parse_args()
     t0 = time.time()
-    runs = (cpu_runs() if args.set in ("cpu", "all") else []) + (public_runs() if args.set in ("public", "all") else [])
+    runs = ((cpu_runs() if args.set in ("cpu", "all") else []) + (public_runs() if args.set in ("public", "all") else [])
+            + (public_runs(PUBLIC_B) if args.set in ("public-b", "all") else []))
     if args.only:
         runs = [r for r in runs if args.only in r["name"]]
     methods = tuple(args.methods.split(","))
