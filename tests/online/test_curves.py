@@ -51,10 +51,10 @@ def test_grid_quantities():
 def test_wsd_cooldown_is_foreseen_before_it_starts():
     """From 50% of a WSD run (cooldown over the last 20%), a target that only the cooldown reaches.
 
-    The cooldown gains 3% of the loss here, the prior's median: the test is of the mechanism, not of the prior.
+    The cooldown gains 5% of the loss here, the prior's median: the test is of the mechanism, not of the prior.
     """
     spec = "wsd:100:4000:0.2"
-    k, y, clean = tissue_curve(spec, c_frac=0.03)
+    k, y, clean = tissue_curve(spec, c_frac=0.05)
     target = float(clean[int(0.9 * T)])
     truth = true_step(k, clean, target)
     cut = T // 2
