@@ -142,3 +142,17 @@ def test_a_workload_without_data_flow_is_refused():
     _, ops = trace_call(lambda: (x @ w).relu() * 2)
     with pytest.raises(ValueError, match="data flow"):
         fuse_pointwise(_wl([replace(o, src=(), outs=()) for o in ops]))
+
+
+def test_plan_takes_the_kernel_mode(tmp_path):
+    from traincast.plan.pareto import plan
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "gpt2", "n_embd": 128, "n_layer": 2, "n_head": 2, "vocab_size": 1000,
+                             "n_positions": 256}))
+    best = {}
+    for k in ("eager", "compiled"):
+        res = plan(str(p), epochs=1, dataset_size=1000, batch_size=16, gpus=(1,), gpu_types=("A100-SXM4-80GB",),
+                   precision="amp-bf16", optimizer="adamw", seq_len=256, kernels=k)
+        best[k] = min(c.iteration_s for c in res.configs)
+    assert best["compiled"] < best["eager"]

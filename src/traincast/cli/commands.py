@@ -369,6 +369,7 @@ def register(app: typer.Typer) -> None:
         show_all: bool = typer.Option(False, "--all", help="list every configuration, not just the front"),
         layouts: str = typer.Option("auto", "--layouts", help="auto (the fastest parallel layout where replicas do "
                                     "not fit or the model has >= 1B parameters) | data-parallel | search (always)"),
+        kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
         catalog: Catalogs = typer.Option(None, "--catalog"),
         as_json: bool = typer.Option(False, "--json"),
     ):
@@ -387,7 +388,7 @@ def register(app: typer.Typer) -> None:
                    deadline_s=parse_duration_s(deadline) if deadline else None, budget_usd=budget,
                    precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog),
                    predictor=predictor_name.strip().lower(), adaptation=adaptation.strip().lower(),
-                   layouts=layouts.strip().lower())
+                   layouts=layouts.strip().lower(), kernels=kernels.strip().lower())
         if plot_path:
             plot(res, str(plot_path))
         if as_json:

@@ -115,8 +115,11 @@ def plan(
     predictor=None,
     adaptation: str | None = "none",
     layouts: str = "auto",
+    kernels: str = "eager",
 ) -> PlanResult:
     """Forecast every priced (instance type x instance count) whose GPU total is in ``gpus``.
+
+    ``kernels``: ``eager`` or ``compiled`` (element-wise chains fused: :mod:`traincast.workload.fusion`).
 
     ``layouts``: ``data-parallel`` (replicas only), ``search`` (the fastest layout that fits of every
     configuration: tensor, pipeline and data degrees, ZeRO, micro-batch, recomputation; see
@@ -186,7 +189,8 @@ def plan(
         return per_device[dev.name]
     if layouts not in ("auto", "data-parallel", "search"):
         raise ConfigError(f"layouts must be auto, data-parallel or search, got {layouts!r}")
-    family = WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze)
+    family = WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze,
+                            kernels=kernels)
     models: dict = {}
     rows: list[Config] = []
     for inst in insts:
