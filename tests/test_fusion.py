@@ -152,7 +152,7 @@ def test_plan_takes_the_kernel_mode(tmp_path):
                              "n_positions": 256}))
     best = {}
     for k in ("eager", "compiled"):
-        res = plan(str(p), epochs=1, dataset_size=1000, batch_size=16, gpus=(1,), gpu_types=("A100-SXM4-80GB",),
+        res = plan(str(p), epochs=1, dataset_size=1000, batch_size=64, gpus=(8,), gpu_types=("A100-SXM4-80GB",),
                    precision="amp-bf16", optimizer="adamw", seq_len=256, kernels=k)
         best[k] = min(c.iteration_s for c in res.configs)
     assert best["compiled"] < best["eager"]
