@@ -241,14 +241,263 @@ def test_anyres_models_get_their_tiles_and_count_their_placeholders(capsys, tmp_
 
 
 def test_a_config_field_left_empty_is_named(capsys, tmp_path):
-    """A field the constructor reads but the config leaves None (HunYuan's default ``head_dim``, read by its
-    rotary embedding): the one-line error names that field, not the other None fields of the config (its
-    ``pad_token_id``, None by design, is read by the same constructor and skipped)."""
-    p = _write(tmp_path, "hunyuan_v1_dense", dict(T, num_key_value_heads=1, vocab_size=1000), None)
+    """A field the constructor reads but the config leaves None, which no other field gives (ESM's default
+    ``vocab_size``): the one-line error names that field, not the other None fields of the config (its
+    ``pad_token_id``, None by design, is skipped)."""
+    p = _write(tmp_path, "esm", dict(T), "EsmForMaskedLM")
     msg = _one_line_error(*cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "8")[::2])
-    assert "leaves empty (None): head_dim; set them in the config.json" in msg, msg
-    p.write_text(json.dumps(dict(json.loads(p.read_text()), head_dim=32)))
+    assert "leaves empty (None): " in msg and "vocab_size" in msg and "pad_token_id" not in msg, msg
+    p.write_text(json.dumps(dict(json.loads(p.read_text()), vocab_size=100, emb_layer_norm_before=False, pad_token_id=1)))
     assert cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "8")[0] == 0
+
+
+@pytest.mark.parametrize("model_type,field,fields,value", [
+    # HunYuan's default head_dim is None (its rotary embedding reads it): hidden_size / num_attention_heads
+    ("hunyuan_v1_dense", "head_dim", dict(T, num_key_value_heads=1, vocab_size=1000), 32),
+    # Nemotron's default num_key_value_heads is None: num_attention_heads (no grouped-query attention)
+    ("nemotron", "num_key_value_heads", dict(T, head_dim=32, vocab_size=1000), 2),
+])
+def test_a_field_left_empty_that_other_fields_give_is_filled(capsys, tmp_path, model_type, field, fields, value):
+    """The model built is the one the config with that field set explicitly builds (same parameters and
+    FLOPs), and the forecast says what it assumed."""
+    p = _write(tmp_path, model_type, fields, None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "8", "--json")
+    assert code == 0, err
+    f = json.loads(out)
+    assert any(f"leaves {field} empty; it is taken as {value}" in n for n in f["notes"]), f["notes"]
+    q = _write(tmp_path, model_type, dict(fields, **{field: value}), None, folder="explicit")
+    code, out, err = cli(capsys, "predict", q, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "8", "--json")
+    assert code == 0, err
+    g = json.loads(out)
+    assert f["parameters"] == g["parameters"] == _expected_parameters(q, None, None)[0]
+    assert f["flops"] == g["flops"]
+
+
+def _trace(capsys, tmp_path, model_type, fields, cls=None, *extra):
+    p = _write(tmp_path, model_type, fields, cls)
+    code, out, err = cli(capsys, "trace", p, "-b", "2", *extra, "--ops", "--json")
+    assert code == 0, err
+    wl = json.loads(out)
+    fwd = [o for o in wl["ops"] if o["phase"] == "forward"]
+    assert sum(o["flops"] for o in wl["ops"] if o["phase"] == "backward") > sum(o["flops"] for o in fwd) > 0
+    return wl, fwd, p
+
+
+def _own_loss(capsys, path, *extra):
+    """Whether the head trains on its own loss (no stand-in note in the forecast)."""
+    code, out, err = cli(capsys, "predict", path, "--gpu", "A100-SXM4-80GB", "-b", "2", *extra, "--json")
+    assert code == 0, err
+    return not any("stand-in" in n for n in json.loads(out)["notes"])
+
+
+def test_a_video_model_gets_clips(capsys, tmp_path):
+    """A model that takes only ``pixel_values_videos`` (V-JEPA 2): clips of the config's ``frames_per_clip``
+    at its ``crop_size``; its tubelet convolution sees batch x C x frames x H x W, and its classifier its labels."""
+    fields = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, mlp_ratio=2, crop_size=32,
+                  frames_per_clip=4, patch_size=16, tubelet_size=2, pred_hidden_size=32, pred_num_hidden_layers=1,
+                  pred_num_attention_heads=2, num_pooler_layers=1)
+    wl, fwd, p = _trace(capsys, tmp_path, "vjepa2", fields, "VJEPA2ForVideoClassification")
+    assert "4 frames of 3x32x32" in wl["input_description"]
+    conv = [o for o in fwd if o["aten"] == "convolution"]
+    assert conv and conv[0]["input_shapes"][0] == [2, 3, 4, 32, 32]
+    assert _own_loss(capsys, p)
+
+
+def test_time_series_models_get_past_values_and_targets(capsys, tmp_path):
+    """PatchTST: ``context_length`` steps of ``num_input_channels`` channels, patched into
+    (32 - 8) / 8 + 1 = 4 patches per channel, with class targets; TimesFM: 1-D series and the forecast
+    horizon's ``future_values`` (both train on their own loss)."""
+    fields = dict(d_model=32, num_hidden_layers=1, num_attention_heads=2, ffn_dim=64, context_length=32,
+                  num_input_channels=3, patch_length=8, patch_stride=8, num_targets=4)
+    wl, fwd, p = _trace(capsys, tmp_path, "patchtst", fields, "PatchTSTForClassification")
+    assert "32 time steps of 3 channels" in wl["input_description"]
+    assert any(o["aten"] == "addmm" or o["aten"] == "mm" for o in fwd)
+    attn = [o for o in fwd if "attention" in o["aten"] or o["aten"] == "bmm"]
+    assert attn and attn[0]["input_shapes"][0][0] == 2 * 3  # one sequence per series and channel
+    assert _own_loss(capsys, p)
+    fields = dict(hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, head_dim=32,
+                  context_length=64, patch_length=32, horizon_length=32)
+    wl, fwd, p = _trace(capsys, tmp_path, "timesfm", fields)
+    assert "64 time steps, 32 steps ahead" in wl["input_description"]
+    assert _own_loss(capsys, p)
+
+
+def test_keypoint_matchers_get_image_pairs(capsys, tmp_path):
+    """A keypoint-matching head (LightGlue) takes pairs of images: batch x 2 x C x H x W, each image of both
+    pairs through its keypoint detector's first convolution."""
+    wl, fwd, _ = _trace(capsys, tmp_path, "lightglue", {}, None, "--image-size", "64")
+    assert "pairs of 3x64x64 images" in wl["input_description"]
+    conv = [o for o in fwd if o["aten"] == "convolution"]
+    assert conv and conv[0]["input_shapes"][0][0] == 2 * 2 and conv[0]["input_shapes"][0][-2:] == [64, 64]
+
+
+QFORMER = dict(vision_config=VIS, qformer_config=dict(T, vocab_size=500, encoder_hidden_size=64),
+               text_config=dict(model_type="opt", hidden_size=64, ffn_dim=128, num_hidden_layers=1,
+                                num_attention_heads=2, vocab_size=1000, word_embed_proj_dim=64), num_query_tokens=4)
+
+
+@pytest.mark.parametrize("model_type", ["instructblip", "instructblipvideo"])
+def test_instructblip_gets_its_qformer_instruction(capsys, tmp_path, model_type):
+    """InstructBLIP's Q-Former reads the instruction too (``qformer_input_ids``); one placeholder per query.
+    InstructBLIP-Video's config names only a video token (left empty: the last id stands in)."""
+    wl, fwd, _ = _trace(capsys, tmp_path, model_type, QFORMER, None, "--seq-len", "16")
+    assert "(4 image placeholders)" in wl["input_description"]
+    assert "16 instruction tokens for the Q-Former" in wl["input_description"]
+    emb = [o for o in fwd if o["aten"] == "embedding" and o["input_shapes"][0][0] == 500]
+    assert emb and emb[0]["input_shapes"][1] == [2, 16]  # the Q-Former's word embedding
+
+
+def test_region_feature_models_get_detector_features(capsys, tmp_path):
+    """VisualBERT and LXMERT take region features of a detector (36 per image) of the config's width;
+    VisualBERT's pre-training labels span text and regions (its own loss)."""
+    wl, fwd, p = _trace(capsys, tmp_path, "visual_bert", dict(T, visual_embedding_dim=32, vocab_size=1000), None,
+                        "--seq-len", "16")
+    assert "36 regions of 32 features" in wl["input_description"]
+    assert any([72, 32] in o["input_shapes"] or [2, 36, 32] in o["input_shapes"] for o in fwd)  # projected
+    assert any([4, 16 + 36, 32] in o["input_shapes"] for o in fwd if o["aten"] == "bmm")  # text and regions attend
+    assert _own_loss(capsys, p, "--seq-len", "16")
+    fields = dict(hidden_size=64, num_attention_heads=2, intermediate_size=128, l_layers=1, x_layers=1, r_layers=1,
+                  visual_feat_dim=32, visual_pos_dim=4, vocab_size=1000)
+    wl, _, _ = _trace(capsys, tmp_path, "lxmert", fields, None, "--seq-len", "16")
+    assert "36 regions of 32 features" in wl["input_description"]
+
+
+def test_a_seq2seq_head_without_lm_in_its_name_trains_on_labels(capsys, tmp_path):
+    """MarianMTModel is a seq2seq LM head (its task says so): labels, and decoder inputs shifted from them."""
+    wl, fwd, p = _trace(capsys, tmp_path, "marian", dict(ENC, vocab_size=1000, decoder_vocab_size=1000,
+                                                                pad_token_id=0, decoder_start_token_id=0), None,
+                        "--seq-len", "16")
+    assert _own_loss(capsys, p, "--seq-len", "16")
+
+
+def test_composite_encoder_decoders_train_on_labels(capsys, tmp_path):
+    """EncoderDecoderModel (BERT to BERT) and SpeechEncoderDecoderModel (wav2vec2 to BERT) are seq2seq heads:
+    labels, decoder inputs shifted from them with the decoder's padding id; the speech one takes the raw audio
+    its encoder takes (``input_values``), not log-mel features."""
+    bert = dict(T, model_type="bert", vocab_size=1000)
+    dec = dict(bert, is_decoder=True, add_cross_attention=True)
+    wl, _, p = _trace(capsys, tmp_path, "encoder-decoder", dict(encoder=bert, decoder=dec), None, "--seq-len", "16")
+    assert "16 tokens" in wl["input_description"]
+    assert _own_loss(capsys, p, "--seq-len", "16")
+    enc = dict(T, **CONV, model_type="wav2vec2")
+    wl, fwd, p = _trace(capsys, tmp_path, "speech-encoder-decoder", dict(encoder=enc, decoder=dec), None,
+                        "--seq-len", "16", "--audio-seconds", "2")
+    assert "2 s of 16000 Hz audio" in wl["input_description"]
+    conv = [o for o in fwd if o["aten"] == "convolution"]
+    assert conv and conv[0]["input_shapes"][0] == [2, 1, 32000]
+    assert _own_loss(capsys, p, "--seq-len", "16", "--audio-seconds", "2")
+
+
+def test_layout_boxes_of_the_type_the_model_takes(capsys, tmp_path):
+    """UDOP reads its boxes as normalized floats (their mean), LayoutLM as integers: each gets the kind it
+    takes, and trains on its labels. UDOP's one-stream config has its own image geometry (``image_size``,
+    ``patch_size``): it trains on the page image too, 16 patches of 8 px."""
+    fields = dict(d_model=64, d_kv=32, d_ff=128, num_layers=1, num_decoder_layers=1, num_heads=2, vocab_size=1000,
+                  image_size=32, patch_size=8)
+    wl, fwd, p = _trace(capsys, tmp_path, "udop", fields, None, "--seq-len", "16")
+    assert "16 tokens with boxes" in wl["input_description"] and "3x32x32 images" in wl["input_description"]
+    conv = [o for o in fwd if o["aten"] == "convolution"]
+    assert conv and conv[0]["input_shapes"][0] == [2, 3, 32, 32]
+    assert _own_loss(capsys, p, "--seq-len", "16")
+    wl, _, _ = _trace(capsys, tmp_path, "layoutlm", dict(T), "LayoutLMForTokenClassification", "--seq-len", "16")
+    assert "16 tokens with boxes" in wl["input_description"]
+
+
+def test_cross_attention_to_images(capsys, tmp_path):
+    """IDEFICS: images as ``batch x images x C x H x W`` and ``image_attention_mask`` (which images each token
+    attends to): its gated cross-attention layers attend from the 16 text tokens to the 16 patches + CLS."""
+    fields = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                  cross_layer_interval=1, vocab_size=1000,
+                  vision_config=dict(embed_dim=64, image_size=32, patch_size=8, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=128))
+    wl, fwd, _ = _trace(capsys, tmp_path, "idefics", fields, None, "--seq-len", "16")
+    assert "3x32x32 images" in wl["input_description"]
+    cross = [o for o in fwd if "attention" in o["aten"] and o["input_shapes"][:2] == [[2, 2, 16, 32], [2, 2, 17, 32]]]
+    assert len(cross) == 2  # one per cross-attention layer
+
+
+def test_placeholders_of_a_patch_grid_model(capsys, tmp_path):
+    """Qwen2-VL: a 56x56 image in 14 px patches is a 4x4 grid, merged 2x2: 4 placeholders per image."""
+    fields = dict(text_config=dict(T, num_key_value_heads=1, vocab_size=1000,
+                                   rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                                        mrope_section=[4, 6, 6])),
+                  vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, patch_size=14,
+                                     spatial_merge_size=2, temporal_patch_size=2),
+                  image_token_id=999, video_token_id=998, vision_start_token_id=997)
+    wl, fwd, _ = _trace(capsys, tmp_path, "qwen2_vl", fields, None, "--seq-len", "16", "--image-size", "56")
+    assert "(4 image placeholders)" in wl["input_description"], wl["input_description"]
+
+
+def test_images_placed_by_a_position_mask(capsys, tmp_path):
+    """Kosmos-2 places its image features by ``image_embeds_position_mask``, not a placeholder token: one
+    position per latent query."""
+    fields = dict(text_config=dict(embed_dim=64, layers=1, attention_heads=2, ffn_dim=128, vocab_size=1000),
+                  vision_config=dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=128, image_size=32, patch_size=8), latent_query_num=8)
+    wl, _, _ = _trace(capsys, tmp_path, "kosmos-2", fields, None, "--seq-len", "16")
+    assert "(8 image placeholders)" in wl["input_description"], wl["input_description"]
+
+
+def test_language_adapters_and_no_position_limit(capsys, tmp_path):
+    """X-MOD takes the language of each example (``lang_ids``); XLNet has no position limit (-1)."""
+    wl, _, _ = _trace(capsys, tmp_path, "xmod", dict(T, vocab_size=1000, languages=["en_XX", "de_DE"]), None,
+                      "--seq-len", "16")
+    assert "16 tokens" in wl["input_description"]
+    wl, _, _ = _trace(capsys, tmp_path, "xlnet", dict(d_model=64, n_layer=1, n_head=2, d_inner=128, vocab_size=1000),
+                      None, "--seq-len", "16")
+    assert "16 tokens" in wl["input_description"]
+
+
+def test_naflex_models_get_rows_of_patches(capsys, tmp_path):
+    """SigLIP 2 takes each image as rows of patches (``batch x patches x C*patch^2``) with its grid
+    ``spatial_shapes``: a 32x32 image in 8 px patches is 16 rows of 192; an image of more patches than the vision
+    config's ``num_patches`` is refused in one line."""
+    fields = dict(text_config=dict(T, vocab_size=1000), vision_config=dict(T, patch_size=8, num_patches=16))
+    wl, fwd, _ = _trace(capsys, tmp_path, "siglip2", fields, "Siglip2Model", "--seq-len", "16", "--image-size", "32")
+    assert "3x32x32 images in 16 patches of 8px" in wl["input_description"]
+    assert any([32, 192] in o["input_shapes"] or [2, 16, 192] in o["input_shapes"] for o in fwd)  # patch embedding
+    p = _write(tmp_path, "siglip2", fields, "Siglip2Model", folder="big")
+    msg = _one_line_error(*cli(capsys, "trace", p, "-b", "2", "--seq-len", "16", "--image-size", "64")[::2])
+    assert "64 patches of 8 px, more than the 16" in msg
+
+
+def test_speech_features_of_the_width_the_model_projects(capsys, tmp_path):
+    """SeamlessM4T's speech encoder projects rows of ``feature_projection_input_dim`` (160) features, a width
+    its config names beside no mel count: the rows have that width, and the description does not claim seconds."""
+    fields = dict(hidden_size=64, speech_encoder_layers=1, speech_encoder_attention_heads=2,
+                  speech_encoder_intermediate_size=128, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                  decoder_attention_heads=2, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=1000,
+                  t2u_vocab_size=100, t2u_encoder_layers=1, t2u_decoder_layers=1, unit_embed_dim=64,
+                  upsample_initial_channel=32, unit_hifi_gan_vocab_size=100, adaptor_kernel_size=8,
+                  adaptor_stride=8, num_adapter_layers=1)
+    wl, fwd, _ = _trace(capsys, tmp_path, "seamless_m4t", fields, "SeamlessM4TForSpeechToText", "--seq-len", "16",
+                        "--audio-seconds", "2")
+    assert "200 frames of 160 speech features" in wl["input_description"], wl["input_description"]
+    assert any([2, 200, 160] in o["input_shapes"] for o in fwd)
+
+
+def test_a_head_built_from_its_own_sub_config(capsys, tmp_path):
+    """MusicGen's causal LM is built from the composite config's decoder part (its own config class), and
+    takes one row of audio codes per codebook (``batch * num_codebooks x seq``, as its forward documents), its
+    labels ``batch x seq x codebooks`` (its own loss): one embedding lookup per codebook of 2 x 16 codes."""
+    import torch
+    import transformers as tf
+
+    from traincast.workload.hf import _config_for
+
+    cfg = tf.MusicgenConfig()
+    assert _config_for(tf.MusicgenForCausalLM, cfg) is cfg.decoder
+    assert _config_for(tf.MusicgenForConditionalGeneration, cfg) is cfg
+    dec = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, ffn_dim=128, vocab_size=100,
+               num_codebooks=4)
+    wl, fwd, p = _trace(capsys, tmp_path, "musicgen", dict(decoder=dec), "MusicgenForCausalLM", "--seq-len", "16")
+    assert "16 tokens x 4 codebooks" in wl["input_description"]
+    emb = [o for o in fwd if o["aten"] == "embedding"]
+    assert len(emb) == 4 and all(o["input_shapes"][1] == [2, 16] for o in emb)
+    with torch.device("meta"):
+        n = sum(t.numel() for t in tf.MusicgenForCausalLM(tf.MusicgenDecoderConfig(**dec)).parameters())
+    assert wl["parameters"] == n
+    assert _own_loss(capsys, p, "--seq-len", "16")
 
 
 def test_a_meta_tensor_sent_to_the_ids_device_stays_on_meta():
@@ -267,3 +516,52 @@ def test_a_meta_tensor_sent_to_the_ids_device_stays_on_meta():
         assert x.to(ids).dtype == torch.long and x.to(ids).is_meta
         assert x.cpu().is_meta
         assert x.to(device="cpu").is_meta
+
+
+def test_values_kept_on_the_cpu_meet_meta_tensors():
+    """During a trace: integer values on the CPU sent to the model's (meta) device stay readable (Mistral 3's
+    ``torch.as_tensor(image_sizes, device=features.device).tolist()``); a CPU scalar fills a meta tensor
+    (SEW-D's ``masked_fill``); a boolean mask with real values selects its real count, forward and backward."""
+    import torch
+
+    from traincast.workload.hf import _MixedDevices
+
+    sizes = torch.tensor([[28, 56]])
+    with _MixedDevices():
+        x = torch.empty(2, 5, 8, device="meta", requires_grad=True)
+        assert torch.as_tensor(sizes, device=x.device).tolist() == [[28, 56]]
+        assert sizes.to(x.device).tolist() == [[28, 56]]
+        y = x.masked_fill(torch.ones(2, 5, 8, dtype=torch.bool, device="meta"), torch.tensor(-1.0))
+        assert y.is_meta and y.shape == x.shape
+        mask = torch.zeros(2, 5, dtype=torch.bool)
+        mask[:, 1:3] = True
+        sel = x[mask]
+        assert sel.is_meta and sel.shape == (4, 8)
+        z = torch.zeros(2, 5, 8, device="meta")
+        z[mask] = torch.ones(4, 8, device="meta", requires_grad=True)
+        z.sum().backward()
+
+
+def test_features_of_another_width_than_the_embeddings_are_refused():
+    """On meta, ``masked_scatter`` does not check widths: the dry run does. Image features 8 wide put into
+    16-wide text embeddings (a config pairing towers of different widths) are found, not silently counted as
+    half as many placeholders; features of the embeddings' width pass, and their rows are counted."""
+    import torch
+
+    from traincast.workload.hf import _dry_run, _WidthMismatch
+
+    class Scatter(torch.nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.width = width
+
+        def forward(self, mask):
+            emb = torch.zeros(2, 6, 16, device="meta")
+            feats = torch.ones(4, self.width, device="meta")
+            return emb.masked_scatter(mask.unsqueeze(-1).expand(2, 6, 16), feats)
+
+    mask = torch.zeros(2, 6, dtype=torch.bool, device="meta")
+    exc, rows = _dry_run(Scatter(8), {"mask": mask})
+    assert isinstance(exc, _WidthMismatch) and "8 wide" in str(exc) and "16 wide" in str(exc)
+    exc, rows = _dry_run(Scatter(16), {"mask": mask})
+    assert exc is None and rows == [4]

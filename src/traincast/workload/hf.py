@@ -343,6 +343,10 @@ def explain(exc: BaseException, cls_name: str, doing: str, cfg=None) -> str:
 
 
 # --- inputs -------------------------------------------------------------------------------------------------
+_IMAGE_TOKEN_ID = ("image_token_id", "image_token_index", "image_token")
+_VIDEO_TOKEN_ID = ("video_token_id", "video_token_index")  # the placeholders of a model that takes video only
+
+
 @dataclass
 class _Ctx:
     cfg: object
@@ -355,6 +359,8 @@ class _Ctx:
     desc: list[str] = field(default_factory=list)
     device: object = None
     real_ids: bool = False
+    image_ids: tuple = _IMAGE_TOKEN_ID  # the config fields naming the placeholder token the pixels fill
+    feature_frames: int = 0  # the frames of the audio features made last
 
     @property
     def idev(self):
@@ -422,11 +428,38 @@ def _first_conv1d_in(model: nn.Module) -> int | None:
     return None
 
 
-def _input_features(ctx: _Ctx):
+_MEL_FIELDS = ("num_mel_bins", "feature_size", "n_mels", "input_feat_per_channel", "num_mel_filters",
+               "feature_projection_input_dim")
+
+
+def _feature_widths(cfg) -> list[int]:
+    """The feature widths a config names (its fields of ``_MEL_FIELDS``), the first the one tried first."""
+    out = []
+    for n in _MEL_FIELDS:
+        v = find(cfg, n, prefer=_SUB_AUDIO)
+        if isinstance(v, int) and v > 0 and v not in out:
+            out.append(v)
+    return out
+
+
+def _input_features(ctx: _Ctx, width: int | None = None):
+    """Log-mel features, ``batch x frames x width`` (or channels first for a conv stem that takes them so);
+    ``width``: another width the config names (one that is k times its mel bins: k frames stacked per row,
+    so a k-th of the rows for the same seconds)."""
     cfg = ctx.cfg
-    mel = find(cfg, "num_mel_bins", "feature_size", "n_mels", "input_feat_per_channel", "num_mel_filters",
-               prefer=_SUB_AUDIO)
+    mel = find(cfg, *_MEL_FIELDS, prefer=_SUB_AUDIO)
     mel = int(mel) if isinstance(mel, int) and mel > 0 else 80
+    stacked = 1
+    if width is not None and width != mel:
+        base = find(cfg, "num_mel_bins", "n_mels", "num_mel_filters", prefer=_SUB_AUDIO)
+        stacked = width // base if isinstance(base, int) and base > 0 and width % base == 0 and width > base else 1
+        if stacked > 1:
+            frames = max(1, int(round(_audio_seconds(ctx, 10.0) * 100)) // stacked)
+            ctx.desc.append(f"{frames * stacked / 100:g} s of {base} log-mel features, "
+                            f"{stacked} frames stacked per row")
+            ctx.feature_frames = frames
+            return torch.randn(ctx.batch, frames, width)
+        mel = width
     chans = find(cfg, "input_channels", prefer=_SUB_AUDIO)
     feat = mel * chans if isinstance(chans, int) and chans > 1 and find(cfg, "input_feat_per_channel") else mel
     src = find(cfg, "max_source_positions", prefer=_SUB_AUDIO)
@@ -439,7 +472,12 @@ def _input_features(ctx: _Ctx):
         if whisper_like and frames != 2 * src:
             raise ConfigError(f"{type(ctx.model).__name__} takes exactly {2 * src} mel frames "
                               f"({2 * src / 100:g} s); leave --audio-seconds out")
-    ctx.desc.append(f"{frames / 100:g} s of {feat} log-mel features")
+    if find(cfg, *_MEL_FIELDS[:-1], prefer=_SUB_AUDIO) is None and width is None:  # only the projection's width
+        ctx.desc.append(f"{frames} frames of {feat} speech features (the config names no mel bins: 10 ms a frame "
+                        "assumed)")
+    else:
+        ctx.desc.append(f"{frames / 100:g} s of {feat} log-mel features")
+    ctx.feature_frames = frames
     if _first_conv1d_in(ctx.model) == feat:
         return torch.randn(ctx.batch, feat, frames)  # channels first (Whisper's conv stem)
     return torch.randn(ctx.batch, frames, feat)
@@ -483,26 +521,52 @@ def _ids(ctx: _Ctx, n: int | None = None, shape=None):
 
 
 # image placeholder tokens a vision-language model's projector fills, from its config
-_IMAGE_TOKEN_ID = ("image_token_id", "image_token_index", "image_token")
 _AUDIO_TOKEN_ID = ("audio_token_id", "audio_token_index")
+
+
+def _grid(ctx: _Ctx) -> tuple[int, int, int, int, int]:
+    """The patch grid of a Qwen2-VL-style model for the image size: (patch, temporal patch, spatial merge,
+    grid height, grid width), the grid's sides a multiple of the merge."""
+    cfg = ctx.cfg
+    patch = find(cfg, "patch_size", prefer=_SUB_VISION)
+    patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch or 14)
+    tps = int(find(cfg, "temporal_patch_size", prefer=_SUB_VISION) or 2)
+    merge = int(find(cfg, "spatial_merge_size", "merge_size", prefer=_SUB_VISION) or 2)
+    h, w = _image_hw(ctx)
+    gh = max(merge, (h // patch) // merge * merge)
+    gw = max(merge, (w // patch) // merge * merge)
+    return patch, tps, merge, gh, gw
 
 
 def _grid_patches(ctx: _Ctx, images):
     """Qwen2-VL-style inputs: the images cut into ``temporal x patch x patch`` patches, flattened to one row
     each (``sum(t*h*w) x C*temporal*patch^2``), with their grid ``image_grid_thw`` (one (t, h, w) per image);
     h and w a multiple of the spatial merge."""
-    cfg = ctx.cfg
-    patch = find(cfg, "patch_size", prefer=_SUB_VISION)
-    patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch or 14)
-    tps = int(find(cfg, "temporal_patch_size", prefer=_SUB_VISION) or 2)
-    merge = int(find(cfg, "spatial_merge_size", "merge_size", prefer=_SUB_VISION) or 2)
+    patch, tps, merge, gh, gw = _grid(ctx)
     b, c, h, w = images.shape
-    gh = max(merge, (h // patch) // merge * merge)
-    gw = max(merge, (w // patch) // merge * merge)
     ctx.desc[-1] = f"{c}x{gh * patch}x{gw * patch} images in {patch}px patches"
     rows = torch.randn(b * gh * gw, c * tps * patch * patch)
     # the grid on the CPU: the model reads its values (.tolist()) to split the patches, as in real training
     return rows, torch.tensor([[1, gh, gw]] * b, device=ctx.idev)
+
+
+def _flat_patches(ctx: _Ctx, images):
+    """NaFlex-style inputs (SigLIP 2): each image cut into ``patch x patch`` patches, one row each
+    (``batch x patches x C*patch^2``), with its grid ``spatial_shapes`` (patch rows, patch columns; read by
+    the model, so with real values) and a mask of the valid patches (all of them)."""
+    patch = find(ctx.cfg, "patch_size", prefer=_SUB_VISION)
+    patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch or 16)
+    b, c, h, w = images.shape
+    gh, gw = max(1, h // patch), max(1, w // patch)
+    limit = find(ctx.cfg, "num_patches", prefer=_SUB_VISION)
+    if isinstance(limit, int) and 0 < limit < gh * gw:
+        raise ConfigError(f"a {h}x{w} image is {gh * gw} patches of {patch} px, more than the {limit} the vision "
+                          "config takes (num_patches); pass a smaller --image-size")
+    ctx.desc[-1] = f"{c}x{gh * patch}x{gw * patch} images in {gh * gw} patches of {patch}px"
+    dev = "cpu" if ctx.device is None or torch.device(ctx.device).type == "meta" else ctx.device
+    shapes = torch.tensor([[gh, gw]] * b, dtype=torch.long, device=dev)
+    mask = torch.ones(b, gh * gw, dtype=torch.long, device=dev)
+    return torch.randn(b, gh * gw, c * patch * patch), shapes, mask
 
 
 def _tiles(ctx: _Ctx) -> int:
@@ -522,10 +586,14 @@ def _tiles(ctx: _Ctx) -> int:
 
 def _image_tokens_guess(ctx: _Ctx) -> int:
     cfg = ctx.cfg
-    for n in ("mm_tokens_per_image", "image_seq_length", "num_image_tokens", "num_query_tokens", "image_seq_len"):
+    for n in ("mm_tokens_per_image", "image_seq_length", "num_image_tokens", "num_query_tokens", "image_seq_len",
+              "latent_query_num"):
         v = _get(cfg, n, None)
         if isinstance(v, int) and v > 0:
             return v
+    if "image_grid_thw" in ctx.params:  # a patch grid: one token per merge x merge patches
+        _patch, _tps, merge, gh, gw = _grid(ctx)
+        return (gh // merge) * (gw // merge)
     h, _w = _image_hw(ctx)
     patch = find(cfg, "patch_size", prefer=_SUB_VISION)
     patch = patch[0] if isinstance(patch, (list, tuple)) else patch
@@ -559,7 +627,56 @@ def _head_kind(cls) -> str:
                          ("ForSpeechSeq2Seq", "lm")):
         if n.endswith(suffix):
             return kind
-    return "lm" if "LM" in n or "Generation" in n else "none"
+    if "LM" in n or "Generation" in n:
+        return "lm"
+    maps = _mapping_names()  # a language-model head by its task (MarianMTModel: a seq2seq LM)
+    lm = any(n in maps.get(k, {}).values()
+             for k in ("CAUSAL_LM", "MASKED_LM", "SEQ_TO_SEQ_CAUSAL_LM", "SPEECH_SEQ_2_SEQ"))
+    return "lm" if lm else "none"
+
+
+_REGIONS = 36  # detected regions per image of region-feature models (bottom-up attention's usual 36 boxes)
+
+
+def _video(ctx: _Ctx):
+    """A video clip: ``batch x frames x C x H x W`` at the config's frame count (``num_frames``,
+    ``frames_per_clip``; ``--num-frames``) and image size."""
+    h, w = _image_hw(ctx)
+    c = _channels(ctx.cfg)
+    t = ctx.opts.num_frames or find(ctx.cfg, "num_frames", "frames_per_clip", prefer=_SUB_VISION)
+    t = int(t) if isinstance(t, int) and t > 0 else 16
+    ctx.desc.append(f"{t} frames of {c}x{h}x{w}")
+    return torch.randn(ctx.batch, t, c, h, w)
+
+
+def _time_series(ctx: _Ctx, cls, kw: dict) -> str:
+    """A time-series batch: ``past_values`` of the config's ``context_length`` steps (``batch x steps x
+    channels`` where the config has ``num_input_channels``, else ``batch x steps``), and its targets:
+    ``future_values`` over the forecast horizon, or ``target_values`` (classes or regression targets).
+    Returns the label kind."""
+    cfg, p, B = ctx.cfg, ctx.params, ctx.batch
+    steps = _get(cfg, "context_length", None)
+    steps = int(steps) if isinstance(steps, int) and steps > 0 else 512
+    ch = _get(cfg, "num_input_channels", None)
+    shape = (B, steps, int(ch)) if isinstance(ch, int) and ch > 0 else (B, steps)
+    kw["past_values"] = torch.randn(*shape)
+    ctx.desc.append(f"{steps} time steps" + (f" of {shape[2]} channels" if len(shape) == 3 else ""))
+    n = cls.__name__
+    if "target_values" in p:
+        targets = _get(cfg, "num_targets", None)
+        targets = int(targets) if isinstance(targets, int) and targets > 0 else 1
+        if "Classification" in n:
+            kw["target_values"] = torch.randint(0, max(2, targets), (B,), device=ctx.idev)
+            return "own"
+        if "Regression" in n:
+            kw["target_values"] = torch.randn(B, targets)
+            return "own"
+    horizon = _get(cfg, "horizon_length", None) or _get(cfg, "prediction_length", None)
+    if "future_values" in p and isinstance(horizon, int) and horizon > 0:
+        kw["future_values"] = torch.randn(B, horizon, *shape[2:])
+        ctx.desc.append(f"{horizon} steps ahead")
+        return "own"
+    return "none"
 
 
 def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = frozenset()) -> tuple[dict, str]:
@@ -572,10 +689,23 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
     kind = _head_kind(cls)
     B, S = ctx.batch, _seq(ctx)
     text = "input_ids" in p
-    if "pixel_values" in p and (not text or find(cfg, *_IMAGE_TOKEN_ID) is not None or p["pixel_values"].default
-                                is inspect.Parameter.empty or "vision_config" in vars(cfg) or _needs_pixels(cls)):
+    if "pixel_values" in p and (not text or find(cfg, *ctx.image_ids) is not None or p["pixel_values"].default
+                                is inspect.Parameter.empty or "vision_config" in vars(cfg) or _needs_pixels(cls, cfg)):
         kw["pixel_values"] = _pixel_values(ctx)
-        if "image_grid_thw" in p and kw["pixel_values"].dim() == 4:
+        hr = _get(cfg, "high_res_vision_config", None)
+        if "high_res_pixel_values" in p and hr is not None:  # the same images for the high-resolution tower
+            hh, hw = (ctx.opts.image_size,) * 2 if ctx.opts.image_size else (_hw(_get(hr, "image_size", None))
+                                                                          or _image_hw(ctx))
+            kw["high_res_pixel_values"] = torch.randn(B, _channels(hr), hh, hw)
+            ctx.desc.append(f"{_channels(hr)}x{hh}x{hw} high-resolution images")
+        if "spatial_shapes" in p and kw["pixel_values"].dim() == 4:  # NaFlex (SigLIP 2): rows of patches
+            kw["pixel_values"], kw["spatial_shapes"], mask = _flat_patches(ctx, kw["pixel_values"])
+            if "pixel_attention_mask" in p:
+                kw["pixel_attention_mask"] = mask
+        elif cls.__name__.endswith("ForKeypointMatching") and kw["pixel_values"].dim() == 4:  # pairs of images
+            kw["pixel_values"] = torch.stack([kw["pixel_values"]] * 2, 1)
+            ctx.desc[-1] = "pairs of " + ctx.desc[-1]
+        elif "image_grid_thw" in p and kw["pixel_values"].dim() == 4:
             kw["pixel_values"], kw["image_grid_thw"] = _grid_patches(ctx, kw["pixel_values"])
         elif "5d" in variant:
             x = kw["pixel_values"]
@@ -585,46 +715,94 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
                 ctx.desc.append(f"{tiles} tiles per image (AnyRes grid)")
     elif "pixel_values" not in p and "flattened_patches" in p:
         kw["flattened_patches"] = torch.randn(B, S, 2 + _channels(cfg) * 16 * 16)
-    if "input_features" in p:
-        kw["input_features"] = _input_features(ctx)
+    elif "pixel_values" not in p and "pixel_values_videos" in p:  # a video model
+        kw["pixel_values_videos"] = _video(ctx)
+    for name, dim in (("visual_embeds", "visual_embedding_dim"), ("visual_feats", "visual_feat_dim")):
+        width = find(cfg, dim)
+        if name in p and text and isinstance(width, int) and width > 0:  # region features of a detector
+            kw[name] = torch.randn(B, _REGIONS, width)
+            ctx.desc.append(f"{_REGIONS} regions of {width} features")
+            if "visual_attention_mask" in p:
+                kw["visual_attention_mask"] = torch.ones(B, _REGIONS, dtype=torch.long, device=ctx.idev)
+            pos = find(cfg, "visual_pos_dim")
+            if "visual_pos" in p and isinstance(pos, int) and pos > 0:
+                kw["visual_pos"] = torch.rand(B, _REGIONS, pos)
+    if "past_values" in p and not kw:
+        kind = _time_series(ctx, cls, kw)
+    encoder_input = getattr(getattr(ctx.model, "encoder", None), "main_input_name", None)
+    if "input_features" in p and not ("input_values" in p and encoder_input == "input_values"):
+        # (a speech encoder-decoder takes whichever its encoder does: wav2vec2's raw audio, ...)
+        width = next((int(v[6:]) for v in variant if v.startswith("width=")), None)
+        kw["input_features"] = _input_features(ctx, width)
         if "flip" in variant and kw["input_features"].dim() == 3:  # the other layout (frames first / features first)
             kw["input_features"] = kw["input_features"].transpose(1, 2).contiguous()
-        x = kw["input_features"]
-        frames = x.shape[-1] if _first_conv1d_in(ctx.model) == x.shape[1] else x.shape[1]
+        frames = ctx.feature_frames
         for mask in ("input_features_mask", "feature_attention_mask"):
             if mask in p:
                 kw[mask] = torch.ones(B, frames, dtype=torch.long, device=ctx.idev)
-    elif "input_values" in p and "input_ids" not in p:
+    elif "input_values" in p and ("input_ids" not in p or encoder_input == "input_values"):
         kw["input_values"] = _input_values(ctx)
-    if text and ("pixel_values" in kw or not kw or p["input_ids"].default is inspect.Parameter.empty
+    if text and ("pixel_values" in kw or "pixel_values_videos" in kw or not kw
+                 or p["input_ids"].default is inspect.Parameter.empty
                  or kind in ("lm", "token", "span", "choice") or not any(k in p for k in ("input_features", "input_values"))):
         n_img, what = 0, "image"
-        tok = find(cfg, *_IMAGE_TOKEN_ID) if "pixel_values" in kw else None
+        tok = find(cfg, *ctx.image_ids) if "pixel_values" in kw else None
         if tok is None and "input_features" in kw:
             tok, what = find(cfg, *_AUDIO_TOKEN_ID), "audio"
         if isinstance(tok, int) and image_tokens is not None:
             n_img = image_tokens
+        # where the image features go by a mask rather than a placeholder token (Kosmos-2): as many positions as
+        # the projector makes features
+        by_mask = "image_embeds_position_mask" in p and "pixel_values" in kw and not n_img
+        if by_mask:
+            n_img = image_tokens or _image_tokens_guess(ctx)
         seq = max(S, n_img + 8) if n_img else S  # room for the placeholders and some text
         if kind == "choice":
             n_choices = 2
             kw["input_ids"] = _ids(ctx, shape=(B, n_choices, seq))
             kw["attention_mask"] = (torch.ones(B, n_choices, seq, dtype=torch.long, device=ctx.idev)
                                   if "attention_mask" in p else None)
+        elif _codebooks(ctx):  # one row of audio codes per codebook (MusicGen's decoder)
+            k = _codebooks(ctx)
+            kw["input_ids"] = _ids(ctx, shape=(B * k, seq))
+            if "attention_mask" in p:
+                kw["attention_mask"] = torch.ones(B, seq, dtype=torch.long, device=ctx.idev)
+            what = f"x {k} codebooks"
         else:
             ids = _ids(ctx, seq)
-            if n_img:
+            if n_img and not by_mask:
                 ids[:, :n_img] = tok  # meta: shapes only; the placeholders' count is what the model checks
             kw["input_ids"] = ids
             if "attention_mask" in p:
                 kw["attention_mask"] = torch.ones(B, seq, dtype=torch.long, device=ctx.idev)
+            if by_mask:  # the positions after the first token
+                kw["image_embeds_position_mask"] = torch.zeros(B, seq, dtype=torch.long, device=ctx.idev)
+                kw["image_embeds_position_mask"][:, 1:1 + n_img] = 1
             if "mm_token_type_ids" in p and n_img:  # 1 where the image placeholders are (multimodal RoPE)
                 kw["mm_token_type_ids"] = torch.zeros(B, seq, dtype=torch.long, device=ctx.idev)
                 kw["mm_token_type_ids"][:, :n_img] = 1
+        pv = kw.get("pixel_values")
+        if "image_attention_mask" in p and pv is not None and pv.dim() == 5 and kw["input_ids"].dim() == 2:
+            # which images each text token attends to (IDEFICS' cross-attention): all of its example's
+            kw["image_attention_mask"] = torch.ones(B, seq, pv.shape[1], dtype=torch.long, device=ctx.idev)
+        if "qformer_input_ids" in p:  # the instruction the Q-Former reads (InstructBLIP): the text's length
+            qcfg = _get(cfg, "qformer_config", None) or cfg
+            qv = _get(qcfg, "vocab_size", None)
+            qv = int(qv) if isinstance(qv, int) and qv > 0 else _vocab(cfg)
+            qlen = min(S, _position_limit(qcfg) or S)
+            kw["qformer_input_ids"] = torch.randint(0, qv, (B, qlen), device=ctx.idev)
+            if "qformer_attention_mask" in p:
+                kw["qformer_attention_mask"] = torch.ones(B, qlen, dtype=torch.long, device=ctx.idev)
+            ctx.desc.append(f"{qlen} instruction tokens for the Q-Former")
+        if "lang_ids" in p:  # per-example language of a language-adapter model (X-MOD): the first one
+            kw["lang_ids"] = torch.zeros(B, dtype=torch.long, device=ctx.idev)
         if "token_type_ids" in p and find(cfg, "type_vocab_size") not in (None, 0):
             kw["token_type_ids"] = torch.zeros_like(kw["input_ids"])
-        if "bbox" in p:
-            kw["bbox"] = torch.zeros(*kw["input_ids"].shape, 4, dtype=torch.long, device=ctx.idev)
+        if "bbox" in p:  # integer boxes (0-1000), or normalized float ones where the model takes those (UDOP)
+            kw["bbox"] = torch.zeros(*kw["input_ids"].shape, 4, dtype=torch.float if "float-boxes" in variant
+                                     else torch.long, device=ctx.idev)
         ctx.desc.insert(0, f"{seq} tokens" + (f" ({n_img} {what} placeholders)" if n_img else "")
+                        + (f" {what}" if what.startswith("x ") else "")
                         + (" with boxes" if "bbox" in kw else "") + f", vocab {_vocab(cfg)}")
         if "image_sizes" in p and "pixel_values" in kw and "sizes" in variant:
             h, w = _image_hw(ctx)
@@ -647,15 +825,39 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
     return kw, kind
 
 
-def _needs_pixels(cls) -> bool:
+def _codebooks(ctx: _Ctx) -> int:
+    """The codebooks of a model whose forward documents its ids as ``(batch_size * num_codebooks,
+    sequence_length)`` (audio-code decoders such as MusicGen's); 0 for any other."""
+    k = _get(ctx.cfg, "num_codebooks", None)
+    doc = getattr(ctx.model.forward, "__doc__", None) or ""
+    if isinstance(k, int) and k > 1 and "input_ids (`torch.LongTensor` of shape `(batch_size * num_codebooks" in doc:
+        return k
+    return 0
+
+
+def _needs_pixels(cls, cfg=None) -> bool:
+    """Whether a model that takes text too trains on its images: by its class name, or a config of one stream
+    with its own image geometry (``image_size`` and ``patch_size`` beside the text fields: ViLT, UDOP)."""
     n = cls.__name__
-    return any(w in n for w in ("Vision", "Image", "Visual", "Video", "Pix", "Vit", "ViT"))
+    if any(w in n for w in ("Vision", "Image", "Visual", "Video", "Pix", "Vit", "ViT")):
+        return True
+    return cfg is not None and "image_size" in vars(cfg) and "patch_size" in vars(cfg)
 
 
 def _labels(ctx: _Ctx, kind: str, kw: dict):
     B, cfg = ctx.batch, ctx.cfg
     if kind == "lm":
+        k = _codebooks(ctx)
+        if "input_ids" in kw and k and "(batch_size, sequence_length, num_codebooks)" in (ctx.model.forward.__doc__ or ""):
+            return kw["input_ids"].reshape(B, k, -1).transpose(1, 2).contiguous()  # batch x seq x codebooks
+        if "input_ids" in kw and k:
+            return None  # a layout of labels not documented: the stand-in loss
         if "input_ids" in kw:
+            regions = next((kw[n].shape[1] for n in ("visual_embeds", "visual_feats") if n in kw), 0)
+            if regions and "total_sequence_length" in (ctx.model.forward.__doc__ or ""):
+                # labels over the text and the regions together (VisualBERT's pre-training): none on the regions
+                pad = torch.full((B, regions), -100, dtype=torch.long, device=kw["input_ids"].device)
+                return torch.cat([kw["input_ids"], pad], 1)
             return kw["input_ids"].clone()
         if _get(cfg, "is_encoder_decoder", False) or "decoder_input_ids" in ctx.params:
             return _ids(ctx)  # the decoder's target text (speech or image in, text out)
@@ -724,9 +926,69 @@ def _prepare_config(cfg, notes: list[str]) -> None:
         cfg.decoder_start_token_id = _get(dec, "decoder_start_token_id", None) or _get(dec, "bos_token_id", None) or 0
     if _get(cfg, "pad_token_id", 0) is None and _get(cfg, "is_encoder_decoder", False):
         cfg.pad_token_id = 0
+    if hasattr(dec, "to_dict") and _get(cfg, "pad_token_id", None) is None:  # labels shift with the decoder's padding id
+        cfg.pad_token_id = _get(dec, "pad_token_id", None) or 0
 
 
-def _build(cls, cfg, device, name):
+def _derived_fields(cfg) -> dict[str, tuple[object, str, int]]:
+    """Config fields left ``None`` that follow from the config's own other fields by transformers' convention:
+    ``head_dim`` (``hidden_size / num_attention_heads``) and ``num_key_value_heads`` (``num_attention_heads``:
+    no grouped-query attention). Keyed by field name: (the config holding it, its name, the value)."""
+    out: dict[str, tuple[object, str, int]] = {}
+    for c in [cfg, *_subconfigs(cfg)]:
+        fields = vars(c)
+        heads, hidden = fields.get("num_attention_heads"), fields.get("hidden_size")
+        if not (isinstance(heads, int) and not isinstance(heads, bool) and heads > 0):
+            continue
+        if "head_dim" in fields and fields["head_dim"] is None and isinstance(hidden, int) and hidden % heads == 0:
+            out.setdefault("head_dim", (c, "head_dim", hidden // heads))
+        if "num_key_value_heads" in fields and fields["num_key_value_heads"] is None:
+            out.setdefault("num_key_value_heads", (c, "num_key_value_heads", heads))
+    return out
+
+
+def _fill_derived(exc: BaseException, cfg, notes: list[str] | None) -> bool:
+    """Fill the derivable fields (:func:`_derived_fields`) that the code ``exc`` stopped in read; True if any."""
+    derived = _derived_fields(cfg)
+    used = [f for f in _empty_fields_used(exc, cfg) if f in derived]
+    for f in used:
+        c, k, v = derived[f]
+        setattr(c, k, v)
+        if notes is not None:
+            notes.append(f"the config leaves {k} empty; it is taken as {v} "
+                         + ("(hidden_size / num_attention_heads)" if k == "head_dim" else "(num_attention_heads)"))
+    return bool(used)
+
+
+def _config_for(cls, cfg):
+    """The config ``cls`` is built from: ``cfg``, or the one sub-config of ``cls``'s own config class where
+    ``cfg`` is a composite holding it (MusicGen's decoder for ``MusicgenForCausalLM``)."""
+    want = getattr(cls, "config_class", None)
+    if not isinstance(want, type) or isinstance(cfg, want):
+        return cfg
+    subs = [c for c in _subconfigs(cfg) if isinstance(c, want)]
+    return subs[0] if len(subs) == 1 else cfg
+
+
+def _build(cls, cfg, device, name, notes: list[str] | None = None):
+    for _ in range(3):  # fields a failure shows the model reads, filled from the config's own (then once more)
+        try:
+            return _build_once(cls, cfg, device, name)
+        except ConfigError as exc:
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, Exception) and _fill_derived(cause, cfg, notes):
+                continue
+            if _get(cfg, "is_decoder", None) is False and "is_decoder" in str(exc) \
+                    and cls.__name__ in _mapping_names().get("CAUSAL_LM", {}).values():
+                cfg.is_decoder = True  # a causal-LM head trains its model as a decoder (causal attention)
+                if notes is not None:
+                    notes.append(f"{cls.__name__} is a causal language model: built with is_decoder=True")
+                continue
+            raise
+    return _build_once(cls, cfg, device, name)
+
+
+def _build_once(cls, cfg, device, name):
     chose_sdpa = _get(cfg, "_attn_implementation_internal", None) is None
     if chose_sdpa:
         try:
@@ -777,8 +1039,33 @@ class _MixedDevices(torch.overrides.TorchFunctionMode):
             args = tuple(on_meta(a) for a in args)
             kwargs = {k: on_meta(v) for k, v in kwargs.items()}
             return func(*args, **kwargs)
+        if func in (torch.Tensor.to, torch.as_tensor, torch.asarray) and args and isinstance(args[0], torch.Tensor) \
+                and args[0].device.type == "cpu" and not args[0].is_floating_point() and not args[0].is_complex():
+            # integer values kept on the CPU (sizes, grids, ids) sent to the model's device, to be read
+            # (``torch.as_tensor(image_sizes, device=features.device).tolist()``): they stay on the CPU, where
+            # their values exist; they join meta tensors in the calls that meet them
+            def on_cpu(x):
+                if isinstance(x, torch.device) and x.type == "meta" or isinstance(x, str) and x == "meta":
+                    return torch.device("cpu")
+                if isinstance(x, torch.Tensor) and x.device.type == "meta":  # .to(other): other's dtype, here
+                    return x.dtype
+                return x
+
+            args = (args[0], *(on_cpu(a) for a in args[1:]))
+            kwargs = {k: on_cpu(v) for k, v in kwargs.items()}
+            return func(*args, **kwargs)
+        if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) and len(args) >= 2 \
+                and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta" \
+                and isinstance(args[1], torch.Tensor) and args[1].dtype == torch.bool and args[1].device.type == "cpu":
+            # a boolean mask with real values (where the image features go) selects its real count: as the
+            # indices it holds, so that the backward of the selection has the forward's shape
+            idx = tuple(i.to("meta") for i in args[1].nonzero(as_tuple=True))
+            args = (args[0], idx, *args[2:])
         leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        if any(t.device.type == "meta" for t in leaves) and any(t.device.type == "cpu" and t.dim() > 0 for t in leaves):
+        # a CPU scalar tensor mixes with any device, except as the fill value of masked_fill (SEW-D's mask)
+        scalar_ok = func not in (torch.Tensor.masked_fill, torch.Tensor.masked_fill_, torch.masked_fill)
+        if any(t.device.type == "meta" for t in leaves) and any(t.device.type == "cpu" and (t.dim() > 0 or not scalar_ok)
+                                                                for t in leaves):
             args, kwargs = tree_map(lambda t: t.detach().to("meta") if isinstance(t, torch.Tensor)
                                     and t.device.type == "cpu" else t, (args, kwargs))
         return func(*args, **kwargs)
@@ -792,6 +1079,7 @@ class _DryRun(torch.utils._python_dispatch.TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.scattered_rows: list[int] = []
+        self.widths: tuple[int, int] | None = None  # (features, embeddings) where a scatter's widths differ
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -801,6 +1089,8 @@ class _DryRun(torch.utils._python_dispatch.TorchDispatchMode):
         if func in (torch.ops.aten.masked_scatter.default, torch.ops.aten.masked_scatter_.default):
             dest, src = args[0], args[2]
             if dest.dim() >= 2 and dest.shape[-1] > 0:
+                if src.dim() >= 2 and src.shape[-1] != dest.shape[-1]:  # meta's masked_scatter does not check
+                    self.widths = (int(src.shape[-1]), int(dest.shape[-1]))
                 self.scattered_rows.append(src.numel() // dest.shape[-1])
         return func(*args, **kwargs)
 
@@ -839,7 +1129,15 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
             model(**kw)
     except Exception as exc:  # noqa: BLE001 - judged by the caller
         return exc, mode.scattered_rows
+    if mode.widths is not None:  # features of one width put into embeddings of another: the config's towers
+        f, e = mode.widths
+        return _WidthMismatch(f"the image/audio features are {f} wide but the text embeddings they fill are {e} "
+                              "wide"), mode.scattered_rows
     return None, mode.scattered_rows
+
+
+class _WidthMismatch(ValueError):
+    """A projector whose features do not fit the text model's embeddings (found in the dry run)."""
 
 
 def _one_line(fn):
@@ -871,6 +1169,7 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
     outputs (a stand-in loss of negligible cost; the forecast says so)."""
     opts = current_options()
     notes: list[str] = []
+    cfg = _config_for(cls, cfg)
     _prepare_config(cfg, notes)
     if opts.image_size:  # the model built for this image size (position embeddings, patch grids follow it)
         for c in [cfg, *_subconfigs(cfg, _SUB_VISION)]:
@@ -879,7 +1178,7 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
     limit = _position_limit(cfg)
     if limit and seq_len > limit:
         raise ConfigError(f"--seq-len {seq_len} exceeds {name}'s {limit} positions")
-    model = _build(cls, cfg, device, name)
+    model = _build(cls, cfg, device, name, notes)
     _no_specaugment(getattr(model, "config", cfg), device, notes)
     _no_layerdrop(model, notes)
     try:
@@ -887,16 +1186,20 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
     except (TypeError, ValueError):
         params = {}
     ctx = _Ctx(cfg, model, params, batch_size, seq_len, opts, notes, device=device)
-    token_fields = [n for n in (*_IMAGE_TOKEN_ID, *_AUDIO_TOKEN_ID)
+    token_fields = [n for n in (*_IMAGE_TOKEN_ID, *_VIDEO_TOKEN_ID, *_AUDIO_TOKEN_ID)
                     if any(n in vars(c) for c in [cfg, *_subconfigs(cfg)])]
+    if not any(n in _IMAGE_TOKEN_ID for n in token_fields):  # a video-text model: its pixels fill video tokens
+        ctx.image_ids = _VIDEO_TOKEN_ID
     multimodal = "input_ids" in params and (
-        ("pixel_values" in params and any(n in _IMAGE_TOKEN_ID for n in token_fields))
+        ("pixel_values" in params and (any(n in ctx.image_ids for n in token_fields)
+                                       or "image_embeds_position_mask" in params))
         or ("input_features" in params and any(n in _AUDIO_TOKEN_ID for n in token_fields)))
-    for group in (_IMAGE_TOKEN_ID, _AUDIO_TOKEN_ID):
+    for group in (ctx.image_ids, _AUDIO_TOKEN_ID):
         if multimodal and any(n in token_fields for n in group) and find(cfg, *group) is None:
-            for n in group[:2]:
-                if n in vars(cfg):
+            for n in group:
+                if n in vars(cfg) and n != "image_token":
                     setattr(cfg, n, _vocab(cfg) - 1)
+                    break
             notes.append(f"{name}: the config names no {group[0].split('_')[0]} token id; the last id of the "
                          "vocabulary stands in")
     image_tokens = _image_tokens_guess(ctx) if multimodal else None
@@ -919,12 +1222,16 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
         raise TraceError(f"{name}: {cls.__name__}.forward takes no input traincast knows how to make "
                          f"({', '.join(need or list(params)[:6])}); choose another head with --task "
                          f"({', '.join(task_classes(_get(cfg, 'model_type', '')))}) or pass an nn.Module with its inputs")
-    if device.type == "meta" and (multimodal or "pixel_values" in kw or "input_features" in kw):
+    if device.type == "meta" and (multimodal or "pixel_values" in kw or "input_features" in kw or "bbox" in kw):
         # the forms the model takes (image_sizes or not, a frame axis or not), and how many placeholders its
         # projector fills: as the model itself says in a forward without autograd
         forms = [frozenset(), frozenset({"sizes"}), frozenset({"5d"}), frozenset({"sizes", "5d"})]
-        if "pixel_values" not in kw:
-            forms = [frozenset(), frozenset({"flip"})]
+        if "pixel_values" not in kw:  # both layouts, at each feature width the config names
+            forms = [frozenset(), frozenset({"flip"})] if "input_features" in kw else [frozenset()]
+            for w in _feature_widths(cfg)[1:] if "input_features" in kw else ():
+                forms += [frozenset({f"width={w}"}), frozenset({f"width={w}", "flip"})]
+        if "bbox" in kw:
+            forms += [f | {"float-boxes"} for f in forms]
         for variant in forms:
             kw, kind = inputs(image_tokens, variant)
             exc, rows = _dry_run(model, kw)
@@ -939,6 +1246,11 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
                 image_tokens = n if exc is None else image_tokens
             if exc is None:
                 break
+            if isinstance(exc, _WidthMismatch):
+                raise TraceError(f"cannot trace {name}: {cls.__name__}: {exc}: its projector's output width does not "
+                                 "fit the text model's hidden size (the config pairs towers of different widths, "
+                                 "e.g. vision_config.out_hidden_size != text_config.hidden_size); make them equal in "
+                                 "the config.json")
         else:
             kw, kind = inputs(image_tokens)
     desc = f"{batch_size} x (" + ", ".join(ctx.desc) + ")"
@@ -1056,6 +1368,8 @@ def _check_sizes(path, cfg) -> None:
             except Exception:  # noqa: BLE001 - a property that needs other fields
                 continue
             if isinstance(v, bool) or v is None or isinstance(v, (list, tuple, dict)):  # per-layer lists: the model's
+                continue
+            if name in ("max_position_embeddings", "n_positions") and v == -1:  # -1: no position limit (XLNet)
                 continue
             if not isinstance(v, (int, float)) or not v > 0:
                 raise SpecError(f"{where}: {name} must be a positive integer, got {v!r}")
