@@ -466,7 +466,7 @@ def forecast(
     (weak scaling). ``gpu`` or ``instance`` names the hardware; with only a GPU,
     the price is that of the cheapest catalog instance carrying it. ``loader_workers``: data-loader worker
     processes per GPU decoding and augmenting images (default: from a named ``instance``'s vCPUs; with neither,
-    the input pipeline is not counted and a note says how many cores would keep up). With
+    the input pipeline is not counted and a note says how many cores would keep up).
     ``kernels``: ``eager`` (every op its own kernel) or ``compiled`` (element-wise chains between GEMMs fused,
     as ``torch.compile`` and Megatron/Transformer Engine run them; :mod:`traincast.workload.fusion`). With
     ``exact_trace=False`` the workload may be interpolated from a ``family``'s

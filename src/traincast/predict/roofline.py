@@ -443,7 +443,7 @@ def fresh_output_bytes(aten: str, output_shapes, bytes_written: float, min_bytes
 def launches_of(op, chunk: int) -> int:
     """Kernel launches of an op: a foreach op over n tensors launches ceil(n / chunk) kernels; an op inside a
     fused kernel (``fusion == 2``, workload/fusion.py) none of its own."""
-    if getattr(op, "fusion", 0) == 2:
+    if op.fusion == 2:
         return 0
     return math.ceil(op.n_tensors / chunk) if op.n_tensors > 1 else 1
 

@@ -33,6 +33,8 @@ from collections import defaultdict
 from dataclasses import replace
 
 from traincast.errors import UnknownNameError
+from traincast.workload.costs import base_name
+from traincast.workload.fused import FUSED
 
 KERNEL_MODES = {
     "eager": "every op its own kernel, as eager PyTorch runs it",
@@ -65,10 +67,8 @@ def _block(module: str) -> str:
 
 
 def fusible(op) -> bool:
-    from traincast.workload.fused import FUSED
-
     return (op.op_class in FUSIBLE_CLASSES and op.phase in ("forward", "backward") and op.n_tensors <= 1
-            and op.aten not in NOT_FUSIBLE and op.aten.rstrip("_") not in NOT_FUSIBLE and op.aten not in FUSED)
+            and base_name(op.aten) not in NOT_FUSIBLE and op.aten not in FUSED)
 
 
 def fusion_groups(ops) -> list[list[int]]:

@@ -157,19 +157,20 @@ class _OpRecorder(TorchDispatchMode):
         # unique input tensors; in-place outputs are the inputs themselves
         seen: set[int] = set()
         read = 0
-        dests = {id(t) for t in _tensors(args[0])} if name in ("copy_", "_foreach_copy_") and args else set()
+        # a copy writes its destination without reading it
+        dests = {id(t): t for t in _tensors(args[0])} if name in ("copy_", "_foreach_copy_") and args else {}
         src = []
+        in_keys: set[int] = set()
         for t in ins:
             if id(t) not in seen:
                 seen.add(id(t))
+                key = _storage_key(t)
+                in_keys.add(key)
+                if id(t) in dests:
+                    continue
                 read += _nbytes(t)
-                if id(t) not in dests:  # a copy writes its destination without reading it
-                    key = _storage_key(t)
-                    p, slot = self.writer.setdefault(key, (-1 - len(self.writer), 0))
-                    src.append((p, slot, _nbytes(t), int(t.storage_offset())))
-        if dests:
-            read -= sum(_nbytes(t) for t in {id(t): t for t in _tensors(args[0])}.values())
-        in_keys = {_storage_key(t) for t in ins}
+                p, slot = self.writer.setdefault(key, (-1 - len(self.writer), 0))
+                src.append((p, slot, _nbytes(t), int(t.storage_offset())))
         idx = len(self.ops)
         out_rec = []
         for slot, t in enumerate(outs):

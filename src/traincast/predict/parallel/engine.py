@@ -720,9 +720,9 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
             gather_b[u] = coll("all-gather", size, shard_group) + coll("reduce-scatter", per_gpu_params[u] * gbytes,
                                                                         shard_group)
 
-    f_chunk, b_chunk, rec_chunk, tpc_chunk = [], [], [], []
+    f_chunk, b_chunk, rec_chunk, tpc_chunk, tpt_chunk = [], [], [], [], []
     for us in chunk_units:
-        f = b = rec = tpc = 0.0
+        f = b = rec = tpc = tpt = 0.0
         prev_f = prev_b = 0.0
         for k, u in enumerate(us):
             fu = uc.forward_s[u] + tp_f[u] + ep_s * moe[u] + cp_f_exp[u]
@@ -739,12 +739,15 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
             f += fu + gf
             b += bu + r + gb
             rec += r
-            tpc += tp_f[u] + tp_b[u] + (tp_f[u] if rc.whole_layers and is_layer else 0.0)
+            again = rc.whole_layers and is_layer  # full recomputation runs the forward's collectives again
+            tpc += tp_f[u] + tp_b[u] + (tp_f[u] if again else 0.0)  # exposed
+            tpt += tp_f_total[u] + tp_b_total[u] + (tp_f_total[u] if again else 0.0)  # moved
             prev_f, prev_b = uc.forward_s[u], uc.backward_s[u] + r
         f_chunk.append(f)
         b_chunk.append(b)
         rec_chunk.append(rec)
         tpc_chunk.append(tpc)
+        tpt_chunk.append(tpt)
     # pipeline messages (Megatron's scatter/gather: 1/t of the activations per tensor rank)
     p2p = coll("send-recv", msg / t, groups["pipeline"]) if chunks > 1 else 0.0
     sched = "gpipe" if cfg.schedule_spec.all_forward_first else "1f1b"
@@ -893,9 +896,7 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     fwd_compute = m * sum(sum(uc.forward_s[u] for u in chunk_units[c]) for c in cs)
     bwd_compute = m * sum(sum(uc.backward_s[u] for u in chunk_units[c]) + rec_chunk[c] for c in cs)
     tp_total = m * sum(tpc_chunk[c] for c in cs)
-    whole = rc.whole_layers
-    tp_all = m * sum(tp_f_total[u] + tp_b_total[u] + (tp_f_total[u] if whole and 0 < u < n_units - 1 else 0.0)
-                     for c in cs for u in chunk_units[c])
+    tp_all = m * sum(tpt_chunk[c] for c in cs)
     pp_total = 2 * m * p2p * (len(cs) if chunks > 1 else 0)
     ep_total = m * 2 * ep_s * sum(moe[u] for c in cs for u in chunk_units[c])
     gather_total = m * sum(gather_f[u] + gather_b[u] for c in cs for u in chunk_units[c])
