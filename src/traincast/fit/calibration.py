@@ -75,8 +75,8 @@ def _start(name: str, i: int) -> float:
 
 
 def base_params(dev: Device, fixed: dict | None = None) -> RooflineParams:
-    """The catalog's parameters for ``dev`` with what was measured on it (``fixed``: ``fresh_alloc`` and
-    ``cache_bytes``) and no kernel floor (the per-op overhead carries the short ops' cost)."""
+    """The catalog's parameters for ``dev`` with what was measured on it (``fixed``: ``fresh_alloc``,
+    ``cache_bytes``, and the depthwise convolutions' weight-gradient rate and call costs) and no kernel floor (the per-op overhead carries the short ops' cost)."""
     p = RooflineParams.for_device(dev)
     values: dict = {"kernel_floor_us": 0.0}
     fixed = fixed or {}
@@ -85,6 +85,9 @@ def base_params(dev: Device, fixed: dict | None = None) -> RooflineParams:
         values["fresh_alloc_gb_per_s"] = float(fixed["fresh_alloc"].get("gb_per_s") or 0.0)
     if "cache_bytes" in fixed:
         values["cache_bytes"] = float(fixed["cache_bytes"] or 0.0)
+    for name in ("depthwise_wgrad_gflops", "depthwise_call_us", "depthwise_grad_call_us"):
+        if name in fixed:
+            values[name] = float(fixed[name] or 0.0)
     return p.with_values(values)
 
 
@@ -226,12 +229,13 @@ def _sample_arrays(samples: list[dict], dev: Device, base: RooflineParams) -> tu
             continue
         keep.append(r)
         outs.append(out)
-    keys, dmin = [], []
+    keys, dmin, taps = [], [], []
     for r, out in zip(keep, outs):
         k, prm = r["op_class"], (r.get("params") or {})
         groups = int(prm.get("groups", 1) or 1)
         if k == "conv" and groups > 1:
             k = "conv_depthwise" if groups == int(prm.get("in_channels", 0) or 0) else "conv_grouped"
+        taps.append(int(prm.get("kernel", 0) or 0) ** 2 if k == "conv_depthwise" else 0)
         keys.append(k if k in COMPUTE_KEYS else "other")
         ins = json.loads(r["input_shapes_json"]) if r.get("input_shapes_json") else None
         d = gemm_dims(r.get("op", ""), ins, [out]) if ins and r["op_class"] in ("matmul", "conv") else None
@@ -239,7 +243,7 @@ def _sample_arrays(samples: list[dict], dev: Device, base: RooflineParams) -> tu
     c = CompiledOps.from_arrays(
         [_sample_flops(r) for r in keep], [float((r["bytes_read"] or 0) + (r["bytes_written"] or 0)) for r in keep],
         [r["op_class"] for r in keep], dev, dtype=[r.get("dtype") or "fp32" for r in keep], key=keys, dmin=dmin,
-        light=np.ones(len(keep), dtype=bool), fresh_min_bytes=fa_min)
+        light=np.ones(len(keep), dtype=bool), fresh_min_bytes=fa_min, taps=taps, dw_call=[int(t > 0) for t in taps])
     # a sample whose repeats spread widely was disturbed by other work on the cores:
     # its fastest repeat is nearer the op's own time than its median
     y = np.log(np.array([float(r["min_ms"] if (r.get("cov") or 0) > DISTURBED_COV and r.get("min_ms")
@@ -367,11 +371,13 @@ def calibration_models(targets=(), device: str = "cpu", pool=CALIBRATION_POOL, m
 def calibrate(models=CALIBRATION_POOL, batch_sizes=(2, 8, 16), *, device="cpu",
               steps=5, warmup=2, threads=None, name="local", measured: list[Measured] | None = None,
               progress=None, layer_samples: list[dict] | None = None, bandwidth=None,
-              isolate: bool = True) -> DeviceProfile:
+              depthwise=None, isolate: bool = True) -> DeviceProfile:
     """Measure, trace, fit; return (not save) the profile.
 
     On CPUs the memory bandwidth and the cost of writing fresh pages are measured
-    (``traincast.measure.memory``; pass ``bandwidth`` to reuse a measurement), not fitted.
+    (``traincast.measure.memory``; pass ``bandwidth`` to reuse a measurement), not fitted, and so is the rate of
+    the slow path of depthwise weight gradients above 3x3 (``traincast.measure.kernels``; pass ``depthwise``, a
+    ``DepthwiseCosts``, to reuse one).
     ``isolate``: time the steps not given in ``measured`` each in a fresh process
     (see ``measure_steps``)."""
     from traincast.measure.fingerprint import fingerprint
@@ -389,7 +395,13 @@ def calibrate(models=CALIBRATION_POOL, batch_sizes=(2, 8, 16), *, device="cpu",
         table = RooflineParams.for_device(dev).to_table()
         fa = dict(table.get("fresh_alloc") or {"min_bytes": 32 * 2**20})
         fa["gb_per_s"] = round(rate, 3) if math.isfinite(rate) else 0.0
-        fixed = {"fresh_alloc": fa, "cache_bytes": last_level_cache_bytes()}
+        if depthwise is None:
+            from traincast.measure.kernels import measure_depthwise
+
+            depthwise = measure_depthwise(device, threads=threads)
+        fixed = {"fresh_alloc": fa, "cache_bytes": last_level_cache_bytes(),
+                 "depthwise_wgrad_gflops": round(depthwise.gflops_per_s, 3),
+                 "depthwise_call_us": round(depthwise.call_us, 2), "depthwise_grad_call_us": round(depthwise.grad_call_us, 2)}
     meas = measured or measure_steps(models, batch_sizes, device=device, steps=steps, warmup=warmup,
                                      threads=threads, progress=progress, isolate=isolate)
     fused = fused_attention_for(device)
@@ -410,6 +422,7 @@ def calibrate(models=CALIBRATION_POOL, batch_sizes=(2, 8, 16), *, device="cpu",
              "rms_log_error": fitted.rms_log_error,
              "layer_samples": len(layer_samples or []),
              "bandwidth": asdict(bandwidth) if bandwidth is not None else None,
+             "depthwise": asdict(depthwise) if depthwise is not None else None,
              "models": sorted({m.model for m in meas}), "steps": rows},
     )
 

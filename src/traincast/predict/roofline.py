@@ -37,6 +37,17 @@ Per op::
   (:func:`winograd_eligible`; cuDNN's Winograd algorithms do fewer multiplications than the FLOP count), else 1.
 - ``lanes = 1 - shared / lanes per SM x (1 - shared_lane_fp32_share)`` on the vector units of GPUs whose FP32
   lanes are partly shared with INT32 (GA10x, AD10x), else 1.
+- depthwise convolutions (``depthwise_tap_ref`` > 0: CPUs): their forward pass and input gradient take about
+  the same time per output whatever the kernel's area (the vector kernels are bound by loading and storing
+  each output, not by its multiply-adds), so their efficiency is ``compute[unit][conv_depthwise] x taps /
+  depthwise_tap_ref`` (at most 1), the fitted value holding for kernels of ``depthwise_tap_ref`` taps (9: 3x3).
+- slow weight gradients (``depthwise_wgrad_gflops`` > 0: measured at calibration,
+  :mod:`traincast.measure.kernels`): the weight gradient of a depthwise kernel larger than 3x3 runs on its own
+  path at that rate, after the rest of the op (input gradient) is timed by the roofline.
+- depthwise call costs (``depthwise_call_us``, ``depthwise_grad_call_us``: measured at calibration): each call of a
+  depthwise convolution (forward) or of its backward costs that much beyond an ordinary op's overhead, whatever
+  its size (on CPUs about 55 and 110 us against 5-10 us for a dense convolution: the library sets the kernel up
+  anew on every call).
 - layout transposes: a convolution on NVIDIA tensor cores with NCHW activations moves its tensors twice more in
   NCHW<->NHWC transpose kernels, at the copy bandwidth, times ``nchw_transpose`` (1: NCHW, 0: channels_last).
 
@@ -75,7 +86,8 @@ _PARENT = {"conv_depthwise": "conv_grouped", "conv_grouped": "conv"}
 _SCALARS = ("memory_scale", "kernel_floor_us", "op_overhead_us", "light_overhead_us", "step_overhead_ms",
             "foreach_chunk", "gemm_half_dim", "conv_half_dim", "fresh_alloc_min_bytes", "fresh_alloc_gb_per_s",
             "cache_bytes", "dram_factor", "winograd_speedup", "sustained_clock_per_base", "shared_lane_fp32_share",
-            "nchw_transpose", "host_forward_us", "host_backward_us")
+            "nchw_transpose", "host_forward_us", "host_backward_us", "depthwise_tap_ref", "depthwise_wgrad_gflops",
+            "depthwise_call_us", "depthwise_grad_call_us")
 
 ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
             "uint8": 1, "bool": 1}
@@ -152,6 +164,10 @@ class RooflineTable(Document):
     nchw_transpose: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.0
     host_forward_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
     host_backward_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    depthwise_tap_ref: Annotated[float, Field(ge=0, le=1024, allow_inf_nan=False)] = 0.0
+    depthwise_wgrad_gflops: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    depthwise_call_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    depthwise_grad_call_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
 
 
 def check_table(table, where: str) -> dict:
@@ -196,6 +212,10 @@ class RooflineParams:
     nchw_transpose: float = 0.0
     host_forward_us: float = 0.0
     host_backward_us: float = 0.0
+    depthwise_tap_ref: float = 0.0
+    depthwise_wgrad_gflops: float = 0.0
+    depthwise_call_us: float = 0.0
+    depthwise_grad_call_us: float = 0.0
     _arrays: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -242,6 +262,10 @@ class RooflineParams:
             nchw_transpose=float(table.get("nchw_transpose", 0.0)),
             host_forward_us=float(table.get("host_forward_us", 0.0)),
             host_backward_us=float(table.get("host_backward_us", 0.0)),
+            depthwise_tap_ref=float(table.get("depthwise_tap_ref", 0.0)),
+            depthwise_wgrad_gflops=float(table.get("depthwise_wgrad_gflops", 0.0)),
+            depthwise_call_us=float(table.get("depthwise_call_us", 0.0)),
+            depthwise_grad_call_us=float(table.get("depthwise_grad_call_us", 0.0)),
         )
 
     @classmethod
@@ -261,7 +285,9 @@ class RooflineParams:
              "conv_half_dim": self.conv_half_dim, "winograd_speedup": self.winograd_speedup,
              "sustained_clock_per_base": self.sustained_clock_per_base,
              "shared_lane_fp32_share": self.shared_lane_fp32_share, "nchw_transpose": self.nchw_transpose,
-             "host_forward_us": self.host_forward_us, "host_backward_us": self.host_backward_us}
+             "host_forward_us": self.host_forward_us, "host_backward_us": self.host_backward_us,
+             "depthwise_tap_ref": self.depthwise_tap_ref, "depthwise_wgrad_gflops": self.depthwise_wgrad_gflops,
+             "depthwise_call_us": self.depthwise_call_us, "depthwise_grad_call_us": self.depthwise_grad_call_us}
         if self.light_overhead_us is not None:
             d["light_overhead_us"] = self.light_overhead_us
         if self.fresh_alloc_min_bytes or self.fresh_alloc_gb_per_s:
@@ -377,6 +403,29 @@ def winograd_eligible(op) -> bool:
     if w is None:
         return not op.input_shapes and tuple(_conv_setting(op, 2, ()) or ()) == (1, 1)
     return len(w) == 4 and tuple(w[2:]) == (3, 3)
+
+
+def depthwise_taps(op) -> int:
+    """The kernel area of a depthwise convolution (or its backward): 9 for 3x3; 0 for every other op."""
+    if op.op_class != "conv" or compute_key(op) != "conv_depthwise":
+        return 0
+    w = _conv_weight(op)
+    return int(math.prod(w[2:])) if w is not None and len(w) > 2 else 0
+
+
+def depthwise_wgrad_flops(op) -> float:
+    """FLOPs of the weight gradient of a depthwise convolution with a kernel larger than 3x3 (more than 9 taps),
+    when its backward computes one (``output_mask[1]``): 2 x grad_output elements x kernel area. 0 otherwise."""
+    if op.aten != "convolution_backward":
+        return 0.0
+    taps = depthwise_taps(op)
+    mask = _conv_setting(op, 7, (1, 1, 1))
+    if taps <= 9 or not (isinstance(mask, (list, tuple)) and len(mask) > 1 and mask[1]):
+        return 0.0
+    try:
+        return float(2 * math.prod(op.input_shapes[0]) * taps)
+    except (IndexError, TypeError):
+        return 0.0
 
 
 def key_of_class(op_class: str) -> str:
@@ -530,6 +579,9 @@ class CompiledOps:
     transpose_bytes: np.ndarray | None = None  # bytes an NCHW tensor-core convolution's layout transposes move
     clock_ratio: float = 0.0  # base / boost clock of the device (0: the catalog gives no base clock)
     shared_lane_frac: float = 0.0  # FP32 lanes per SM shared with INT32 / all FP32 lanes per SM
+    taps: np.ndarray | None = None  # kernel area of depthwise convolutions (0: other ops)
+    slow_wgrad_flops: np.ndarray | None = None  # FLOPs of depthwise weight gradients of kernels above 3x3
+    dw_call: np.ndarray | None = None  # 1: a depthwise convolution, 2: its backward, 0: other ops
 
     def __len__(self) -> int:
         return len(self.flops)
@@ -538,12 +590,14 @@ class CompiledOps:
     def from_arrays(cls, flops, nbytes, op_class: Iterable[str], device: Device, *, precision: str = "fp32",
                     dtype="fp32", key: Iterable[str] | None = None, dmin=None, n_tensors=None, light=None,
                     fresh_bytes=None, fresh_min_bytes: float = 0.0, winograd=None,
-                    conv_bytes=None) -> "CompiledOps":
+                    conv_bytes=None, taps=None, slow_wgrad_flops=None, dw_call=None) -> "CompiledOps":
         """From per-op arrays (canonical op rows, layer-campaign samples): ``op_class`` per op, ``dtype`` one
         for all or per op, ``key`` the efficiency key where it is not the class's; ``winograd`` (bool per op):
         the convolutions :func:`winograd_eligible` (counted only where they run in fp32 on the vector units);
         ``conv_bytes``: each convolution's bytes (read and written), of which an NCHW convolution on NVIDIA
-        tensor cores moves twice again in its layout transposes (0 elsewhere)."""
+        tensor cores moves twice again in its layout transposes (0 elsewhere); ``taps`` and ``slow_wgrad_flops``:
+        :func:`depthwise_taps` and :func:`depthwise_wgrad_flops` per op; ``dw_call``: 1 for a depthwise
+        convolution's forward, 2 for its backward, 0 for other ops."""
         flops = np.asarray(flops, dtype=float)
         n = len(flops)
         classes = list(op_class)
@@ -575,6 +629,9 @@ class CompiledOps:
             winograd=wino, transpose_bytes=tbytes,
             clock_ratio=float(base / device.boost_clock_mhz) if base and device.boost_clock_mhz else 0.0,
             shared_lane_frac=float(min(1.0, device.fp32_int32_shared_lanes_per_sm / lanes)) if lanes else 0.0,
+            taps=np.zeros(n) if taps is None else np.asarray(taps, dtype=float),
+            slow_wgrad_flops=np.zeros(n) if slow_wgrad_flops is None else np.asarray(slow_wgrad_flops, dtype=float),
+            dw_call=np.zeros(n, dtype=int) if dw_call is None else np.asarray(dw_call, dtype=int),
         )
 
     def clock_factor(self, params: RooflineParams) -> float:
@@ -596,6 +653,9 @@ class CompiledOps:
         if params.fresh_alloc_gb_per_s and float(params.fresh_alloc_min_bytes) != self.fresh_min_bytes:
             raise ValueError("compiled with another fresh_alloc_min_bytes than these parameters have; compile again")
         eff = params.compute_matrix[self.unit, self.key]
+        if params.depthwise_tap_ref > 0 and self.taps is not None:
+            eff = np.where(self.taps > 0, np.minimum(1.0, eff * self.taps / params.depthwise_tap_ref), eff)
+        flops = self.flops
         half = np.where(self.gemm == 1, params.gemm_half_dim, np.where(self.gemm == 2, params.conv_half_dim, 0.0))
         peak = self.peak_flops_per_s * eff * gemm_factors(self.dmin, half) * self.clock_factor(params)
         if self.winograd is not None and params.winograd_speedup != 1.0:
@@ -621,7 +681,14 @@ class CompiledOps:
             copy_bw = (self.bandwidth_bytes_per_s * params.memory_vector[MEMORY_CLASSES.index("copy")]
                        * params.memory_scale)
             fresh_s = fresh_s + params.nchw_transpose * self.transpose_bytes / copy_bw
-        return roofline_s(self.flops, self.bytes, peak, bw, params.kernel_floor_us * 1e-6, launches, over, fresh_s,
+        if (params.depthwise_call_us or params.depthwise_grad_call_us) and self.dw_call is not None:
+            per_call = np.array([0.0, params.depthwise_call_us, params.depthwise_grad_call_us]) * 1e-6
+            fresh_s = fresh_s + per_call[self.dw_call]
+        if params.depthwise_wgrad_gflops > 0 and self.slow_wgrad_flops is not None and self.slow_wgrad_flops.any():
+            # the slow path runs after the rest of the op (its input gradient), which the roofline times
+            flops = flops - self.slow_wgrad_flops
+            fresh_s = fresh_s + self.slow_wgrad_flops / (params.depthwise_wgrad_gflops * 1e9)
+        return roofline_s(flops, self.bytes, peak, bw, params.kernel_floor_us * 1e-6, launches, over, fresh_s,
                           with_bound=with_bound)
 
 
@@ -637,6 +704,8 @@ def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineP
         light=[is_light(o) for o in ops],
         winograd=[winograd_eligible(o) for o in ops],
         conv_bytes=[o.bytes_total if o.op_class == "conv" else 0.0 for o in ops],
+        taps=[depthwise_taps(o) for o in ops], slow_wgrad_flops=[depthwise_wgrad_flops(o) for o in ops],
+        dw_call=[(2 if o.aten == "convolution_backward" else 1) if depthwise_taps(o) else 0 for o in ops],
         fresh_bytes=[fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, min_bytes, o.dtype) if min_bytes
                      else 0.0 for o in ops],
         fresh_min_bytes=min_bytes,
