@@ -111,6 +111,11 @@ def register(app: typer.Typer) -> None:
         if bw:
             console.print(f"memory (measured): STREAM {bw['stream_gb_per_s']:.1f} GB/s, writing fresh pages "
                           f"{bw['fresh_gb_per_s']:.2f} GB/s vs {bw['fill_gb_per_s']:.1f} GB/s mapped")
+        dw = prof.fit.get("depthwise")
+        if dw:
+            console.print(f"depthwise convolutions (measured): 7x7 weight gradient {dw['gflops_per_s']:.2f} GFLOP/s "
+                          f"({dw['ratio_to_3x3']:.0f}x the 3x3 one's time), {dw['call_us']:.0f} us per call forward, "
+                          f"{dw['grad_call_us']:.0f} us backward")
         console.print(f"profile saved: {path}  (use: traincast predict MODEL --device local ...)")
 
     @app.command()
