@@ -565,3 +565,53 @@ def test_features_of_another_width_than_the_embeddings_are_refused():
     assert isinstance(exc, _WidthMismatch) and "8 wide" in str(exc) and "16 wide" in str(exc)
     exc, rows = _dry_run(Scatter(16), {"mask": mask})
     assert exc is None and rows == [4]
+
+
+def test_images_resized_to_the_projectors_patch_grid(capsys, tmp_path):
+    """Idefics3's connector pixel-shuffles the patch grid by ``scale_factor`` 2: a 56 px image in 8 px patches
+    (a 7x7 grid) cannot be split, so the images are resized to 48 px (6x6, as its image processor resizes them):
+    the patch convolution sees 48x48, (6 / 2)^2 = 9 placeholders, the model built is the config's own (same
+    parameters), and the forecast says what was resized."""
+    fields = dict(text_config=dict(T, model_type="llama", vocab_size=1000, num_key_value_heads=2),
+                  vision_config=dict(T, image_size=56, patch_size=8), scale_factor=2, image_token_id=999)
+    wl, fwd, p = _trace(capsys, tmp_path, "idefics3", fields, None, "--seq-len", "32")
+    assert "(9 image placeholders)" in wl["input_description"] and "3x48x48 images" in wl["input_description"]
+    conv = [o for o in fwd if o["aten"] == "convolution"]
+    assert conv and conv[0]["input_shapes"][0][-2:] == [48, 48]
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err
+    f = json.loads(out)
+    assert f["parameters"] == _expected_parameters(p, None, None)[0]
+    assert any("56x56 images are resized to 48x48" in n and "merge factor 2" in n for n in f["notes"]), f["notes"]
+
+
+def test_a_vision_tower_that_cannot_fit_its_projector_is_refused_in_one_line(capsys, tmp_path):
+    """ModernVBERT's SigLIP tower has position embeddings for its own 7x7 grid only, which its pixel shuffle by 4
+    cannot split: no image size fits, and the one-line error says so and what to set."""
+    fields = dict(text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2),
+                  vision_config=dict(T, image_size=56, patch_size=8), pixel_shuffle_factor=4)
+    p = _write(tmp_path, "modernvbert", fields, None)
+    msg = _one_line_error(*cli(capsys, "trace", p, "-b", "2", "--seq-len", "32")[::2])
+    assert "make a 7x7 grid, which the projector's merge factor 4 does not divide" in msg, msg
+    assert "multiple of 32" in msg
+
+
+def test_tiled_images_and_patch_rows(capsys, tmp_path):
+    """Mllama takes each image as tiles (``batch x images x tiles x C x H x W``) with its aspect-ratio id and
+    tile mask, its text attending to them across (one image token each); Fuyu takes images as rows of flattened
+    patches (``batch x patches x patch*patch*C``), one placeholder per patch."""
+    fields = dict(vision_config=dict(hidden_size=64, num_hidden_layers=2, num_global_layers=1, attention_heads=2,
+                                     intermediate_size=128, vision_output_dim=128, image_size=32, patch_size=8,
+                                     intermediate_layers_indices=[0]),
+                  text_config=dict(T, num_key_value_heads=2, vocab_size=1000, cross_attention_layers=[1], pad_token_id=0),
+                  image_token_index=999)
+    wl, fwd, p = _trace(capsys, tmp_path, "mllama", fields, None, "--seq-len", "32")
+    assert "(1 image placeholders)" in wl["input_description"]
+    assert "3x64x64 images in 4 tiles of 32x32" in wl["input_description"], wl["input_description"]
+    conv = [o for o in fwd if o["aten"] == "convolution"]
+    assert conv and conv[0]["input_shapes"][0] == [2 * 4, 3, 32, 32]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+    fields = dict(text_config=dict(T, vocab_size=1000), image_size=32, patch_size=8, image_token_id=999)
+    wl, fwd, _ = _trace(capsys, tmp_path, "fuyu", fields, None, "--seq-len", "32")
+    assert "(16 image placeholders)" in wl["input_description"] and "16 rows of 8px patches" in wl["input_description"]
+    assert any([2, 16, 192] in o["input_shapes"] or [32, 192] in o["input_shapes"] for o in fwd)

@@ -361,6 +361,7 @@ class _Ctx:
     real_ids: bool = False
     image_ids: tuple = _IMAGE_TOKEN_ID  # the config fields naming the placeholder token the pixels fill
     feature_frames: int = 0  # the frames of the audio features made last
+    snapped: tuple | None = None  # the image size rounded to the projector's patch grid (variant ``snap``)
 
     @property
     def idev(self):
@@ -382,6 +383,8 @@ def _vocab(cfg) -> int:
 
 
 def _image_hw(ctx: _Ctx) -> tuple[int, int]:
+    if ctx.snapped:
+        return ctx.snapped
     if ctx.opts.image_size:
         return ctx.opts.image_size, ctx.opts.image_size
     cfg = ctx.cfg
@@ -569,6 +572,17 @@ def _flat_patches(ctx: _Ctx, images):
     return torch.randn(b, gh * gw, c * patch * patch), shapes, mask
 
 
+def _patch_rows(ctx: _Ctx, images):
+    """Images as rows of flattened patches, ``batch x patches x patch*patch*C`` (a model whose projector is a
+    linear layer over raw patches: Fuyu), the patches of the config's ``patch_size``."""
+    patch = find(ctx.cfg, "patch_size", prefer=_SUB_VISION)
+    patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch or 16)
+    b, c, h, w = images.shape
+    gh, gw = max(1, h // patch), max(1, w // patch)
+    ctx.desc[-1] = f"{c}x{gh * patch}x{gw * patch} images as {gh * gw} rows of {patch}px patches"
+    return torch.randn(b, gh * gw, c * patch * patch)
+
+
 def _tiles(ctx: _Ctx) -> int:
     """Tiles per image for LLaVA-NeXT-style "AnyRes" models (a config with ``image_grid_pinpoints``): the base
     image plus the crops of the grid resolution transformers' own preprocessing picks for the image size."""
@@ -603,6 +617,34 @@ def _image_tokens_guess(ctx: _Ctx) -> int:
             n += 1
         return n
     return 256
+
+
+# config fields of the factor by which a projector merges the vision tower's patch grid (pixel shuffle): the
+# grid's sides must be multiples of it
+_GRID_FACTORS = ("pixel_shuffle_factor", "scale_factor", "downsample_factor", "spatial_merge_size", "merge_size")
+
+
+def _snapped_hw(ctx: _Ctx) -> tuple[tuple[int, int], str, str, int] | None:
+    """The image size rounded down so that its patch grid's sides are multiples of the factor by which the
+    projector merges patches (Idefics3's pixel shuffle: a 224 px image in 32 px patches is a 7x7 grid, which a
+    shuffle by 2 cannot split; 192 px is 6x6), as an image processor resizes images for such a model; with
+    the note saying so, what is wrong with the size, and the multiple it needs. None where the image size fits
+    already (or the config names no patch and merge factor)."""
+    patch = find(ctx.cfg, "patch_size", prefer=_SUB_VISION)
+    patch = patch[0] if isinstance(patch, (list, tuple)) and patch else patch
+    factor = next((v for v in (find(ctx.cfg, n, prefer=_SUB_VISION) for n in _GRID_FACTORS)
+                   if isinstance(v, int) and not isinstance(v, bool) and v >= 2), None)
+    if not (isinstance(patch, int) and patch > 0 and factor):
+        return None
+    h, w = _image_hw(ctx)
+    step = patch * factor
+    hw = (max(step, h // step * step), max(step, w // step * step))
+    if hw == (h, w):
+        return None
+    return hw, (f"the {h}x{w} images are resized to {hw[0]}x{hw[1]} so that their grid of {patch} px patches "
+                f"divides by the projector's merge factor {factor} (as the model's image processor resizes them)"), \
+        (f"its {h}x{w} images in {patch} px patches make a {h // patch}x{w // patch} grid, which the projector's "
+         f"merge factor {factor} does not divide"), step
 
 
 _FEATURE_MISMATCH = re.compile(r"(?:image|video) (?:features and (?:image|video) )?tokens?.*?features:? (\d+)", re.I)
@@ -649,6 +691,26 @@ def _video(ctx: _Ctx):
     return torch.randn(ctx.batch, t, c, h, w)
 
 
+def _tiled(ctx: _Ctx, images) -> dict:
+    """Images cut into tiles (Mllama): each image as the grid of tiles of the config's ``max_num_tiles`` among
+    its ``supported_aspect_ratios`` (a 2x2 grid of four tiles where supported), ``batch x 1 image x tiles x C x
+    H x W``, with that grid's ``aspect_ratio_ids`` (its place in the list, from 1) and a mask of the tiles."""
+    b, c, h, w = images.shape
+    tiles = find(ctx.cfg, "max_num_tiles", prefer=_SUB_VISION)
+    tiles = int(tiles) if isinstance(tiles, int) and tiles > 0 else 1
+    ratios = find(ctx.cfg, "supported_aspect_ratios", prefer=_SUB_VISION) or [[1, 1]]
+    grids = [tuple(r) for r in ratios if isinstance(r, (list, tuple)) and len(r) == 2 and r[0] * r[1] <= tiles]
+    grid = max(grids or [(1, 1)], key=lambda r: (r[0] * r[1], -abs(r[0] - r[1])))
+    rid = [tuple(r) for r in ratios].index(grid) + 1 if grid in [tuple(r) for r in ratios] else 1
+    n = grid[0] * grid[1]
+    ctx.desc[-1] = f"{c}x{h * grid[0]}x{w * grid[1]} images in {n} tiles of {h}x{w}"
+    mask = torch.zeros(b, 1, tiles, dtype=torch.long, device=ctx.idev)
+    mask[:, :, :n] = 1
+    pix = torch.randn(b, 1, tiles, c, h, w)
+    return {"pixel_values": pix, "aspect_ratio_ids": torch.full((b, 1), rid, dtype=torch.long, device=ctx.idev),
+            "aspect_ratio_mask": mask}
+
+
 def _time_series(ctx: _Ctx, cls, kw: dict) -> str:
     """A time-series batch: ``past_values`` of the config's ``context_length`` steps (``batch x steps x
     channels`` where the config has ``num_input_channels``, else ``batch x steps``), and its targets:
@@ -687,6 +749,10 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
     cfg = ctx.cfg
     kw: dict = {}
     kind = _head_kind(cls)
+    ctx.snapped = None
+    if "snap" in variant:
+        snap = _snapped_hw(ctx)
+        ctx.snapped = snap[0] if snap else None
     B, S = ctx.batch, _seq(ctx)
     text = "input_ids" in p
     if "pixel_values" in p and (not text or find(cfg, *ctx.image_ids) is not None or p["pixel_values"].default
@@ -702,11 +768,15 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             kw["pixel_values"], kw["spatial_shapes"], mask = _flat_patches(ctx, kw["pixel_values"])
             if "pixel_attention_mask" in p:
                 kw["pixel_attention_mask"] = mask
+        elif "aspect_ratio_ids" in p and kw["pixel_values"].dim() == 4:  # tiled images (Mllama)
+            kw.update(_tiled(ctx, kw["pixel_values"]))
         elif cls.__name__.endswith("ForKeypointMatching") and kw["pixel_values"].dim() == 4:  # pairs of images
             kw["pixel_values"] = torch.stack([kw["pixel_values"]] * 2, 1)
             ctx.desc[-1] = "pairs of " + ctx.desc[-1]
         elif "image_grid_thw" in p and kw["pixel_values"].dim() == 4:
             kw["pixel_values"], kw["image_grid_thw"] = _grid_patches(ctx, kw["pixel_values"])
+        elif "rows" in variant:  # rows of flattened patches (Fuyu: ``batch x patches x patch*patch*C``)
+            kw["pixel_values"] = _patch_rows(ctx, kw["pixel_values"])
         elif "5d" in variant:
             x = kw["pixel_values"]
             tiles = _tiles(ctx)
@@ -794,6 +864,17 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             if "qformer_attention_mask" in p:
                 kw["qformer_attention_mask"] = torch.ones(B, qlen, dtype=torch.long, device=ctx.idev)
             ctx.desc.append(f"{qlen} instruction tokens for the Q-Former")
+        if "cross_attention_mask" in p and "aspect_ratio_mask" in kw:  # every token attends to every tile
+            kw["cross_attention_mask"] = kw["aspect_ratio_mask"][:, None].expand(B, seq, *kw["aspect_ratio_mask"]
+                                                                                  .shape[1:]).contiguous()
+        if "question_positions" in p and kw["input_ids"].dim() == 2 and kind != "span":
+            # span pre-training (Splinter): one question token per example, at position 1, with its span's ends
+            # (given, the model does not find them by the token's values, which a trace on meta cannot read)
+            kw["question_positions"] = torch.ones(B, 1, dtype=torch.long, device=ctx.idev)
+            if "start_positions" in p and "end_positions" in p:
+                kw["start_positions"] = torch.full((B, 1), 2, dtype=torch.long, device=ctx.idev)
+                kw["end_positions"] = torch.full((B, 1), 3, dtype=torch.long, device=ctx.idev)
+                kind = "own"
         if "lang_ids" in p:  # per-example language of a language-adapter model (X-MOD): the first one
             kw["lang_ids"] = torch.zeros(B, dtype=torch.long, device=ctx.idev)
         if "token_type_ids" in p and find(cfg, "type_vocab_size") not in (None, 0):
@@ -1232,6 +1313,12 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
                 forms += [frozenset({f"width={w}"}), frozenset({f"width={w}", "flip"})]
         if "bbox" in kw:
             forms += [f | {"float-boxes"} for f in forms]
+        if "pixel_values" in kw and kw["pixel_values"].dim() == 4 and isinstance(
+                find(cfg, "patch_size", prefer=_SUB_VISION), int):
+            forms.append(frozenset({"rows"}))
+        snap = _snapped_hw(ctx) if "pixel_values" in kw else None
+        if snap:  # last: the images resized to the projector's patch grid
+            forms += [f | {"snap"} for f in forms]
         for variant in forms:
             kw, kind = inputs(image_tokens, variant)
             exc, rows = _dry_run(model, kw)
@@ -1244,7 +1331,14 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
                 if same and same.group(1) == same.group(2):
                     raise TraceError(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}")
                 image_tokens = n if exc is None else image_tokens
+            if exc is None and not rows and "cross_attention_mask" in kw and image_tokens != 1:
+                # the text attends to the images across (Mllama) instead of taking their features in placeholders:
+                # one image token marks each image
+                image_tokens = 1
+                kw, kind = inputs(image_tokens, variant)
             if exc is None:
+                if "snap" in variant:
+                    notes.append(f"{name}: {snap[1]}")
                 break
             if isinstance(exc, _WidthMismatch):
                 raise TraceError(f"cannot trace {name}: {cls.__name__}: {exc}: its projector's output width does not "
@@ -1252,6 +1346,10 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
                                  "e.g. vision_config.out_hidden_size != text_config.hidden_size); make them equal in "
                                  "the config.json")
         else:
+            if snap:  # no form runs, resized or not: the vision tower's own size does not fit the projector
+                raise TraceError(f"cannot trace {name}: {cls.__name__}: {snap[2]}, and the vision tower takes no "
+                                 f"other size (set the vision config's image_size to a multiple of {snap[3]} in the "
+                                 "config.json)")
             kw, kind = inputs(image_tokens)
     desc = f"{batch_size} x (" + ", ".join(ctx.desc) + ")"
     if kind == "ctc":
