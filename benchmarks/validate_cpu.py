@@ -122,7 +122,7 @@ def main() -> None:
         rates["depthwise"] = asdict(measure_depthwise("cpu", threads=args.threads))
     dev_file.write_text(json.dumps(rates, indent=1))
     bw = Bandwidth(**rates["bandwidth"])
-    dw = DepthwiseCosts(**(rates["depthwise"] | {"shape": tuple(rates["depthwise"]["shape"])}))
+    dw = DepthwiseCosts(**(rates["depthwise"] | {"shapes": tuple(tuple(x) for x in rates["depthwise"]["shapes"])}))
     print(f"device: STREAM {bw.stream_gb_per_s:.1f} GB/s, fresh pages {bw.page_in_gb_per_s:.2f} GB/s; depthwise "
           f"convolutions: 7x7 weight gradient {dw.gflops_per_s:.2f} GFLOP/s ({dw.ratio_to_3x3:.0f}x the 3x3 one's "
           f"time), calls {dw.call_us:.0f} us forward, {dw.grad_call_us:.0f} us backward ({dev_file})")

@@ -107,5 +107,5 @@ def test_each_depthwise_call_pays_its_measured_fixed_cost_and_dense_convolutions
 def test_the_depthwise_probe_measures_rates_and_call_costs():
     from traincast.measure.kernels import measure_depthwise
 
-    d = measure_depthwise("cpu", threads=1, shape=(1, 16, 14, 14))
+    d = measure_depthwise("cpu", threads=1, shapes=((1, 16, 14, 14), (1, 32, 7, 7)))
     assert d.gflops_per_s > 0 and d.ratio_to_3x3 > 0 and d.call_us >= 0 and d.grad_call_us >= 0

@@ -1,7 +1,8 @@
 """Kernel paths of the local device that the roofline cannot infer from FLOPs and bytes, measured.
 
-``measure_depthwise``: the rate (GFLOP/s) of the weight gradient of a depthwise convolution with a 7x7
-kernel. On CPUs (PyTorch 2.x, oneDNN) the forward pass and the input gradient of a depthwise convolution take
+``measure_depthwise``: the rate (GFLOP/s) of the weight gradient of depthwise convolutions with a 7x7 kernel,
+over the four stage shapes of an ImageNet CNN (batch 8; 96 channels at 56x56 to 768 at 7x7): total FLOPs over
+total time, as a network's stages add up (on this project's VM the rate is 3.2 to 6.6 GFLOP/s by shape). On CPUs (PyTorch 2.x, oneDNN) the forward pass and the input gradient of a depthwise convolution take
 about the same time per output whatever the kernel size, and so does the weight gradient of a 3x3 kernel; the
 weight gradient of larger kernels (5x5, 7x7: EfficientNet, MnasNet, ConvNeXt) runs on a slow path at a few
 GFLOP/s, 5-30x longer than the 3x3 one at the same shape (measured on this project's 2-core Xeon VM,
@@ -26,33 +27,40 @@ _POLICY = TimingPolicy(warmup=1, min_repeats=5, max_repeats=15, target_cov=0.05,
 class DepthwiseCosts:
     gflops_per_s: float  # the 7x7 weight gradient's rate (2 x multiply-adds per second / 1e9)
     ratio_to_3x3: float  # its time over the 3x3 weight gradient's at the same shape (about 49/9 where no slow path)
-    shape: tuple[int, int, int, int]  # (batch, channels, height, width) of the probe
+    shapes: tuple[tuple[int, int, int, int], ...]  # (batch, channels, height, width) of each probe
     cov: float
     call_us: float = 0.0  # a depthwise convolution's forward call beyond an element-wise op's
     grad_call_us: float = 0.0  # its backward's (input and weight gradients)
 
 
+STAGES = ((8, 96, 56, 56), (8, 192, 28, 28), (8, 384, 14, 14), (8, 768, 7, 7))
+
+
 def measure_depthwise(device: str = "cpu", *, threads: int | None = None,
-                            shape: tuple[int, int, int, int] = (8, 192, 28, 28)) -> DepthwiseCosts:
+                      shapes: tuple[tuple[int, int, int, int], ...] = STAGES) -> DepthwiseCosts:
     """Time the weight gradient (alone: ``output_mask`` (False, True, False)) of a stride-1 depthwise convolution
-    at ``shape`` with a 7x7 and a 3x3 kernel; the fastest repeat of each counts (another process on the cores
-    only slows a repeat down)."""
+    at each of ``shapes`` with a 7x7 and a 3x3 kernel; the fastest repeat of each counts (another process on the
+    cores only slows a repeat down)."""
     import torch
 
     dev = check_device(device)
-    n, c, h, w = shape
+    t7 = t3 = flops7 = 0.0
+    covs = []
     with pinned_threads(threads), torch.no_grad():
-        x = torch.randn(n, c, h, w, device=dev)
-        go = torch.randn(n, c, h, w, device=dev)
+        for n, c, h, w in shapes:
+            x = torch.randn(n, c, h, w, device=dev)
+            go = torch.randn(n, c, h, w, device=dev)
 
-        def timing(k: int):
-            wt = torch.randn(c, 1, k, k, device=dev)
-            pad = [k // 2, k // 2]
-            return time_fn(lambda: torch.ops.aten.convolution_backward(
-                go, x, wt, None, [1, 1], pad, [1, 1], False, [0, 0], c, [False, True, False]),
-                device=dev, policy=_POLICY)
+            def timing(k: int):
+                wt = torch.randn(c, 1, k, k, device=dev)
+                pad = [k // 2, k // 2]
+                return time_fn(lambda: torch.ops.aten.convolution_backward(
+                    go, x, wt, None, [1, 1], pad, [1, 1], False, [0, 0], c, [False, True, False]),
+                    device=dev, policy=_POLICY)
 
-        t7, t3 = timing(7), timing(3)
+            a, b = timing(7), timing(3)
+            t7, t3, flops7 = t7 + a.min_ms, t3 + b.min_ms, flops7 + 2.0 * n * c * h * w * 49
+            covs.append(a.cov)
         # the fixed cost of a call: tiny tensors (1 x 16 x 4 x 4), fastest repeat, beyond an element-wise op's
         aten = torch.ops.aten
         xs, gs, ws = (torch.randn(1, 16, 4, 4, device=dev), torch.randn(1, 16, 4, 4, device=dev),
@@ -66,6 +74,5 @@ def measure_depthwise(device: str = "cpu", *, threads: int | None = None,
         fwd = fastest(lambda: aten.convolution(xs, ws, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 16))
         bwd = fastest(lambda: aten.convolution_backward(gs, xs, ws, [16], [1, 1], [1, 1], [1, 1], False, [0, 0], 16,
                                                         [True, True, True]))
-    flops7 = 2.0 * n * c * h * w * 49
-    return DepthwiseCosts(gflops_per_s=flops7 / (t7.min_ms * 1e-3) / 1e9, ratio_to_3x3=t7.min_ms / t3.min_ms,
-                          shape=shape, cov=t7.cov, call_us=max(0.0, fwd - base), grad_call_us=max(0.0, bwd - base))
+    return DepthwiseCosts(gflops_per_s=flops7 / (t7 * 1e-3) / 1e9, ratio_to_3x3=t7 / t3,
+                          shapes=tuple(tuple(s) for s in shapes), cov=max(covs), call_us=max(0.0, fwd - base), grad_call_us=max(0.0, bwd - base))
