@@ -45,7 +45,37 @@ band, 80% level).
 Goals (issue 20): from 25% of a run, median error <= 10% and worst <= 12%
 across schedules; 80% bands covering 70-90% of outcomes.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|all] [--draws 80]
+Third held-out set and the choice of method (written 2026-11-26, before any
+result on the third set was seen)
+---------------------------------------------------------------------------
+  * ``public-c`` (``benchmarks/data/public_curves_c/``): five public LLM
+    pre-training logs, none of them in ``public`` or ``public-b`` (three
+    build-nanogpt runs with warm-up + cosine to 0.1x, two modded-nanogpt GPT-2
+    124M speedrun logs with WSD linear cooldowns of 28.4% and 28.6%; each
+    file's repository, path and commit in ``manifest.json``). ``--set all`` is
+    the development sets only (cpu, public, public-b); public-c runs only when
+    named.
+  * From then on ``cpu``, ``public`` and ``public-b`` are all development data.
+    The candidates are compared on them only, with the metrics above:
+      - ``baseline``: the method as it was at the start (annealing prior
+        C/L(now) ~ LogNormal(log 5%, 1); no prior on the exponent);
+      - ``anneal-cal``: the annealing prior calibrated on full-curve fits of
+        the development LLM runs (median 3.8% of the loss now, log-sd 0.5);
+      - ``exp-prior``: a prior on the exponent of the forms in the cumulative
+        learning rate (``power``, ``mpl``): log(alpha) ~ N(log 0.4, 0.7);
+      - ``anneal-cal+exp-prior``: both.
+    Constants are switched with ``--const NAME=VALUE`` (attributes of
+    ``traincast.online.curves``: PRIOR_MU, PRIOR_SIGMA, EXP_PRIOR_SIGMA; 0
+    turns the exponent prior off).
+  * Choice rule: the lowest median error from 25% over the public development
+    runs (public + public-b); a candidate whose median from 25% or 50% on the
+    ``cpu`` runs is worse than the baseline's by more than 3 points is out;
+    ties (within 1 point) go to the band coverage closest to 70-90%.
+  * The chosen method becomes the default, and ``--set public-c`` is run once
+    with it; its result is reported whatever it shows, and nothing is changed
+    after it.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c] [--draws 80] [--const NAME=VALUE]
 """
 
 from __future__ import annotations
@@ -72,6 +102,7 @@ ORIGINS = (0.1, 0.25, 0.5)
 TARGETS = (0.6, 0.8, 0.9)
 PUBLIC = HERE / "data" / "public_curves"
 PUBLIC_B = HERE / "data" / "public_curves_b"  # a second held-out set, gathered 2026-11-26 (see the docstring)
+PUBLIC_C = HERE / "data" / "public_curves_c"  # the third held-out set: run once, at the end, with the chosen method
 
 
 def smoothed(loss: np.ndarray, w: int) -> np.ndarray:
@@ -179,15 +210,27 @@ def table(rows, title, by="method"):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", choices=("cpu", "public", "public-b", "all"), default="all")
+    ap.add_argument("--set", choices=("cpu", "public", "public-b", "all", "public-c"), default="all",
+                    help="all = the development sets (cpu, public, public-b); public-c is the held-out set, run only by name")
     ap.add_argument("--draws", type=int, default=80, help="sampled curves per forecast")
     ap.add_argument("--only", default=None, help="runs whose name contains this")
     ap.add_argument("--methods", default="traincast,no-schedule,optimus-auto")
     ap.add_argument("--save", default=None, help="write the rows as JSON here")
+    ap.add_argument("--const", action="append", default=[],
+                    help="NAME=VALUE: set a constant of traincast.online.curves (candidate methods; see the docstring)")
     args = ap.parse_args()
+    import traincast.online.curves as _curves
+
+    for kv in args.const:
+        name, _, val = kv.partition("=")
+        if not hasattr(_curves, name):
+            ap.error(f"--const: traincast.online.curves has no constant {name!r}")
+        setattr(_curves, name, float(val))
+        print(f"constant {name} = {float(val)!r}")
     t0 = time.time()
     runs = ((cpu_runs() if args.set in ("cpu", "all") else []) + (public_runs() if args.set in ("public", "all") else [])
-            + (public_runs(PUBLIC_B) if args.set in ("public-b", "all") else []))
+            + (public_runs(PUBLIC_B) if args.set in ("public-b", "all") else [])
+            + (public_runs(PUBLIC_C) if args.set == "public-c" else []))
     if args.only:
         runs = [r for r in runs if args.only in r["name"]]
     methods = tuple(args.methods.split(","))

@@ -107,3 +107,36 @@ def test_form_registry():
     assert {"power", "optimus", "exp", "mpl"} == set(FORMS)
     assert "mpl" not in form_names(schedule=False) and "mpl" in form_names(schedule=True)
     assert all(f.help for f in FORMS.values())
+
+
+def _fit_power(k, y, spec, cut, exp_sd, monkeypatch):
+    import traincast.online.curves as C
+
+    monkeypatch.setattr(C, "EXP_PRIOR_SIGMA", exp_sd)
+    grid = C.Grid.build(T, parse_schedule(spec, T), T)
+    keep = (k <= cut) & (k >= 0.2 * cut)
+    kb, yb = C.bin_curve(k[keep], y[keep])
+    ctx = C.Ctx.make(grid, kb, kb[-1])
+    fit = C.fit_form("power", ctx, yb, float(np.median(yb[-5:])), C.noise_log(yb))
+    return fit.params
+
+
+def test_exponent_prior_steadies_the_exponent_of_a_noisy_quarter(monkeypatch):
+    """From a noisy quarter of a run the exponent of L0 + A*S1^-alpha is barely identified; the prior narrows its spread."""
+    spec = "warmup-cosine:100:4000:0.1"
+    spread = {}
+    for sd in (0.0, 0.7):
+        alphas = []
+        for seed in range(6):
+            k, y, _ = tissue_curve(spec, c_frac=0.04, noise=0.03, seed=seed, alpha=0.4)
+            alphas.append(_fit_power(k, y, spec, T // 4, sd, monkeypatch)[2])
+        spread[sd] = float(np.std(np.log(alphas)))
+    assert spread[0.7] < spread[0.0]
+
+
+def test_exponent_prior_gives_way_to_the_data(monkeypatch):
+    """A clean full curve from the law with alpha = 0.9 (the prior's median is 0.4): the data set the exponent."""
+    spec = "warmup-cosine:100:4000:0.1"
+    k, y, _ = tissue_curve(spec, c_frac=0.04, noise=0.002, seed=4, alpha=0.9)
+    a_fit = _fit_power(k, y, spec, T, 0.7, monkeypatch)[2]
+    assert 0.7 < a_fit < 1.2
