@@ -223,9 +223,12 @@ def main() -> None:
 
     for kv in args.const:
         name, _, val = kv.partition("=")
-        if not hasattr(_curves, name):
-            ap.error(f"--const: traincast.online.curves has no constant {name!r}")
-        setattr(_curves, name, float(val))
+        if not (name.isupper() and isinstance(getattr(_curves, name, None), (int, float))):
+            ap.error(f"--const: traincast.online.curves has no numeric constant {name!r}")
+        try:
+            setattr(_curves, name, float(val))
+        except ValueError:
+            ap.error(f"--const {kv}: the value is not a number")
         print(f"constant {name} = {float(val)!r}")
     t0 = time.time()
     runs = ((cpu_runs() if args.set in ("cpu", "all") else []) + (public_runs() if args.set in ("public", "all") else [])

@@ -116,6 +116,8 @@ def main() -> None:
 
     dev_file = cache.with_suffix(".device.json")
     rates = json.loads(dev_file.read_text()) if dev_file.exists() else {}
+    if rates.get("threads") != args.threads:  # measured with another thread count: measure again
+        rates = {"threads": args.threads}
     if "bandwidth" not in rates:
         rates["bandwidth"] = asdict(measure_bandwidth("cpu", threads=args.threads))
     if "depthwise" not in rates:

@@ -3,6 +3,7 @@ timed per output whatever the kernel's area, and the slow path of weight gradien
 measured rate."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -67,8 +68,10 @@ def test_slow_weight_gradients_run_at_the_measured_rate_after_the_input_gradient
     gi = (bwd.flops - slow) / (dev.peak_flops_per_s("fp32") * min(1.0, 0.01 * 49 / 9))
     assert t == pytest.approx(gi + slow / 4e9)
     off = _params(dev, depthwise_tap_ref=9.0, depthwise_wgrad_gflops=0.0)
-    # without the slow path both gradients are timed at the depthwise rate
-    assert compile_ops([bwd], dev, "fp32", off).times(off)[0] == pytest.approx(2 * gi)
+    # no measured rate (an uncalibrated CPU): the weight gradient at the depthwise efficiency without the
+    # per-output scaling, which holds for forward passes and input gradients only
+    peak = dev.peak_flops_per_s("fp32")
+    assert compile_ops([bwd], dev, "fp32", off).times(off)[0] == pytest.approx(gi + slow / (peak * 0.01))
 
 
 def test_convnext_has_slow_depthwise_gradients_and_mobilenet_v2_none():
@@ -80,6 +83,35 @@ def test_convnext_has_slow_depthwise_gradients_and_mobilenet_v2_none():
     assert sum(slow) == sum(2 * math.prod(o.input_shapes[0]) * 49 for o in dwb)
     mb = trace("mobilenet_v2", batch_size=2)
     assert any(depthwise_taps(o) == 9 for o in mb.ops) and not any(depthwise_wgrad_flops(o) for o in mb.ops)
+
+
+def test_transposed_and_one_dimensional_depthwise_kernels_are_left_as_they_were():
+    tr = dw(5, "convolution_backward")
+    tr = replace(tr, args=tr.args[:4] + (True,) + tr.args[5:])
+    assert depthwise_wgrad_flops(tr) == 0.0  # transposed: the weight gradient runs over the input, not measured
+    one_d = OpRecord(aten="convolution_backward", phase="backward", module="m", op_class="conv", flops=1e6,
+                     bytes_read=1e5, bytes_written=1e5, dtype="fp32",
+                     input_shapes=((2, 64, 100), (2, 64, 100), (64, 1, 4)), output_shapes=((2, 64, 100),),
+                     n_tensors=1, args=(None, (1,), (3,), (1,), False, (0,), 64, (1, 1, 0)))
+    assert depthwise_taps(one_d) == 0 and depthwise_wgrad_flops(one_d) == 0.0  # Mamba's conv1d: not measured
+
+
+def test_gpu_catalogs_have_no_depthwise_cpu_mechanisms():
+    from traincast.hardware import get_catalog
+
+    for d in get_catalog().devices.values():
+        if d.kind == "gpu":
+            p = RooflineParams.for_device(d)
+            assert (p.depthwise_tap_ref, p.depthwise_wgrad_gflops, p.depthwise_call_us) == (0.0, 0.0, 0.0), d.name
+
+
+def test_interpolated_workloads_keep_the_depthwise_mechanisms():
+    from traincast.predict.compose import interpolate
+
+    a, b, direct = (trace("mobilenet_v3_small", batch_size=n) for n in (2, 4, 3))
+    mid = interpolate(a, b, 3)
+    assert [depthwise_taps(o) for o in mid.ops] == [depthwise_taps(o) for o in direct.ops]
+    assert sum(depthwise_wgrad_flops(o) for o in mid.ops) == sum(depthwise_wgrad_flops(o) for o in direct.ops) > 0
 
 
 def test_the_cpu_catalog_times_depthwise_per_output_and_round_trips():
@@ -108,4 +140,5 @@ def test_the_depthwise_probe_measures_rates_and_call_costs():
     from traincast.measure.kernels import measure_depthwise
 
     d = measure_depthwise("cpu", threads=1, shapes=((1, 16, 14, 14), (1, 32, 7, 7)))
-    assert d.gflops_per_s > 0 and d.ratio_to_3x3 > 0 and d.call_us >= 0 and d.grad_call_us >= 0
+    # a 7x7 weight gradient does 49/9 the work of a 3x3 one at the same shape: never faster
+    assert d.gflops_per_s > 0 and d.ratio_to_3x3 > 1 and d.call_us >= 0 and d.grad_call_us >= 0

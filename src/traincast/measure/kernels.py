@@ -5,13 +5,13 @@ over the four stage shapes of an ImageNet CNN (batch 8; 96 channels at 56x56 to 
 total time, as a network's stages add up (on this project's VM the rate is 3.2 to 6.6 GFLOP/s by shape). On CPUs (PyTorch 2.x, oneDNN) the forward pass and the input gradient of a depthwise convolution take
 about the same time per output whatever the kernel size, and so does the weight gradient of a 3x3 kernel; the
 weight gradient of larger kernels (5x5, 7x7: EfficientNet, MnasNet, ConvNeXt) runs on a slow path at a few
-GFLOP/s, 5-30x longer than the 3x3 one at the same shape (measured on this project's 2-core Xeon VM,
+GFLOP/s, 5-50x longer than the 3x3 one at the same shape (measured on this project's 2-core Xeon VM,
 ``docs/cpu-accuracy.md``). Where a device has a fast path for such kernels the measured rate is high and the
 roofline's extra term for them (``depthwise_wgrad_gflops``) is small.
 
 The same measurement gives the fixed cost of a depthwise convolution call (``call_us``, ``grad_call_us``): the
 forward and the backward of a tiny depthwise convolution beyond a tiny element-wise op's time. On this
-project's VM (2 threads) about 55 and 110 us, whatever the size, against 5-10 us for a dense convolution.
+project's VM (2 threads) about 50 and 100 us, whatever the size, against 5-20 us for a dense convolution.
 """
 
 from __future__ import annotations

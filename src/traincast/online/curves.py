@@ -506,7 +506,8 @@ def sample_curves(
             # randomized MAP: the data perturbed by their own residuals, the prior's centre by a prior draw
             yb_b = fitted * np.exp(rng.choice(resid, size=len(resid), replace=True))
             mu_b = PRIOR_MU + PRIOR_SIGMA * rng.normal()
-            e_b = EXP_PRIOR_MU + EXP_PRIOR_SIGMA * rng.normal()
+            # (no draw without the prior: the random stream stays the method's without it)
+            e_b = EXP_PRIOR_MU + EXP_PRIOR_SIGMA * rng.normal() if EXP_PRIOR_SIGMA > 0 else EXP_PRIOR_MU
             fb = fit_form(n, ctx, yb_b, l_ref, sigma, prior_mu=mu_b, p0=f.params, exp_mu=e_b)
             cur = form.f(fb.params, c_fut) if fb is not None else cur0
             curves.append(cur * np.exp(rng.normal() * s_ext * rel_h))

@@ -118,8 +118,9 @@ def interpolate(a: Workload, b: Workload, batch: int) -> Workload | None:
     """The workload at ``batch`` from traces at two batch sizes, per op linearly.
 
     Op FLOPs and bytes are affine in the batch size for every op a training
-    step runs (weights are fixed, activations scale); returns None when the
-    two traces do not have the same op sequence.
+    step runs (weights are fixed, activations scale); convolutions keep their
+    shapes, interpolated per dimension; returns None when the two traces do
+    not have the same op sequence.
     """
     if len(a.ops) != len(b.ops) or a.batch_size == b.batch_size:
         return None
@@ -134,14 +135,28 @@ def interpolate(a: Workload, b: Workload, batch: int) -> Workload | None:
     def lin(x: int, y: int) -> int:
         return max(0, int(round(x + (y - x) * f)))
 
+    def shapes(sa, sb, op_class: str) -> tuple:
+        """A convolution's shapes, each dimension interpolated like the counts (its weight's are the same in both
+        traces and stay as they are; the batch dimension is affine in the batch): the roofline reads the weight
+        (depthwise or not, kernel area, Winograd). Other ops' shapes are dropped (the parallel engine splits them
+        by their traced anchor); () too when the two traces' shapes differ in structure."""
+        if op_class != "conv" or len(sa) != len(sb):
+            return ()
+        out = []
+        for u, v in zip(sa, sb):
+            if u is None or v is None or len(u) != len(v):
+                return ()
+            out.append(tuple(lin(int(i), int(j)) for i, j in zip(u, v)))
+        return tuple(out)
+
     ops = tuple(
         replace(
             x,
             flops=lin(x.flops, y.flops),
             bytes_read=lin(x.bytes_read, y.bytes_read),
             bytes_written=lin(x.bytes_written, y.bytes_written),
-            input_shapes=(),
-            output_shapes=(),
+            input_shapes=shapes(x.input_shapes, y.input_shapes, x.op_class),
+            output_shapes=shapes(x.output_shapes, y.output_shapes, x.op_class),
         )
         for x, y in zip(a.ops, b.ops)
     )

@@ -43,11 +43,11 @@ Per op::
   depthwise_tap_ref`` (at most 1), the fitted value holding for kernels of ``depthwise_tap_ref`` taps (9: 3x3).
 - slow weight gradients (``depthwise_wgrad_gflops`` > 0: measured at calibration,
   :mod:`traincast.measure.kernels`): the weight gradient of a depthwise kernel larger than 3x3 runs on its own
-  path at that rate, after the rest of the op (input gradient) is timed by the roofline.
+  path at that rate, after the rest of the op (input gradient) is timed by the roofline; not measured (0), at
+  the depthwise efficiency without the per-output scaling. 2-D, non-transposed kernels only.
 - depthwise call costs (``depthwise_call_us``, ``depthwise_grad_call_us``: measured at calibration): each call of a
   depthwise convolution (forward) or of its backward costs that much beyond an ordinary op's overhead, whatever
-  its size (on CPUs about 55 and 110 us against 5-10 us for a dense convolution: the library sets the kernel up
-  anew on every call).
+  its size (on this project's CPU about 50 and 100 us, against 5-20 us for a dense convolution).
 - layout transposes: a convolution on NVIDIA tensor cores with NCHW activations moves its tensors twice more in
   NCHW<->NHWC transpose kernels, at the copy bandwidth, times ``nchw_transpose`` (1: NCHW, 0: channels_last).
 
@@ -378,8 +378,15 @@ def compute_key(op) -> str:
 
 
 def _conv_setting(op, i: int, default):
+    """Argument ``i`` of a traced convolution or its backward, counted as aten's non-tensor arguments with the bias
+    slot first: (bias, stride, padding, dilation, transposed, output padding, groups[, output mask]). The tracer
+    records a forward's bias only when it is None (a bias tensor is an input, not an argument): a forward with a
+    bias has six arguments, and the bias slot is put back here."""
+    args = op.args or ()
+    if op.aten == "convolution" and len(args) == 6:
+        args = (None, *args)
     try:
-        return op.args[i]
+        return args[i]
     except (IndexError, TypeError):
         return default
 
@@ -406,17 +413,19 @@ def winograd_eligible(op) -> bool:
 
 
 def depthwise_taps(op) -> int:
-    """The kernel area of a depthwise convolution (or its backward): 9 for 3x3; 0 for every other op."""
+    """The kernel area of a 2-D depthwise convolution (or its backward): 9 for 3x3; 0 for every other op (1-D and
+    3-D depthwise kernels, e.g. Mamba's causal conv1d, were not measured and keep the plain depthwise key)."""
     if op.op_class != "conv" or compute_key(op) != "conv_depthwise":
         return 0
     w = _conv_weight(op)
-    return int(math.prod(w[2:])) if w is not None and len(w) > 2 else 0
+    return int(math.prod(w[2:])) if w is not None and len(w) == 4 else 0
 
 
 def depthwise_wgrad_flops(op) -> float:
-    """FLOPs of the weight gradient of a depthwise convolution with a kernel larger than 3x3 (more than 9 taps),
-    when its backward computes one (``output_mask[1]``): 2 x grad_output elements x kernel area. 0 otherwise."""
-    if op.aten != "convolution_backward":
+    """FLOPs of the weight gradient of a 2-D depthwise convolution with a kernel larger than 3x3 (more than 9
+    taps), when its backward computes one (``output_mask[1]``): 2 x grad_output elements x kernel area. 0
+    otherwise, and for transposed convolutions (whose weight gradient runs over the input; not measured)."""
+    if op.aten != "convolution_backward" or _conv_setting(op, 4, False):
         return 0.0
     taps = depthwise_taps(op)
     mask = _conv_setting(op, 7, (1, 1, 1))
@@ -652,9 +661,10 @@ class CompiledOps:
         when it is 0): a single op timed alone in a loop finds its inputs there (calibration's layer samples)."""
         if params.fresh_alloc_gb_per_s and float(params.fresh_alloc_min_bytes) != self.fresh_min_bytes:
             raise ValueError("compiled with another fresh_alloc_min_bytes than these parameters have; compile again")
-        eff = params.compute_matrix[self.unit, self.key]
+        eff0 = params.compute_matrix[self.unit, self.key]
+        eff = eff0
         if params.depthwise_tap_ref > 0 and self.taps is not None:
-            eff = np.where(self.taps > 0, np.minimum(1.0, eff * self.taps / params.depthwise_tap_ref), eff)
+            eff = np.where(self.taps > 0, np.minimum(1.0, eff0 * self.taps / params.depthwise_tap_ref), eff0)
         flops = self.flops
         half = np.where(self.gemm == 1, params.gemm_half_dim, np.where(self.gemm == 2, params.conv_half_dim, 0.0))
         peak = self.peak_flops_per_s * eff * gemm_factors(self.dmin, half) * self.clock_factor(params)
@@ -684,10 +694,16 @@ class CompiledOps:
         if (params.depthwise_call_us or params.depthwise_grad_call_us) and self.dw_call is not None:
             per_call = np.array([0.0, params.depthwise_call_us, params.depthwise_grad_call_us]) * 1e-6
             fresh_s = fresh_s + per_call[self.dw_call]
-        if params.depthwise_wgrad_gflops > 0 and self.slow_wgrad_flops is not None and self.slow_wgrad_flops.any():
-            # the slow path runs after the rest of the op (its input gradient), which the roofline times
-            flops = flops - self.slow_wgrad_flops
-            fresh_s = fresh_s + self.slow_wgrad_flops / (params.depthwise_wgrad_gflops * 1e9)
+        slow = self.slow_wgrad_flops
+        if ((params.depthwise_wgrad_gflops > 0 or params.depthwise_tap_ref > 0) and slow is not None
+                and slow.any()):
+            # weight gradients of kernels above 3x3 run on their own path after the rest of the op (its input
+            # gradient, which the roofline times): at the measured rate, or (not measured) at the depthwise
+            # efficiency without the per-output scaling, which does not hold for them
+            flops = flops - slow
+            rate = (params.depthwise_wgrad_gflops * 1e9 if params.depthwise_wgrad_gflops > 0
+                    else peak * eff0 / np.maximum(eff, 1e-12))
+            fresh_s = fresh_s + slow / rate
         return roofline_s(flops, self.bytes, peak, bw, params.kernel_floor_us * 1e-6, launches, over, fresh_s,
                           with_bound=with_bound)
 

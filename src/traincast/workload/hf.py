@@ -1347,9 +1347,10 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
                                  "the config.json")
         else:
             if snap:  # no form runs, resized or not: the vision tower's own size does not fit the projector
-                raise TraceError(f"cannot trace {name}: {cls.__name__}: {snap[2]}, and the vision tower takes no "
-                                 f"other size (set the vision config's image_size to a multiple of {snap[3]} in the "
-                                 "config.json)")
+                why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if exc is not None else "no form runs"
+                raise TraceError(f"cannot trace {name}: {cls.__name__}: {snap[2]}, and no other image size runs "
+                                 f"(the forward stops with {why}); set the image size (--image-size, or the vision "
+                                 f"config's image_size) to a multiple of {snap[3]}")
             kw, kind = inputs(image_tokens)
     desc = f"{batch_size} x (" + ", ".join(ctx.desc) + ")"
     if kind == "ctc":
