@@ -713,6 +713,7 @@ def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineP
     memory class, GEMM dimension, tensors per launch, light flag and fresh output bytes (counted at
     ``params.fresh_alloc_min_bytes``)."""
     min_bytes = params.fresh_alloc_min_bytes if params.fresh_alloc_gb_per_s else 0.0
+    taps = [depthwise_taps(o) for o in ops]
     return CompiledOps.from_arrays(
         [o.flops for o in ops], [o.bytes_total for o in ops], [o.op_class for o in ops], device,
         precision=precision, dtype=[o.dtype for o in ops], key=[compute_key(o) for o in ops],
@@ -720,8 +721,8 @@ def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineP
         light=[is_light(o) for o in ops],
         winograd=[winograd_eligible(o) for o in ops],
         conv_bytes=[o.bytes_total if o.op_class == "conv" else 0.0 for o in ops],
-        taps=[depthwise_taps(o) for o in ops], slow_wgrad_flops=[depthwise_wgrad_flops(o) for o in ops],
-        dw_call=[(2 if o.aten == "convolution_backward" else 1) if depthwise_taps(o) else 0 for o in ops],
+        taps=taps, slow_wgrad_flops=[depthwise_wgrad_flops(o) for o in ops],
+        dw_call=[(2 if o.aten == "convolution_backward" else 1) if t else 0 for o, t in zip(ops, taps)],
         fresh_bytes=[fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, min_bytes, o.dtype) if min_bytes
                      else 0.0 for o in ops],
         fresh_min_bytes=min_bytes,
