@@ -76,7 +76,8 @@ def _start(name: str, i: int) -> float:
 
 def base_params(dev: Device, fixed: dict | None = None) -> RooflineParams:
     """The catalog's parameters for ``dev`` with what was measured on it (``fixed``: ``fresh_alloc``,
-    ``cache_bytes``, and the depthwise convolutions' weight-gradient rate and call costs) and no kernel floor (the per-op overhead carries the short ops' cost)."""
+    ``cache_bytes``, and the depthwise convolutions' weight-gradient rate and call costs) and no kernel floor
+    (the per-op overhead carries the short ops' cost)."""
     p = RooflineParams.for_device(dev)
     values: dict = {"kernel_floor_us": 0.0}
     fixed = fixed or {}
@@ -401,7 +402,8 @@ def calibrate(models=CALIBRATION_POOL, batch_sizes=(2, 8, 16), *, device="cpu",
             depthwise = measure_depthwise(device, threads=threads)
         fixed = {"fresh_alloc": fa, "cache_bytes": last_level_cache_bytes(),
                  "depthwise_wgrad_gflops": round(depthwise.gflops_per_s, 3),
-                 "depthwise_call_us": round(depthwise.call_us, 2), "depthwise_grad_call_us": round(depthwise.grad_call_us, 2)}
+                 "depthwise_call_us": round(depthwise.call_us, 2),
+                 "depthwise_grad_call_us": round(depthwise.grad_call_us, 2)}
     meas = measured or measure_steps(models, batch_sizes, device=device, steps=steps, warmup=warmup,
                                      threads=threads, progress=progress, isolate=isolate)
     fused = fused_attention_for(device)

@@ -40,9 +40,11 @@ def measure_depthwise(device: str = "cpu", *, threads: int | None = None,
                       shapes: tuple[tuple[int, int, int, int], ...] = STAGES) -> DepthwiseCosts:
     """Time the weight gradient (alone: ``output_mask`` (False, True, False)) of a stride-1 depthwise convolution
     at each of ``shapes`` with a 7x7 and a 3x3 kernel; the fastest repeat of each counts (another process on the
-    cores only slows a repeat down)."""
+    cores only slows a repeat down). ``shapes`` must not be empty."""
     import torch
 
+    if not shapes:
+        raise ValueError("measure_depthwise needs at least one shape")
     dev = check_device(device)
     t7 = t3 = flops7 = 0.0
     covs = []
@@ -75,4 +77,5 @@ def measure_depthwise(device: str = "cpu", *, threads: int | None = None,
         bwd = fastest(lambda: aten.convolution_backward(gs, xs, ws, [16], [1, 1], [1, 1], [1, 1], False, [0, 0], 16,
                                                         [True, True, True]))
     return DepthwiseCosts(gflops_per_s=flops7 / (t7 * 1e-3) / 1e9, ratio_to_3x3=t7 / t3,
-                          shapes=tuple(tuple(s) for s in shapes), cov=max(covs), call_us=max(0.0, fwd - base), grad_call_us=max(0.0, bwd - base))
+                          shapes=tuple(tuple(s) for s in shapes), cov=max(covs), call_us=max(0.0, fwd - base),
+                          grad_call_us=max(0.0, bwd - base))
