@@ -615,3 +615,71 @@ def test_tiled_images_and_patch_rows(capsys, tmp_path):
     wl, fwd, _ = _trace(capsys, tmp_path, "fuyu", fields, None, "--seq-len", "32")
     assert "(16 image placeholders)" in wl["input_description"] and "16 rows of 8px patches" in wl["input_description"]
     assert any([2, 16, 192] in o["input_shapes"] or [32, 192] in o["input_shapes"] for o in fwd)
+
+
+def _params_and_shapes(capsys, tmp_path, model_type, fields, *extra):
+    wl, fwd, p = _trace(capsys, tmp_path, model_type, fields, None, *extra)
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+    return wl["input_description"], [s for o in fwd for s in o["input_shapes"]]
+
+
+def test_raw_audio_with_the_channel_axis_its_extractor_adds(capsys, tmp_path):
+    """OmniASR's CTC head takes raw audio as ``batch x 1 x samples`` (its feature extractor adds the axis): tried
+    after the plain ``batch x samples``, which its first convolution refuses."""
+    audio = dict(hidden_size=64, num_attention_heads=2, num_hidden_layers=1, intermediate_size=128)
+    desc, shapes = _params_and_shapes(capsys, tmp_path, "omniasr_ctc", dict(audio_config=audio), "--audio-seconds", "1")
+    assert "1 s of 16000 Hz audio, one channel" in desc, desc
+    assert [2, 1, 16000] in shapes
+
+
+def test_text_lines_at_the_size_of_the_image_processor(capsys, tmp_path):
+    """A text recognizer whose config names no image size takes the 48x320 lines its image processor makes (a
+    224 px square does not fit its head), with a note saying so."""
+    desc, shapes = _params_and_shapes(capsys, tmp_path, "pp_ocrv5_server_rec", {})
+    assert "3x48x320 images" in desc, desc
+    assert [2, 3, 48, 320] in shapes
+
+
+@pytest.mark.parametrize("model_type,fields,rows", [
+    # Granite Speech 5: 80 mel bins with their deltas, two frames a row: 320 wide, a row every 2 frames
+    ("granite_speech5_ctc", dict(encoder_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                                     num_attention_heads=2, num_key_value_heads=2, head_dim=32)),
+     [2, 100, 320]),
+])
+def test_feature_rows_stacked_as_the_feature_extractor_stacks_them(capsys, tmp_path, model_type, fields, rows):
+    desc, shapes = _params_and_shapes(capsys, tmp_path, model_type, fields, "--audio-seconds", "2")
+    assert f"rows of {rows[2]}" in desc, desc
+    assert rows in shapes or [rows[0] * rows[1], rows[2]] in shapes  # (its input projection flattens the batch)
+
+
+def test_ids_with_a_token_per_stream(capsys, tmp_path):
+    """Kyutai's speech-to-text takes, at each step, the text token and one token per audio codebook (its
+    embedding adds each stream's offset): ``batch x seq x 33``, the labels the text stream."""
+    fields = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, head_dim=32,
+                  ffn_dim=128)
+    desc, shapes = _params_and_shapes(capsys, tmp_path, "kyutai_speech_to_text", fields, "--seq-len", "16")
+    assert "16 tokens x 33 streams" in desc, desc
+    assert [2, 16, 33] in shapes
+
+
+def test_tts_labels_are_latent_frames_at_their_tokens(capsys, tmp_path):
+    """Pocket TTS trains on frames of continuous latents, one per frame token after the audio BOS in the ids:
+    half the sequence is frames, ``batch x frames x latent_dim`` labels, and the model's own loss."""
+    fields = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, head_dim=32,
+                  intermediate_size=128, flow_head_config=dict(hidden_size=32, num_hidden_layers=1, condition_dim=64))
+    desc, shapes = _params_and_shapes(capsys, tmp_path, "pocket_tts", fields, "--seq-len", "16")
+    assert "16 tokens (audio: 8 frames of 32 latents as labels)" in desc, desc
+    assert [2, 8, 32] in shapes
+    assert _own_loss(capsys, tmp_path / "pocket_tts" / "config.json", "--seq-len", "16")
+
+
+def test_text_as_long_as_the_audio_it_is_added_to(capsys, tmp_path):
+    """Voxtral Realtime adds one audio frame to each text position: the text has as many tokens as the audio
+    encoder makes frames (1.6 s: 160 mel frames, 20 after its downsampling), not --seq-len."""
+    audio = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2, head_dim=32)
+    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=2, head_dim=32, vocab_size=1000)
+    desc, shapes = _params_and_shapes(capsys, tmp_path, "voxtral_realtime",
+                                      dict(audio_config=audio, text_config=text, hidden_size=64),
+                                      "--seq-len", "16", "--audio-seconds", "1.6")
+    assert desc.startswith("2 x (20 tokens"), desc

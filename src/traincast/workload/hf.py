@@ -362,6 +362,7 @@ class _Ctx:
     image_ids: tuple = _IMAGE_TOKEN_ID  # the config fields naming the placeholder token the pixels fill
     feature_frames: int = 0  # the frames of the audio features made last
     snapped: tuple | None = None  # the image size rounded to the projector's patch grid (variant ``snap``)
+    processor_hw: tuple | None = None  # the image size of the model type's image processor (variant ``proc``)
 
     @property
     def idev(self):
@@ -387,6 +388,8 @@ def _image_hw(ctx: _Ctx) -> tuple[int, int]:
         return ctx.snapped
     if ctx.opts.image_size:
         return ctx.opts.image_size, ctx.opts.image_size
+    if ctx.processor_hw:
+        return ctx.processor_hw
     cfg = ctx.cfg
     for c in [*_subconfigs(cfg, _SUB_VISION), cfg] if _get(cfg, "image_size") is None else [cfg, *_subconfigs(cfg, _SUB_VISION)]:
         hw = _hw(_get(c, "image_size", None) or _get(c, "input_size", None) or _get(c, "img_size", None)
@@ -394,6 +397,49 @@ def _image_hw(ctx: _Ctx) -> tuple[int, int]:
         if hw:
             return hw
     return 224, 224
+
+
+def _processor_class(cfg, kind: str = "image"):
+    """The class of the model type's own preprocessor in transformers (``kind``: ``image``: its image processor,
+    ``feature``: its audio feature extractor), None where it has none or it cannot be imported."""
+    import transformers as tf
+
+    model_type = _get(cfg, "model_type", None)
+    try:
+        if kind == "image":
+            from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING_NAMES as names
+        else:
+            from transformers.models.auto.feature_extraction_auto import FEATURE_EXTRACTOR_MAPPING_NAMES as names
+    except ImportError:
+        return None
+    entry = names.get(model_type) if isinstance(model_type, str) else None
+    if isinstance(entry, dict):
+        entry = entry.get("torchvision") or entry.get("pil") or next(iter(entry.values()), None)
+    elif isinstance(entry, (list, tuple)):
+        entry = next((e for e in entry if e), None)
+    if not isinstance(entry, str):
+        return None
+    try:
+        cls = getattr(tf, entry)
+        if "Placeholder" in getattr(cls, "__qualname__", ""):  # a placeholder for a missing backend (torchaudio): the class
+            import importlib                          # itself, from its module, to read its defaults
+
+            cls = getattr(importlib.import_module(cls.__module__), entry, None)
+        return cls if isinstance(cls, type) else None
+    except (ImportError, AttributeError, RuntimeError):
+        return None
+
+
+def _processor_hw(cfg) -> tuple[int, int] | None:
+    """The size the model type's image processor makes its images by default (its ``crop_size`` where it crops,
+    else its ``size``): for a model whose config names no image size of its own (text recognizers take 48x320
+    lines, not squares)."""
+    cls = _processor_class(cfg)
+    if cls is None:
+        return None
+    size = getattr(cls, "crop_size", None) if getattr(cls, "do_center_crop", False) else None
+    size = size or getattr(cls, "size", None)
+    return _hw(size) if isinstance(size, dict) else None
 
 
 def _channels(cfg) -> int:
@@ -445,11 +491,59 @@ def _feature_widths(cfg) -> list[int]:
     return out
 
 
+# feature extractors that stack consecutive log-mel frames into one row, by the names of their fields (the
+# defaults of their ``__init__`` or class attributes): (frames stacked per row, frames advanced per row, further
+# factors of the row's width)
+_FRAME_STACKING = (
+    ("num_frames_lfr", "stride_lfr", ()),  # FunASR's low frame rate: 7 frames every 6
+    ("frame_stacking", "frame_stacking", ("delta_expansion",)),  # Granite Speech 5: frames and their deltas, in pairs
+)
+
+
+def _extractor_defaults(cls) -> dict:
+    """A feature extractor's default settings without building it (building may need torchaudio): the defaults
+    of its ``__init__`` and its integer class attributes."""
+    out = {}
+    for klass in reversed(cls.__mro__):
+        out.update({k: v for k, v in vars(klass).items() if isinstance(v, int) and not isinstance(v, bool)})
+    try:
+        sig = inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        return out
+    out.update({n: q.default for n, q in sig.parameters.items()
+                if isinstance(q.default, int) and not isinstance(q.default, bool)})
+    return out
+
+
+def _stacked_frames(cfg) -> tuple[int, int, int] | None:
+    """(mel bins, frames advanced per row, row width) of the model type's feature extractor where it stacks
+    consecutive frames into rows (:data:`_FRAME_STACKING`); None for any other."""
+    cls = _processor_class(cfg, "feature")
+    if cls is None:
+        return None
+    d = _extractor_defaults(cls)
+    mel = d.get("num_mel_bins") or d.get("n_mels") or d.get("feature_size")
+    for stacked, stride, factors in _FRAME_STACKING:
+        if isinstance(mel, int) and mel > 0 and d.get(stacked, 0) > 0 and d.get(stride, 0) > 0:
+            width = mel * d[stacked]
+            for f in factors:
+                width *= d.get(f, 1) or 1
+            return mel, d[stride], width
+    return None
+
+
 def _input_features(ctx: _Ctx, width: int | None = None):
     """Log-mel features, ``batch x frames x width`` (or channels first for a conv stem that takes them so);
     ``width``: another width the config names (one that is k times its mel bins: k frames stacked per row,
     so a k-th of the rows for the same seconds)."""
     cfg = ctx.cfg
+    if width == -1:  # as the model type's feature extractor stacks its frames into rows
+        mel, stride, width = _stacked_frames(cfg)
+        frames = max(1, int(round(_audio_seconds(ctx, 10.0) * 100)) // stride)
+        ctx.desc.append(f"{frames * stride / 100:g} s of {mel} log-mel features in rows of {width} (stacked as "
+                        f"its feature extractor stacks them, a row every {stride} frames)")
+        ctx.feature_frames = frames
+        return torch.randn(ctx.batch, frames, width)
     mel = find(cfg, *_MEL_FIELDS, prefer=_SUB_AUDIO)
     mel = int(mel) if isinstance(mel, int) and mel > 0 else 80
     stacked = 1
@@ -647,6 +741,14 @@ def _snapped_hw(ctx: _Ctx) -> tuple[tuple[int, int], str, str, int] | None:
          f"merge factor {factor} does not divide"), step
 
 
+# features of N positions added to a text of S: "broadcast a dimension of length N at -2 ... had torch.Size([B, N, H])
+# ... broadcastable to [B, S, H]"
+_ALIGNED = re.compile(r"broadcast a dimension of length (\d+) at -2!.*?torch\.Size\(\[\d+, (\d+), \d+\]\).*?"
+                      r"broadcastable to \[\d+, (\d+), \d+\]")
+# a vector of N (one value per stream) added to ids of batch x seq: "broadcast a dimension of length N at -1 ...
+# had torch.Size([N]) ... broadcastable to [B, S]"
+_STREAMS = re.compile(r"broadcast a dimension of length (\d+) at -1!.*?torch\.Size\(\[\d+\]\).*?"
+                      r"broadcastable to \[(\d+), (\d+)\]$")
 _FEATURE_MISMATCH = re.compile(r"(?:image|video) (?:features and (?:image|video) )?tokens?.*?features:? (\d+)", re.I)
 
 
@@ -750,6 +852,7 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
     kw: dict = {}
     kind = _head_kind(cls)
     ctx.snapped = None
+    ctx.processor_hw = _processor_hw(cfg) if "proc" in variant else None
     if "snap" in variant:
         snap = _snapped_hw(ctx)
         ctx.snapped = snap[0] if snap else None
@@ -812,6 +915,9 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
                 kw[mask] = torch.ones(B, frames, dtype=torch.long, device=ctx.idev)
     elif "input_values" in p and ("input_ids" not in p or encoder_input == "input_values"):
         kw["input_values"] = _input_values(ctx)
+        if "channel" in variant and kw["input_values"].dim() == 2:  # raw audio with its channel axis (B x 1 x T)
+            kw["input_values"] = kw["input_values"].unsqueeze(1)
+            ctx.desc[-1] += ", one channel"
     if text and ("pixel_values" in kw or "pixel_values_videos" in kw or not kw
                  or p["input_ids"].default is inspect.Parameter.empty
                  or kind in ("lm", "token", "span", "choice") or not any(k in p for k in ("input_features", "input_values"))):
@@ -839,8 +945,21 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
                 kw["attention_mask"] = torch.ones(B, seq, dtype=torch.long, device=ctx.idev)
             what = f"x {k} codebooks"
         else:
-            ids = _ids(ctx, seq)
-            if n_img and not by_mask:
+            streams = next((int(v[8:]) for v in variant if v.startswith("streams=")), 0)
+            ids = _ids(ctx, shape=(B, seq, streams)) if streams else _ids(ctx, seq)
+            if streams:  # a token per stream at each step (the text and the audio codebooks: Kyutai's STT)
+                what = f"x {streams} streams"
+            latent = _latent_frames(ctx)
+            if latent:  # the text, then the audio: its BOS and one frame token per frame, the frames the labels
+                frames = seq // 2
+                ids[:, seq - frames - 1] = latent[0]
+                ids[:, seq - frames:] = latent[1]
+                kw["labels"] = torch.randn(B, frames, latent[2])
+                if "labels_mask" in p:  # every frame a target (real values: the model selects by them)
+                    kw["labels_mask"] = torch.ones(B, frames, dtype=torch.long, device=ctx.idev)
+                what = f"audio: {frames} frames of {latent[2]} latents as labels"
+                n_img = -1
+            if n_img > 0 and not by_mask:
                 ids[:, :n_img] = tok  # meta: shapes only; the placeholders' count is what the model checks
             kw["input_ids"] = ids
             if "attention_mask" in p:
@@ -848,7 +967,7 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             if by_mask:  # the positions after the first token
                 kw["image_embeds_position_mask"] = torch.zeros(B, seq, dtype=torch.long, device=ctx.idev)
                 kw["image_embeds_position_mask"][:, 1:1 + n_img] = 1
-            if "mm_token_type_ids" in p and n_img:  # 1 where the image placeholders are (multimodal RoPE)
+            if "mm_token_type_ids" in p and n_img > 0:  # 1 where the image placeholders are (multimodal RoPE)
                 kw["mm_token_type_ids"] = torch.zeros(B, seq, dtype=torch.long, device=ctx.idev)
                 kw["mm_token_type_ids"][:, :n_img] = 1
         pv = kw.get("pixel_values")
@@ -882,7 +1001,8 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         if "bbox" in p:  # integer boxes (0-1000), or normalized float ones where the model takes those (UDOP)
             kw["bbox"] = torch.zeros(*kw["input_ids"].shape, 4, dtype=torch.float if "float-boxes" in variant
                                      else torch.long, device=ctx.idev)
-        ctx.desc.insert(0, f"{seq} tokens" + (f" ({n_img} {what} placeholders)" if n_img else "")
+        ctx.desc.insert(0, f"{seq} tokens" + (f" ({n_img} {what} placeholders)" if n_img > 0 else
+                                              f" ({what})" if n_img < 0 else "")
                         + (f" {what}" if what.startswith("x ") else "")
                         + (" with boxes" if "bbox" in kw else "") + f", vocab {_vocab(cfg)}")
         if "image_sizes" in p and "pixel_values" in kw and "sizes" in variant:
@@ -894,7 +1014,9 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         kind = "own"
     if _get(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in p and "input_ids" not in kw and kind != "lm":
         kw["decoder_input_ids"] = _ids(ctx)
-    if "labels" in p:
+    if "labels" in kw:  # made with the inputs they align with
+        kind = "own"
+    elif "labels" in p:
         lab = _labels(ctx, kind, kw)
         if lab is not None:
             kw["labels"] = lab
@@ -904,6 +1026,23 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         kw["end_positions"] = torch.zeros(B, dtype=torch.long, device=ctx.idev)
         kind = "own"
     return kw, kind
+
+
+# text-to-speech models trained on continuous latents of their audio tokenizer (Pocket TTS): the config fields of
+# (the token that opens the audio, the token of each audio frame, a frame's width)
+_LATENT_FRAMES = (("audio_bos_token_id", "audio_latent_token_id", "latent_dim"),)
+
+
+def _latent_frames(ctx: _Ctx) -> tuple[int, int, int] | None:
+    """(audio BOS token, frame token, frame width) of a model whose labels are frames of continuous latents, each
+    at a position of its frame token in ``input_ids`` (:data:`_LATENT_FRAMES`); None for any other."""
+    if "labels" not in ctx.params or "input_ids" not in ctx.params:
+        return None
+    for fields in _LATENT_FRAMES:
+        vals = [_get(ctx.cfg, f, None) for f in fields]
+        if all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in vals) and vals[2] > 0:
+            return tuple(vals)
+    return None
 
 
 def _codebooks(ctx: _Ctx) -> int:
@@ -939,6 +1078,8 @@ def _labels(ctx: _Ctx, kind: str, kw: dict):
                 # labels over the text and the regions together (VisualBERT's pre-training): none on the regions
                 pad = torch.full((B, regions), -100, dtype=torch.long, device=kw["input_ids"].device)
                 return torch.cat([kw["input_ids"], pad], 1)
+            if kw["input_ids"].dim() == 3 and kw["input_ids"].dtype == torch.long:  # streams: the first (text) one
+                return kw["input_ids"][..., 0].clone()
             return kw["input_ids"].clone()
         if _get(cfg, "is_encoder_decoder", False) or "decoder_input_ids" in ctx.params:
             return _ids(ctx)  # the decoder's target text (speech or image in, text out)
@@ -1284,7 +1425,7 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
             notes.append(f"{name}: the config names no {group[0].split('_')[0]} token id; the last id of the "
                          "vocabulary stands in")
     image_tokens = _image_tokens_guess(ctx) if multimodal else None
-    ctx.real_ids = multimodal
+    ctx.real_ids = multimodal or _latent_frames(ctx) is not None  # (frames found by their tokens' values)
 
     def inputs(n_img, variant=frozenset()):
         ctx.desc.clear()
@@ -1303,19 +1444,28 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
         raise TraceError(f"{name}: {cls.__name__}.forward takes no input traincast knows how to make "
                          f"({', '.join(need or list(params)[:6])}); choose another head with --task "
                          f"({', '.join(task_classes(_get(cfg, 'model_type', '')))}) or pass an nn.Module with its inputs")
-    if device.type == "meta" and (multimodal or "pixel_values" in kw or "input_features" in kw or "bbox" in kw):
+    if device.type == "meta" and (multimodal or "pixel_values" in kw or "input_features" in kw or "bbox" in kw
+                                  or "input_values" in kw or (_get(cfg, "num_codebooks", 0) or 0) > 1):
         # the forms the model takes (image_sizes or not, a frame axis or not), and how many placeholders its
         # projector fills: as the model itself says in a forward without autograd
         forms = [frozenset(), frozenset({"sizes"}), frozenset({"5d"}), frozenset({"sizes", "5d"})]
         if "pixel_values" not in kw:  # both layouts, at each feature width the config names
             forms = [frozenset(), frozenset({"flip"})] if "input_features" in kw else [frozenset()]
+            if "input_values" in kw and kw["input_values"].dim() == 2:  # raw audio, then with a channel axis
+                forms.append(frozenset({"channel"}))
             for w in _feature_widths(cfg)[1:] if "input_features" in kw else ():
                 forms += [frozenset({f"width={w}"}), frozenset({f"width={w}", "flip"})]
+            if "input_features" in kw and _stacked_frames(cfg):  # then the rows of stacked frames its extractor makes
+                forms.append(frozenset({"width=-1"}))
         if "bbox" in kw:
             forms += [f | {"float-boxes"} for f in forms]
         if "pixel_values" in kw and kw["pixel_values"].dim() == 4 and isinstance(
                 find(cfg, "patch_size", prefer=_SUB_VISION), int):
             forms.append(frozenset({"rows"}))
+        proc = _processor_hw(cfg) if "pixel_values" in kw and kw["pixel_values"].dim() == 4 and not opts.image_size \
+            else None
+        if proc and proc != _image_hw(ctx):  # after those: the size the model type's image processor makes
+            forms.append(frozenset({"proc"}))
         snap = _snapped_hw(ctx) if "pixel_values" in kw else None
         if snap:  # last: the images resized to the projector's patch grid
             forms += [f | {"snap"} for f in forms]
@@ -1331,6 +1481,25 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
                 if same and same.group(1) == same.group(2):
                     raise TraceError(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}")
                 image_tokens = n if exc is None else image_tokens
+            m = _STREAMS.search(str(exc)) if exc is not None and "input_ids" in kw else None
+            if m and kw["input_ids"].dim() == 2 and [int(m.group(2)), int(m.group(3))] == list(kw["input_ids"].shape) \
+                    and int(m.group(1)) > 1 and not any(v.startswith("streams=") for v in variant):
+                # a per-stream offset added to ids of one stream: the model takes a token per stream at each step
+                variant = variant | {f"streams={m.group(1)}"}
+                kw, kind = inputs(image_tokens, variant)
+                exc, rows = _dry_run(model, kw)
+            m = _ALIGNED.search(str(exc)) if exc is not None and "input_features" in kw and "input_ids" in kw else None
+            if m and m.group(1) == m.group(2) and int(m.group(3)) == kw["input_ids"].shape[-1] != int(m.group(1)):
+                # audio added to the text position by position (a streaming recognizer: one audio frame per
+                # token): as many tokens as the audio encoder makes frames
+                ctx.seq_len = int(m.group(1))
+                kw, kind = inputs(image_tokens, variant)
+                exc, rows = _dry_run(model, kw)
+                if exc is None:
+                    notes.append(f"{name}: {ctx.seq_len} tokens, one per frame its audio encoder makes of the audio "
+                                 f"(the model adds the audio to the text position by position), not --seq-len {seq_len}")
+                else:
+                    ctx.seq_len = seq_len
             if exc is None and not rows and "cross_attention_mask" in kw and image_tokens != 1:
                 # the text attends to the images across (Mllama) instead of taking their features in placeholders:
                 # one image token marks each image
@@ -1339,6 +1508,10 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
             if exc is None:
                 if "snap" in variant:
                     notes.append(f"{name}: {snap[1]}")
+                if "proc" in variant:
+                    notes.append(f"{name}: the images are {proc[0]}x{proc[1]}, the size its image processor "
+                                 f"({_processor_class(cfg).__name__}) makes them by default (the config names none "
+                                 "that runs)")
                 break
             if isinstance(exc, _WidthMismatch):
                 raise TraceError(f"cannot trace {name}: {cls.__name__}: {exc}: its projector's output width does not "
