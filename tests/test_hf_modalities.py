@@ -683,3 +683,128 @@ def test_text_as_long_as_the_audio_it_is_added_to(capsys, tmp_path):
                                       dict(audio_config=audio, text_config=text, hidden_size=64),
                                       "--seq-len", "16", "--audio-seconds", "1.6")
     assert desc.startswith("2 x (20 tokens"), desc
+
+
+def test_a_default_head_that_cannot_be_built_falls_back_to_the_next(capsys, tmp_path):
+    """wav2vec2-BERT's default head (CTC) cannot be built from a config that defines no vocabulary: the next head
+    of the model type that can (audio classification) is forecast, with its exact parameters and a note saying
+    which head and why. A head the user names is never replaced: a one-line error."""
+    fields = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=128,
+                  output_hidden_size=64, classifier_proj_size=32, tdnn_dim=[32, 32, 32, 32, 32])
+    p = _write(tmp_path, "wav2vec2-bert", fields, None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--audio-seconds", "1", "--json")
+    assert code == 0, err
+    f = json.loads(out)
+    assert f["parameters"] == _expected_parameters(p, None, "audio-classification")[0]
+    assert any("Wav2Vec2BertForCTC cannot be built" in n and "Wav2Vec2BertForSequenceClassification" in n
+               and "--task audio-classification" in n for n in f["notes"]), f["notes"]
+    named = _write(tmp_path, "wav2vec2-bert", fields, "Wav2Vec2BertForCTC", folder="named")
+    msg = _one_line_error(*cli(capsys, "trace", named, "-b", "2", "--audio-seconds", "1")[::2])
+    assert "vocabulary size" in msg, msg
+    msg = _one_line_error(*cli(capsys, "trace", p, "-b", "2", "--audio-seconds", "1", "--task", "ctc")[::2])
+    assert "vocabulary size" in msg, msg
+
+
+def test_labels_as_many_as_the_head_predicts(capsys, tmp_path):
+    """Perceiver's masked-LM decoder predicts its ``max_position_embeddings`` positions whatever the input's
+    length: the labels are that many tokens (the loss's rows: batch x 64), the input stays --seq-len."""
+    fields = dict(d_latents=32, d_model=32, num_latents=8, num_blocks=1, num_self_attends_per_block=1,
+                  num_self_attention_heads=2, num_cross_attention_heads=1, max_position_embeddings=64)
+    wl, fwd, p = _trace(capsys, tmp_path, "perceiver", fields, None, "--seq-len", "16")
+    assert wl["input_description"].startswith("2 x (16 tokens"), wl["input_description"]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+    assert any(o["aten"].startswith("nll_loss") and o["input_shapes"][0][0] == 2 * 64 for o in fwd)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "16", "--json")
+    assert code == 0, err
+    assert any("predicts 64 positions" in n for n in json.loads(out)["notes"])
+
+
+def test_decoder_audio_codes_one_per_codebook(capsys, tmp_path):
+    """Dia's decoder takes its audio codes as ``batch x frames x codebooks`` (its forward documents the layouts)
+    and the labels one row per example and codebook, as its logits are flattened: its own loss."""
+    small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=2, head_dim=32)
+    fields = dict(encoder_config=small, decoder_config=dict(small, num_channels=3, vocab_size=100, cross_hidden_size=64,
+                                                            cross_num_attention_heads=2, cross_head_dim=32,
+                                                            cross_num_key_value_heads=2),
+                  delay_pattern=[0, 1, 2])
+    desc, shapes = _params_and_shapes(capsys, tmp_path, "dia", fields, "--seq-len", "16")
+    assert "16 audio frames x 3 codebooks (vocab 100)" in desc, desc
+    assert [2, 16, 3] in shapes
+    assert _own_loss(capsys, tmp_path / "dia" / "config.json", "--seq-len", "16")
+
+
+def test_features_in_place_of_the_text(capsys, tmp_path):
+    """Pop2Piano's encoder takes the features (at the width its feature extractor makes, 512 mel bins) in place of
+    token ids; the decoder's labels are the text: tried after the forms with both, which its encoder refuses."""
+    fields = dict(d_model=512, d_kv=16, d_ff=128, num_layers=1, num_decoder_layers=1, num_heads=2, vocab_size=100)
+    desc, shapes = _params_and_shapes(capsys, tmp_path, "pop2piano", fields, "--seq-len", "16", "--audio-seconds", "1")
+    assert desc == "2 x (1 s of 512 log-mel features)", desc
+    assert [2, 100, 512] in shapes
+
+
+def test_images_resized_to_the_backbones_windows(capsys, tmp_path):
+    """RF-DETR's DINOv2 backbone splits its patch grid into ``num_windows`` windows per side: a 70 px image in 14 px
+    patches (5x5) cannot be split in 2, so it is resized to 56 px (4x4), with a note; the model is the config's."""
+    backbone = dict(model_type="rf_detr_dinov2", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    image_size=70, patch_size=14,
+                    num_windows=2, window_block_indexes=[0], out_features=["stage1", "stage2"])
+    fields = dict(backbone_config=backbone, d_model=32, decoder_layers=1, decoder_ffn_dim=64, num_queries=10,
+                  decoder_self_attention_heads=2, decoder_cross_attention_heads=2, group_detr=1)
+    wl, fwd, p = _trace(capsys, tmp_path, "rf_detr", fields)
+    assert "3x56x56 images" in wl["input_description"], wl["input_description"]
+    conv = [o for o in fwd if o["aten"] == "convolution"]
+    assert conv and conv[0]["input_shapes"][0][-2:] == [56, 56]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--json")
+    assert code == 0, err
+    assert any("resized to 56x56" in n and "2 attention windows per side (num_windows)" in n
+               for n in json.loads(out)["notes"])
+
+
+def test_fixed_length_and_reversible_layers_and_empty_lists():
+    """Reformer trains only at the length its axial position shape multiplies to; a model whose reversible layers
+    run inside a custom autograd Function, and a config whose feature lists are empty, get one clear line."""
+    import transformers as tf
+
+    from traincast.workload.hf import _fixed_length, explain
+
+    assert _fixed_length(tf.ReformerConfig())[0] == 4096
+    assert _fixed_length(tf.ReformerConfig(axial_pos_embds=False)) is None
+    assert _fixed_length(tf.BertConfig()) is None
+    msg = explain(AssertionError("Expected gradient function to be set"), "ReformerModelWithLMHead",
+                  "running its forward")
+    assert "custom autograd Function" in msg
+    cfg = tf.LwDetrConfig()
+    msg = explain(ValueError("torch.cat(): expected a non-empty list of Tensors"), "LwDetrForObjectDetection",
+                  "running its forward", cfg)
+    assert "projector_scale_factors" in msg and "empty" in msg
+
+
+def test_a_token_per_codebook_with_labels_for_each(capsys, tmp_path):
+    """CSM takes, at each step, one token per codebook (``batch x seq x codebooks``, as its forward documents), and
+    its labels the same codes (the backbone trains on the first, the depth decoder on the rest)."""
+    depth = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=2, head_dim=16, num_codebooks=4, backbone_hidden_size=64, vocab_size=64)
+    fields = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=2, head_dim=32, num_codebooks=4, vocab_size=64, text_vocab_size=100,
+                  depth_decoder_config=depth)  # (its codec, Mimi, at its default size: the codes come as ids)
+    desc, shapes = _params_and_shapes(capsys, tmp_path, "csm", fields, "--seq-len", "16")
+    assert "16 tokens x 4 streams" in desc, desc
+    assert [2, 16, 4] in shapes
+    assert _own_loss(capsys, tmp_path / "csm" / "config.json", "--seq-len", "16")
+
+
+def test_navit_packed_patches_with_their_grids(capsys, tmp_path):
+    """MiniCPM-V takes every image's patches side by side in one row (``1 x C x patch x patches*patch``) with each
+    image's patch grid ``target_sizes``, the grid a multiple of its merge and window kernels (2 x 2: 4); its
+    projector merges 16 patches into one placeholder: a 64 px image in 16 px patches is 16 patches, one placeholder."""
+    text = dict(model_type="qwen3_5_text", hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                num_attention_heads=2, num_key_value_heads=2, head_dim=32, vocab_size=1000,
+                layer_types=["full_attention"])
+    vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, image_size=64,
+                  patch_size=16, insert_layer_id=1)
+    fields = dict(text_config=text, vision_config=vision, image_size=64, insert_layer_id=1)
+    desc, shapes = _params_and_shapes(capsys, tmp_path, "minicpmv4_6", fields, "--seq-len", "16")
+    assert "3x64x64 images packed in 16 patches of 16px" in desc and "(1 image placeholders)" in desc, desc
+    assert [1, 3, 16, 2 * 16 * 16] in shapes

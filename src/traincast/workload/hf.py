@@ -15,7 +15,8 @@ config alone, no weights downloaded. What goes in is read from the model's own `
 
 ``--task`` picks the head class where a model type has several (``TASKS``: one per transformers auto mapping,
 e.g. ``causal-lm`` is ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``); the default is the config's ``architectures``,
-else the first task of ``DEFAULT_TASK_ORDER`` the model type has. Whatever goes wrong while a model is built or
+else the first task of ``DEFAULT_TASK_ORDER`` the model type has (where the config cannot build that head, e.g. a
+CTC head without a vocabulary, the next one it can, with a note saying so). Whatever goes wrong while a model is built or
 traced becomes one ``TraincastError`` line naming the class and the part that stops it.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import inspect
 import json
 import re
@@ -319,6 +321,12 @@ def explain(exc: BaseException, cls_name: str, doing: str, cfg=None) -> str:
         if fields:
             return (f"{cls_name} needs config fields this config leaves empty (None): {', '.join(fields)}; set them "
                     f"in the config.json (while {doing}: {msg})")
+    if cfg is not None and "non-empty list" in msg:
+        empty = sorted({k for c in [cfg, *_subconfigs(cfg)] for k, v in vars(c).items()
+                        if not k.startswith("_") and isinstance(v, (list, tuple)) and not v})
+        if empty:
+            return (f"{cls_name} stops on an empty list while {doing} ({msg}); the config leaves these lists empty: "
+                    f"{', '.join(empty)}; set them in the config.json")
     m = re.search(r"'(\w+Config)' object has no attribute '(\w+)'", msg)
     if m:
         return (f"{cls_name} needs the config field {m.group(2)!r}, which this {m.group(1)} lacks: "
@@ -336,6 +344,10 @@ def explain(exc: BaseException, cls_name: str, doing: str, cfg=None) -> str:
                 "text_config.hidden_size); make them equal in the config.json")
     if "nonzero" in msg:
         return unsized_selection(cls_name)
+    if "Expected gradient function to be set" in msg:
+        return (f"{cls_name} runs its layers inside a custom autograd Function (reversible layers that recompute "
+                f"their activations in the backward), which traincast's module tracker cannot follow while {doing} "
+                f"({msg})")
     if "data-dependent" in msg.lower() or "item()" in msg or "Cannot copy out of meta" in msg:
         return (f"{cls_name} takes a shape from tensor values while {doing} (e.g. a router or a dynamic mask), "
                 f"which do not exist on the meta device ({msg})")
@@ -515,6 +527,20 @@ def _extractor_defaults(cls) -> dict:
     return out
 
 
+def _extractor_widths(cfg) -> list[int]:
+    """The feature widths the model type's feature extractor makes by default (its mel bins, its feature size)."""
+    cls = _processor_class(cfg, "feature")
+    if cls is None:
+        return []
+    d = _extractor_defaults(cls)
+    out = []
+    for n in ("num_mel_bins", "n_mels", "feature_size"):
+        v = d.get(n)
+        if isinstance(v, int) and v > 1 and v not in out:
+            out.append(v)
+    return out
+
+
 def _stacked_frames(cfg) -> tuple[int, int, int] | None:
     """(mel bins, frames advanced per row, row width) of the model type's feature extractor where it stacks
     consecutive frames into rows (:data:`_FRAME_STACKING`); None for any other."""
@@ -666,6 +692,26 @@ def _flat_patches(ctx: _Ctx, images):
     return torch.randn(b, gh * gw, c * patch * patch), shapes, mask
 
 
+def _packed_patches(ctx: _Ctx, images):
+    """NaViT-packed inputs as MiniCPM-V's image processor makes them: every image's ``patch x patch`` patches side
+    by side in one row, ``1 x C x patch x (patches * patch)``, with each image's grid ``target_sizes`` (patch rows,
+    patch columns; read by the model, so with real values), the grid's sides a multiple of the kernels that merge
+    or window it (``merge_kernel_size``, ``window_kernel_size``)."""
+    patch = find(ctx.cfg, "patch_size", prefer=_SUB_VISION)
+    patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch or 14)
+    step = 1
+    for n in ("merge_kernel_size", "window_kernel_size"):
+        k = find(ctx.cfg, n, prefer=_SUB_VISION)
+        k = k[0] if isinstance(k, (list, tuple)) and k else k
+        step *= k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else 1
+    b, c, h, w = images.shape
+    gh, gw = max(step, h // patch // step * step), max(step, w // patch // step * step)
+    ctx.desc[-1] = f"{c}x{gh * patch}x{gw * patch} images packed in {gh * gw} patches of {patch}px"
+    dev = "cpu" if ctx.device is None or torch.device(ctx.device).type == "meta" else ctx.device
+    sizes = torch.tensor([[gh, gw]] * b, dtype=torch.int32, device=dev)
+    return torch.randn(1, c, patch, b * gh * gw * patch), sizes
+
+
 def _patch_rows(ctx: _Ctx, images):
     """Images as rows of flattened patches, ``batch x patches x patch*patch*C`` (a model whose projector is a
     linear layer over raw patches: Fuyu), the patches of the config's ``patch_size``."""
@@ -713,21 +759,24 @@ def _image_tokens_guess(ctx: _Ctx) -> int:
     return 256
 
 
-# config fields of the factor by which a projector merges the vision tower's patch grid (pixel shuffle): the
-# grid's sides must be multiples of it
-_GRID_FACTORS = ("pixel_shuffle_factor", "scale_factor", "downsample_factor", "spatial_merge_size", "merge_size")
+# config fields of the factor by which a projector merges the vision tower's patch grid (pixel shuffle), or a
+# backbone splits it into windows (windows per side: RF-DETR's windowed DINOv2): the grid's sides must be
+# multiples of it
+_GRID_FACTORS = ("pixel_shuffle_factor", "scale_factor", "downsample_factor", "spatial_merge_size", "merge_size",
+                 "num_windows_side", "num_windows")
+_WINDOW_FACTORS = ("num_windows_side", "num_windows")
 
 
 def _snapped_hw(ctx: _Ctx) -> tuple[tuple[int, int], str, str, int] | None:
     """The image size rounded down so that its patch grid's sides are multiples of the factor by which the
     projector merges patches (Idefics3's pixel shuffle: a 224 px image in 32 px patches is a 7x7 grid, which a
-    shuffle by 2 cannot split; 192 px is 6x6), as an image processor resizes images for such a model; with
-    the note saying so, what is wrong with the size, and the multiple it needs. None where the image size fits
-    already (or the config names no patch and merge factor)."""
+    shuffle by 2 cannot split; 192 px is 6x6) or the backbone splits the grid into windows, as an image processor
+    resizes images for such a model; with the note saying so, what is wrong with the size, and the multiple it
+    needs. None where the image size fits already (or the config names no patch and merge factor)."""
     patch = find(ctx.cfg, "patch_size", prefer=_SUB_VISION)
     patch = patch[0] if isinstance(patch, (list, tuple)) and patch else patch
-    factor = next((v for v in (find(ctx.cfg, n, prefer=_SUB_VISION) for n in _GRID_FACTORS)
-                   if isinstance(v, int) and not isinstance(v, bool) and v >= 2), None)
+    field_, factor = next(((n, v) for n, v in ((n, find(ctx.cfg, n, prefer=_SUB_VISION)) for n in _GRID_FACTORS)
+                           if isinstance(v, int) and not isinstance(v, bool) and v >= 2), (None, None))
     if not (isinstance(patch, int) and patch > 0 and factor):
         return None
     h, w = _image_hw(ctx)
@@ -735,10 +784,12 @@ def _snapped_hw(ctx: _Ctx) -> tuple[tuple[int, int], str, str, int] | None:
     hw = (max(step, h // step * step), max(step, w // step * step))
     if hw == (h, w):
         return None
+    what = (f"the backbone's {factor} attention windows per side ({field_})" if field_ in _WINDOW_FACTORS
+            else f"the projector's merge factor {factor}")
     return hw, (f"the {h}x{w} images are resized to {hw[0]}x{hw[1]} so that their grid of {patch} px patches "
-                f"divides by the projector's merge factor {factor} (as the model's image processor resizes them)"), \
-        (f"its {h}x{w} images in {patch} px patches make a {h // patch}x{w // patch} grid, which the projector's "
-         f"merge factor {factor} does not divide"), step
+                f"divides by {what} (as the model's image processor resizes them)"), \
+        (f"its {h}x{w} images in {patch} px patches make a {h // patch}x{w // patch} grid, which {what} "
+         "does not divide"), step
 
 
 # features of N positions added to a text of S: "broadcast a dimension of length N at -2 ... had torch.Size([B, N, H])
@@ -857,7 +908,7 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         snap = _snapped_hw(ctx)
         ctx.snapped = snap[0] if snap else None
     B, S = ctx.batch, _seq(ctx)
-    text = "input_ids" in p
+    text = "input_ids" in p and "no-text" not in variant  # no-text: features in place of the text (Pop2Piano)
     if "pixel_values" in p and (not text or find(cfg, *ctx.image_ids) is not None or p["pixel_values"].default
                                 is inspect.Parameter.empty or "vision_config" in vars(cfg) or _needs_pixels(cls, cfg)):
         kw["pixel_values"] = _pixel_values(ctx)
@@ -871,6 +922,8 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             kw["pixel_values"], kw["spatial_shapes"], mask = _flat_patches(ctx, kw["pixel_values"])
             if "pixel_attention_mask" in p:
                 kw["pixel_attention_mask"] = mask
+        elif "target_sizes" in p and kw["pixel_values"].dim() == 4:  # NaViT-packed patches (MiniCPM-V)
+            kw["pixel_values"], kw["target_sizes"] = _packed_patches(ctx, kw["pixel_values"])
         elif "aspect_ratio_ids" in p and kw["pixel_values"].dim() == 4:  # tiled images (Mllama)
             kw.update(_tiled(ctx, kw["pixel_values"]))
         elif cls.__name__.endswith("ForKeypointMatching") and kw["pixel_values"].dim() == 4:  # pairs of images
@@ -1014,6 +1067,15 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         kind = "own"
     if _get(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in p and "input_ids" not in kw and kind != "lm":
         kw["decoder_input_ids"] = _ids(ctx)
+    dec_k = next((int(v[14:]) for v in variant if v.startswith("dec-codebooks=")), 0)
+    if dec_k and "decoder_input_ids" in p:  # audio codes, one row per codebook (Dia's decoder), and their labels
+        dec_vocab = find(cfg, "vocab_size", prefer=("decoder_config", "decoder"), top_first=False) or _vocab(cfg)
+        # the decoder's own layout, batch x frames x codebooks; the labels flattened as its logits are, one row
+        # per example and codebook
+        kw["decoder_input_ids"] = torch.randint(0, int(dec_vocab), (B, S, dec_k), device=ctx.idev)
+        kw["labels"] = kw["decoder_input_ids"].transpose(1, 2).reshape(B * dec_k, S)
+        ctx.desc.append(f"{S} audio frames x {dec_k} codebooks (vocab {dec_vocab}) for the decoder")
+    n_labels = next((int(v[7:]) for v in variant if v.startswith("labels=")), 0)
     if "labels" in kw:  # made with the inputs they align with
         kind = "own"
     elif "labels" in p:
@@ -1021,6 +1083,10 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         if lab is not None:
             kw["labels"] = lab
             kind = "own"
+    if "labels3d" in variant and "input_ids" in kw and kw["input_ids"].dim() == 3:  # every codebook's codes
+        kw["labels"] = kw["input_ids"].clone()
+    if n_labels and "labels" in kw and kw["labels"].dim() == 2:  # as many as the head predicts (Perceiver's decoder)
+        kw["labels"] = torch.randint(0, _vocab(cfg), (B, n_labels), device=ctx.idev)
     if kind == "span" and "start_positions" in p:
         kw["start_positions"] = torch.zeros(B, dtype=torch.long, device=ctx.idev)
         kw["end_positions"] = torch.zeros(B, dtype=torch.long, device=ctx.idev)
@@ -1042,6 +1108,24 @@ def _latent_frames(ctx: _Ctx) -> tuple[int, int, int] | None:
         vals = [_get(ctx.cfg, f, None) for f in fields]
         if all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in vals) and vals[2] > 0:
             return tuple(vals)
+    return None
+
+
+# config fields whose factors multiply to the one sequence length a model trains at, with the flag that turns
+# them on: Reformer's axial position embeddings (``axial_pos_shape`` (64, 64): 4096 tokens)
+_FIXED_LENGTH = (("axial_pos_shape", "axial_pos_embds"),)
+
+
+def _fixed_length(cfg) -> tuple[int, str] | None:
+    """(the length, what says so) where the config fixes the training sequence length (:data:`_FIXED_LENGTH`)."""
+    for shape_field, flag in _FIXED_LENGTH:
+        shape = _get(cfg, shape_field, None)
+        if _get(cfg, flag, True) and isinstance(shape, (list, tuple)) and shape \
+                and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shape):
+            n = 1
+            for v in shape:
+                n *= v
+            return n, f"its {shape_field} {tuple(shape)} multiply to {n}"
     return None
 
 
@@ -1192,6 +1276,10 @@ def _config_for(cls, cfg):
     return subs[0] if len(subs) == 1 else cfg
 
 
+class BuildError(ConfigError):
+    """The head class cannot be built from the config (its constructor refuses it)."""
+
+
 def _build(cls, cfg, device, name, notes: list[str] | None = None):
     for _ in range(3):  # fields a failure shows the model reads, filled from the config's own (then once more)
         try:
@@ -1231,9 +1319,9 @@ def _build_once(cls, cfg, device, name):
     except TraincastError:
         raise
     except (ValueError, ArithmeticError) as exc:  # e.g. a hidden size its heads do not divide
-        raise ConfigError(f"cannot build {name}: {_first_line(exc)}") from None
+        raise BuildError(f"cannot build {name}: {_first_line(exc)}") from None
     except Exception as exc:  # noqa: BLE001 - any failure of a model's constructor is the config's
-        raise ConfigError(f"cannot build {name}: {explain(exc, cls.__name__, 'building', cfg)}") from None
+        raise BuildError(f"cannot build {name}: {explain(exc, cls.__name__, 'building', cfg)}") from None
 
 
 class _MixedDevices(torch.overrides.TorchFunctionMode):
@@ -1439,12 +1527,23 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
                              f"{explain(exc, cls.__name__, 'making inputs')}") from None
 
     kw, kind = inputs(image_tokens)
+    fixed = _fixed_length(cfg)
+    text_only = "input_ids" in kw and not multimodal and not any(
+        k in kw for k in ("pixel_values", "input_features", "input_values", "bbox"))
+    if device.type == "meta" and text_only and (
+            (fixed and fixed[0] != seq_len)
+            or ("labels" in kw and cls.__name__ not in _mapping_names().get("CAUSAL_LM", {}).values())):
+        # a text model's forward without autograd, where its labels may not be its tokens' shape (a head that
+        # predicts its own number of positions) or its length is fixed: the forms below only where this fails
+        kw, kind, settled = _text_forms(name, model, kw, kind, ctx, cls, image_tokens, inputs, fixed, notes)
+    else:
+        settled = False
     if not kw:
         need = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in ("self", "kwargs")]
         raise TraceError(f"{name}: {cls.__name__}.forward takes no input traincast knows how to make "
                          f"({', '.join(need or list(params)[:6])}); choose another head with --task "
                          f"({', '.join(task_classes(_get(cfg, 'model_type', '')))}) or pass an nn.Module with its inputs")
-    if device.type == "meta" and (multimodal or "pixel_values" in kw or "input_features" in kw or "bbox" in kw
+    if device.type == "meta" and not settled and (multimodal or "pixel_values" in kw or "input_features" in kw or "bbox" in kw
                                   or "input_values" in kw or (_get(cfg, "num_codebooks", 0) or 0) > 1):
         # the forms the model takes (image_sizes or not, a frame axis or not), and how many placeholders its
         # projector fills: as the model itself says in a forward without autograd
@@ -1457,6 +1556,9 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
                 forms += [frozenset({f"width={w}"}), frozenset({f"width={w}", "flip"})]
             if "input_features" in kw and _stacked_frames(cfg):  # then the rows of stacked frames its extractor makes
                 forms.append(frozenset({"width=-1"}))
+            if "input_features" in kw and "input_ids" in kw:  # then the features in place of the text, at the
+                forms.append(frozenset({"no-text"}))       # widths its feature extractor makes (Pop2Piano's encoder)
+                forms += [frozenset({"no-text", f"width={w}"}) for w in _extractor_widths(cfg)]
         if "bbox" in kw:
             forms += [f | {"float-boxes"} for f in forms]
         if "pixel_values" in kw and kw["pixel_values"].dim() == 4 and isinstance(
@@ -1556,6 +1658,59 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
                            optimizer=optimizer, precision=precision, freeze=freeze, input_description=desc)
     step.stages = [(phase, _guarded(fn, name, cls_name, phase, device, cfg)) for phase, fn in step.stages]
     return step
+
+
+# a head whose loss compares predictions of N rows with labels of M: "Expected input batch_size (N) to match target
+# batch_size (M)"
+_LABEL_ROWS = re.compile(r"Expected input batch_size \((\d+)\) to match target batch_size \((\d+)\)")
+
+
+def _text_forms(name, model, kw, kind, ctx: _Ctx, cls, image_tokens, inputs, fixed, notes: list[str]):
+    """The inputs of a text model whose forward does not run with the plain ones (a dry run says), in the first
+    other form that runs: the one sequence length it trains at (:func:`_fixed_length`); the decoder's audio codes
+    one row per codebook, as its forward documents them (Dia); labels of as many positions as its head predicts
+    (Perceiver's decoder: its ``max_position_embeddings``, whatever the input's length). Else the plain ones."""
+    exc, _rows = _dry_run(model, kw)
+    if exc is None:
+        return kw, kind, False
+    seq_len, B = ctx.seq_len, ctx.batch
+    if fixed and fixed[0] != seq_len:
+        ctx.seq_len = fixed[0]
+        kw2, kind2 = inputs(image_tokens)
+        if _dry_run(model, kw2)[0] is None:
+            notes.append(f"{name}: {fixed[0]} tokens, the one length it trains at ({fixed[1]}), not --seq-len "
+                         f"{seq_len} (the forward stops with: {_first_line(exc)[:120]})")
+            return kw2, kind2, True
+        ctx.seq_len = seq_len
+    doc = getattr(model.forward, "__doc__", None) or ""
+    k = find(ctx.cfg, "num_codebooks", "num_channels", prefer=("decoder_config", "decoder"), top_first=False)
+    flat = " ".join(doc.split())
+    if "decoder_input_ids (`torch.LongTensor` of shape `(batch_size * num_codebooks" in flat \
+            and "(batch_size, target_sequence_length, num_codebooks)" in flat and isinstance(k, int) \
+            and not isinstance(k, bool) and k > 1 and "decoder_input_ids" in ctx.params:
+        kw2, kind2 = inputs(image_tokens, frozenset({f"dec-codebooks={k}"}))
+        if _dry_run(model, kw2)[0] is None:
+            return kw2, kind2, True
+    k = _get(ctx.cfg, "num_codebooks", None)
+    if "input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length, num_codebooks)" in flat \
+            and isinstance(k, int) and not isinstance(k, bool) and k > 1 and kw["input_ids"].dim() == 2:
+        # a token per codebook at each step, as its forward documents them (CSM's audio frames), the labels the same
+        # codes (then: the first codebook's)
+        for variant in (frozenset({f"streams={k}", "labels3d"}), frozenset({f"streams={k}"})):
+            kw2, kind2 = inputs(image_tokens, variant)
+            if _dry_run(model, kw2)[0] is None:
+                return kw2, kind2, True
+    m = _LABEL_ROWS.search(str(exc))
+    if m and "labels" in kw and kw["labels"].dim() == 2 and int(m.group(2)) == kw["labels"].numel() \
+            and "decoder_input_ids" not in ctx.params \
+            and int(m.group(1)) % B == 0 and int(m.group(1)) != int(m.group(2)):
+        n = int(m.group(1)) // B
+        kw2, kind2 = inputs(image_tokens, frozenset({f"labels={n}"}))
+        if _dry_run(model, kw2)[0] is None:
+            notes.append(f"{name}: its head predicts {n} positions per example whatever the input's length: the "
+                         f"labels are {n} tokens (the input stays {kw['labels'].shape[1]} tokens)")
+            return kw2, kind2, True
+    return (*inputs(image_tokens), False)
 
 
 @contextlib.contextmanager
@@ -1685,7 +1840,8 @@ def hf_config_step(source, *, batch_size, device, optimizer, precision, freeze, 
     """A training step of the model a Hugging Face ``config.json`` describes, built from the config alone.
 
     The class is ``task``'s (or ``--task``'s, :func:`hf_options`) head for the model type, else the config's
-    first ``architectures`` entry, else the first head of ``DEFAULT_TASK_ORDER`` the model type has.
+    first ``architectures`` entry, else the first head of ``DEFAULT_TASK_ORDER`` the model type has (else, where the
+    config cannot build that one, the next that it can: a note says which and why; never for a head the user named).
     ``seq_len`` defaults to the config's position limit (512 where it has none)."""
     path = Path(str(source))
     try:
@@ -1697,9 +1853,34 @@ def hf_config_step(source, *, batch_size, device, optimizer, precision, freeze, 
     if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
         raise SpecError(f"{path}: architectures must be a list of class names, e.g. [\"GPT2LMHeadModel\"]; "
                         f"got {archs!r}")
-    cls = choose_class(cfg, data["model_type"], archs, task or current_options().task, str(path))
+    task = task or current_options().task
+    cls = choose_class(cfg, data["model_type"], archs, task, str(path))
     seq_len = seq_len or _position_limit(cfg) or 512
     stem = path.parent.name if path.stem == "config" and path.parent.name else path.stem  # a model folder's name
     name = str(data.get("_name_or_path") or stem).rsplit("/", 1)[-1] or stem
-    return hf_step(name, cfg, cls, batch_size=batch_size, device=device, optimizer=optimizer,
-                   precision=precision, freeze=freeze, seq_len=seq_len)
+    step = functools.partial(hf_step, name, batch_size=batch_size, device=device, optimizer=optimizer,
+                             precision=precision, freeze=freeze, seq_len=seq_len)
+    try:
+        return step(cfg, cls)
+    except BuildError as exc:
+        if archs or task is not None:  # the user named the head: theirs or nothing
+            raise
+        first = exc
+    # the head picked by default cannot be built from this config (wav2vec2-BERT's CTC head: the default config
+    # defines no vocabulary): the model type's next trainable head that can, in DEFAULT_TASK_ORDER
+    for other_task, other in task_classes(data["model_type"]).items():
+        if other_task == "base" or other == cls.__name__:
+            continue
+        at = len(current_options().notes)
+        try:
+            other_cls = choose_class(cfg, data["model_type"], None, other_task, str(path))
+            built = step(load_config(data, str(path)), other_cls)
+        except BuildError:
+            continue
+        current_options().notes.insert(at, 
+            f"{name}: the default head {cls.__name__} cannot be built from this config "
+            f"({str(first).split(': ', 1)[-1]}); "
+            f"{other_cls.__name__} (--task {other_task}) is forecast instead; name the head with --task or "
+            "'architectures' to choose another")
+        return built
+    raise first
