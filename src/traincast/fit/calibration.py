@@ -424,7 +424,7 @@ def calibrate(models=CALIBRATION_POOL, batch_sizes=(2, 8, 16), *, device="cpu",
              "rms_log_error": fitted.rms_log_error,
              "layer_samples": len(layer_samples or []),
              "bandwidth": asdict(bandwidth) if bandwidth is not None else None,
-             "depthwise": asdict(depthwise) if depthwise is not None else None,
+             "depthwise": asdict(depthwise) if depthwise is not None and fixed is not None else None,
              "models": sorted({m.model for m in meas}), "steps": rows},
     )
 
