@@ -9,7 +9,9 @@ calibration set) and two text models (gpt2, bert-small), at batch 1, 8 and 32. R
 the measured step), MAPE and bias (median signed error) per family and overall, and the worst rows.
 
 Measurements are cached in a JSON file as they finish, so an interrupted run resumes where it stopped (delete
-the file to re-measure). Each (model, batch) is timed in a fresh process, as a training job runs: in one
+the file to re-measure); the device's own rates (memory bandwidth, fresh pages, the depthwise convolutions'
+weight-gradient rate and call costs) are kept beside it (``CACHE.device.json``, measured again for another
+``--threads``), so a re-run scores against the same quiet-machine measurements. Each (model, batch) is timed in a fresh process, as a training job runs: in one
 long-lived process the heap an earlier model left changes how often the next faults fresh pages in.
 
     python benchmarks/validate_cpu.py [--steps 5] [--rounds 2] [--batch-sizes 1,8,32] [--held M1,M2]
