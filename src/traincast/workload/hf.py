@@ -377,6 +377,12 @@ class _Ctx:
     processor_hw: tuple | None = None  # the image size of the model type's image processor (variant ``proc``)
 
     @property
+    def value_dev(self):
+        """Where inputs whose values the model reads to shape its work (patch grids) live: the CPU when tracing on
+        meta (or with no device), else the model's device."""
+        return "cpu" if self.device is None or torch.device(self.device).type == "meta" else self.device
+
+    @property
     def idev(self):
         """Where integer inputs (ids, masks, labels, grids) live. For a multimodal model on meta (``real_ids``):
         on the CPU with real values, so that code reading them (placeholder counts, multimodal rotary positions)
@@ -647,12 +653,18 @@ def _ids(ctx: _Ctx, n: int | None = None, shape=None):
 _AUDIO_TOKEN_ID = ("audio_token_id", "audio_token_index")
 
 
+def _patch_size(cfg, default: int | None = None) -> int | None:
+    """The vision tower's patch side (the first of a (h, w) pair), ``default`` where the config names none."""
+    patch = find(cfg, "patch_size", prefer=_SUB_VISION)
+    patch = patch[0] if isinstance(patch, (list, tuple)) and patch else patch
+    return int(patch) if isinstance(patch, int) and not isinstance(patch, bool) and patch > 0 else default
+
+
 def _grid(ctx: _Ctx) -> tuple[int, int, int, int, int]:
     """The patch grid of a Qwen2-VL-style model for the image size: (patch, temporal patch, spatial merge,
     grid height, grid width), the grid's sides a multiple of the merge."""
     cfg = ctx.cfg
-    patch = find(cfg, "patch_size", prefer=_SUB_VISION)
-    patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch or 14)
+    patch = _patch_size(cfg, 14)
     tps = int(find(cfg, "temporal_patch_size", prefer=_SUB_VISION) or 2)
     merge = int(find(cfg, "spatial_merge_size", "merge_size", prefer=_SUB_VISION) or 2)
     h, w = _image_hw(ctx)
@@ -677,8 +689,7 @@ def _flat_patches(ctx: _Ctx, images):
     """NaFlex-style inputs (SigLIP 2): each image cut into ``patch x patch`` patches, one row each
     (``batch x patches x C*patch^2``), with its grid ``spatial_shapes`` (patch rows, patch columns; read by
     the model, so with real values) and a mask of the valid patches (all of them)."""
-    patch = find(ctx.cfg, "patch_size", prefer=_SUB_VISION)
-    patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch or 16)
+    patch = _patch_size(ctx.cfg, 16)
     b, c, h, w = images.shape
     gh, gw = max(1, h // patch), max(1, w // patch)
     limit = find(ctx.cfg, "num_patches", prefer=_SUB_VISION)
@@ -686,7 +697,7 @@ def _flat_patches(ctx: _Ctx, images):
         raise ConfigError(f"a {h}x{w} image is {gh * gw} patches of {patch} px, more than the {limit} the vision "
                           "config takes (num_patches); pass a smaller --image-size")
     ctx.desc[-1] = f"{c}x{gh * patch}x{gw * patch} images in {gh * gw} patches of {patch}px"
-    dev = "cpu" if ctx.device is None or torch.device(ctx.device).type == "meta" else ctx.device
+    dev = ctx.value_dev
     shapes = torch.tensor([[gh, gw]] * b, dtype=torch.long, device=dev)
     mask = torch.ones(b, gh * gw, dtype=torch.long, device=dev)
     return torch.randn(b, gh * gw, c * patch * patch), shapes, mask
@@ -697,8 +708,7 @@ def _packed_patches(ctx: _Ctx, images):
     by side in one row, ``1 x C x patch x (patches * patch)``, with each image's grid ``target_sizes`` (patch rows,
     patch columns; read by the model, so with real values), the grid's sides a multiple of the kernels that merge
     or window it (``merge_kernel_size``, ``window_kernel_size``)."""
-    patch = find(ctx.cfg, "patch_size", prefer=_SUB_VISION)
-    patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch or 14)
+    patch = _patch_size(ctx.cfg, 14)
     step = 1
     for n in ("merge_kernel_size", "window_kernel_size"):
         k = find(ctx.cfg, n, prefer=_SUB_VISION)
@@ -707,7 +717,7 @@ def _packed_patches(ctx: _Ctx, images):
     b, c, h, w = images.shape
     gh, gw = max(step, h // patch // step * step), max(step, w // patch // step * step)
     ctx.desc[-1] = f"{c}x{gh * patch}x{gw * patch} images packed in {gh * gw} patches of {patch}px"
-    dev = "cpu" if ctx.device is None or torch.device(ctx.device).type == "meta" else ctx.device
+    dev = ctx.value_dev
     sizes = torch.tensor([[gh, gw]] * b, dtype=torch.int32, device=dev)
     return torch.randn(1, c, patch, b * gh * gw * patch), sizes
 
@@ -715,8 +725,7 @@ def _packed_patches(ctx: _Ctx, images):
 def _patch_rows(ctx: _Ctx, images):
     """Images as rows of flattened patches, ``batch x patches x patch*patch*C`` (a model whose projector is a
     linear layer over raw patches: Fuyu), the patches of the config's ``patch_size``."""
-    patch = find(ctx.cfg, "patch_size", prefer=_SUB_VISION)
-    patch = int(patch[0] if isinstance(patch, (list, tuple)) else patch or 16)
+    patch = _patch_size(ctx.cfg, 16)
     b, c, h, w = images.shape
     gh, gw = max(1, h // patch), max(1, w // patch)
     ctx.desc[-1] = f"{c}x{gh * patch}x{gw * patch} images as {gh * gw} rows of {patch}px patches"
@@ -749,9 +758,8 @@ def _image_tokens_guess(ctx: _Ctx) -> int:
         _patch, _tps, merge, gh, gw = _grid(ctx)
         return (gh // merge) * (gw // merge)
     h, _w = _image_hw(ctx)
-    patch = find(cfg, "patch_size", prefer=_SUB_VISION)
-    patch = patch[0] if isinstance(patch, (list, tuple)) else patch
-    if isinstance(patch, int) and patch > 0:
+    patch = _patch_size(cfg)
+    if patch:
         n = (h // patch) ** 2
         if _get(cfg, "vision_feature_select_strategy", "default") == "full":
             n += 1
@@ -773,11 +781,10 @@ def _snapped_hw(ctx: _Ctx) -> tuple[tuple[int, int], str, str, int] | None:
     shuffle by 2 cannot split; 192 px is 6x6) or the backbone splits the grid into windows, as an image processor
     resizes images for such a model; with the note saying so, what is wrong with the size, and the multiple it
     needs. None where the image size fits already (or the config names no patch and merge factor)."""
-    patch = find(ctx.cfg, "patch_size", prefer=_SUB_VISION)
-    patch = patch[0] if isinstance(patch, (list, tuple)) and patch else patch
+    patch = _patch_size(ctx.cfg)
     field_, factor = next(((n, v) for n, v in ((n, find(ctx.cfg, n, prefer=_SUB_VISION)) for n in _GRID_FACTORS)
                            if isinstance(v, int) and not isinstance(v, bool) and v >= 2), (None, None))
-    if not (isinstance(patch, int) and patch > 0 and factor):
+    if not (patch and factor):
         return None
     h, w = _image_hw(ctx)
     step = patch * factor
