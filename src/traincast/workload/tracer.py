@@ -158,7 +158,7 @@ class _OpRecorder(TorchDispatchMode):
         seen: set[int] = set()
         read = 0
         # a copy writes its destination without reading it
-        dests = {id(t): t for t in _tensors(args[0])} if name in ("copy_", "_foreach_copy_") and args else {}
+        dests = {id(t) for t in _tensors(args[0])} if name in ("copy_", "_foreach_copy_") and args else set()
         src = []
         in_keys: set[int] = set()
         for t in ins:
