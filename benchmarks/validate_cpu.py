@@ -128,8 +128,7 @@ def main() -> None:
     bw = Bandwidth(**rates["bandwidth"])
     dw = DepthwiseCosts(**(rates["depthwise"] | {"shapes": tuple(tuple(x) for x in rates["depthwise"]["shapes"])}))
     print(f"device: STREAM {bw.stream_gb_per_s:.1f} GB/s, fresh pages {bw.page_in_gb_per_s:.2f} GB/s; depthwise "
-          f"convolutions: 7x7 weight gradient {dw.gflops_per_s:.2f} GFLOP/s ({dw.ratio_to_3x3:.0f}x the 3x3 one's "
-          f"time), calls {dw.call_us:.0f} us forward, {dw.grad_call_us:.0f} us backward ({dev_file})")
+          f"convolutions: {dw.summary()} ({dev_file})")
     prof = calibrate(cal_models, CAL_BATCHES, measured=m_cal, name="validate-cpu", layer_samples=layers,
                      threads=args.threads, bandwidth=bw, depthwise=dw)
     print("fitted parameters:", ", ".join(f"{k}={v:.3g}" for k, v in prof.fit["parameters"].items()))

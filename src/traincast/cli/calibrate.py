@@ -113,9 +113,9 @@ def register(app: typer.Typer) -> None:
                           f"{bw['fresh_gb_per_s']:.2f} GB/s vs {bw['fill_gb_per_s']:.1f} GB/s mapped")
         dw = prof.fit.get("depthwise")
         if dw:
-            console.print(f"depthwise convolutions (measured): 7x7 weight gradient {dw['gflops_per_s']:.2f} GFLOP/s "
-                          f"({dw['ratio_to_3x3']:.0f}x the 3x3 one's time), {dw['call_us']:.0f} us per call forward, "
-                          f"{dw['grad_call_us']:.0f} us backward")
+            from traincast.measure.kernels import DepthwiseCosts
+
+            console.print(f"depthwise convolutions (measured): {DepthwiseCosts(**dw).summary()}")
         console.print(f"profile saved: {path}  (use: traincast predict MODEL --device local ...)")
 
     @app.command()
