@@ -27,6 +27,7 @@ import contextvars
 import functools
 import inspect
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -965,7 +966,7 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
     encoder_input = getattr(getattr(ctx.model, "encoder", None), "main_input_name", None)
     if "input_features" in p and not ("input_values" in p and encoder_input == "input_values"):
         # (a speech encoder-decoder takes whichever its encoder does: wav2vec2's raw audio, ...)
-        width = next((int(v[6:]) for v in variant if v.startswith("width=")), None)
+        width = _variant_int(variant, "width", None)
         kw["input_features"] = _input_features(ctx, width)
         if "flip" in variant and kw["input_features"].dim() == 3:  # the other layout (frames first / features first)
             kw["input_features"] = kw["input_features"].transpose(1, 2).contiguous()
@@ -1005,7 +1006,7 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
                 kw["attention_mask"] = torch.ones(B, seq, dtype=torch.long, device=ctx.idev)
             what = f"x {k} codebooks"
         else:
-            streams = next((int(v[8:]) for v in variant if v.startswith("streams=")), 0)
+            streams = _variant_int(variant, "streams")
             ids = _ids(ctx, shape=(B, seq, streams)) if streams else _ids(ctx, seq)
             if streams:  # a token per stream at each step (the text and the audio codebooks: Kyutai's STT)
                 what = f"x {streams} streams"
@@ -1074,7 +1075,7 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         kind = "own"
     if _get(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in p and "input_ids" not in kw and kind != "lm":
         kw["decoder_input_ids"] = _ids(ctx)
-    dec_k = next((int(v[14:]) for v in variant if v.startswith("dec-codebooks=")), 0)
+    dec_k = _variant_int(variant, "dec-codebooks")
     if dec_k and "decoder_input_ids" in p:  # audio codes, one row per codebook (Dia's decoder), and their labels
         dec_vocab = find(cfg, "vocab_size", prefer=("decoder_config", "decoder"), top_first=False) or _vocab(cfg)
         # the decoder's own layout, batch x frames x codebooks; the labels flattened as its logits are, one row
@@ -1082,7 +1083,7 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         kw["decoder_input_ids"] = torch.randint(0, int(dec_vocab), (B, S, dec_k), device=ctx.idev)
         kw["labels"] = kw["decoder_input_ids"].transpose(1, 2).reshape(B * dec_k, S)
         ctx.desc.append(f"{S} audio frames x {dec_k} codebooks (vocab {dec_vocab}) for the decoder")
-    n_labels = next((int(v[7:]) for v in variant if v.startswith("labels=")), 0)
+    n_labels = _variant_int(variant, "labels")
     if "labels" in kw:  # made with the inputs they align with
         kind = "own"
     elif "labels" in p:
@@ -1099,6 +1100,11 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         kw["end_positions"] = torch.zeros(B, dtype=torch.long, device=ctx.idev)
         kind = "own"
     return kw, kind
+
+
+def _variant_int(variant, key: str, default: int | None = 0) -> int | None:
+    """The number an input-form variant carries as ``key=N`` (``width=560``, ``streams=33``), else ``default``."""
+    return next((int(v[len(key) + 1:]) for v in variant if v.startswith(key + "=")), default)
 
 
 # text-to-speech models trained on continuous latents of their audio tokenizer (Pocket TTS): the config fields of
@@ -1129,9 +1135,7 @@ def _fixed_length(cfg) -> tuple[int, str] | None:
         shape = _get(cfg, shape_field, None)
         if _get(cfg, flag, True) and isinstance(shape, (list, tuple)) and shape \
                 and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shape):
-            n = 1
-            for v in shape:
-                n *= v
+            n = math.prod(shape)
             return n, f"its {shape_field} {tuple(shape)} multiply to {n}"
     return None
 
