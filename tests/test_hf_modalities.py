@@ -808,3 +808,17 @@ def test_navit_packed_patches_with_their_grids(capsys, tmp_path):
     desc, shapes = _params_and_shapes(capsys, tmp_path, "minicpmv4_6", fields, "--seq-len", "16")
     assert "3x64x64 images packed in 16 patches of 16px" in desc and "(1 image placeholders)" in desc, desc
     assert [1, 3, 16, 2 * 16 * 16] in shapes
+
+
+def test_layerdrop_read_from_the_config_is_off_too(capsys, tmp_path):
+    """wav2vec2's encoder draws ``torch.rand([])`` against ``config.layerdrop`` at every layer (not a module
+    attribute): that draw is left out too, so two traces of the model are the same, and the forecast says so."""
+    p = _write(tmp_path, "wav2vec2", dict(T, **CONV, num_hidden_layers=6, layerdrop=0.5), None)
+    runs = []
+    for _ in range(3):
+        code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--audio-seconds", "1",
+                             "--json")
+        assert code == 0, err
+        runs.append(json.loads(out))
+    assert len({r["iteration_s"] for r in runs}) == 1
+    assert any("LayerDrop is left out" in n and "0.5 in config.layerdrop" in n for n in runs[0]["notes"])

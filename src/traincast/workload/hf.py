@@ -1226,6 +1226,14 @@ def _no_layerdrop(model, notes: list[str]) -> None:
         if isinstance(p, float) and not isinstance(p, bool) and p > 0:
             drops[type(m).__name__] = p
             m.layerdrop = 0.0
+    # layers that read their probability from the config at each step (SeamlessM4T's
+    # ``config.speech_encoder_layerdrop``)
+    cfg = getattr(model, "config", None)
+    for c in [cfg, *_subconfigs(cfg)] if cfg is not None else []:
+        for k, p in list(vars(c).items()):
+            if k.endswith("layerdrop") and isinstance(p, float) and not isinstance(p, bool) and p > 0:
+                drops[f"config.{k}"] = p
+                setattr(c, k, 0.0)
     if drops:
         notes.append("LayerDrop is left out (every layer runs; real training skips each with probability "
                      + ", ".join(f"{p:g} in {n}" for n, p in sorted(drops.items())) + ", on average that share of "
