@@ -49,7 +49,7 @@ def main() -> None:
     layers = run_layer_campaign(args.layer_samples, store=Store(cache.with_suffix(".db")))
     rates = json.loads(dev_file.read_text())
     bw = Bandwidth(**rates["bandwidth"])
-    dw = DepthwiseCosts(**(rates["depthwise"] | {"shapes": tuple(tuple(s) for s in rates["depthwise"]["shapes"])}))
+    dw = DepthwiseCosts.from_dict(rates["depthwise"])
     fit = calibration.fit_parameters
     for lw in weights:
         calibration.fit_parameters = lambda *a, _lw=lw, **k: fit(*a, **(k | {"layer_weight": _lw}))

@@ -126,7 +126,7 @@ def main() -> None:
         rates["depthwise"] = asdict(measure_depthwise("cpu", threads=args.threads))
     dev_file.write_text(json.dumps(rates, indent=1))
     bw = Bandwidth(**rates["bandwidth"])
-    dw = DepthwiseCosts(**(rates["depthwise"] | {"shapes": tuple(tuple(x) for x in rates["depthwise"]["shapes"])}))
+    dw = DepthwiseCosts.from_dict(rates["depthwise"])
     print(f"device: STREAM {bw.stream_gb_per_s:.1f} GB/s, fresh pages {bw.page_in_gb_per_s:.2f} GB/s; depthwise "
           f"convolutions: {dw.summary()} ({dev_file})")
     prof = calibrate(cal_models, CAL_BATCHES, measured=m_cal, name="validate-cpu", layer_samples=layers,

@@ -115,7 +115,7 @@ def register(app: typer.Typer) -> None:
         if dw:
             from traincast.measure.kernels import DepthwiseCosts
 
-            console.print(f"depthwise convolutions (measured): {DepthwiseCosts(**dw).summary()}")
+            console.print(f"depthwise convolutions (measured): {DepthwiseCosts.from_dict(dw).summary()}")
         console.print(f"profile saved: {path}  (use: traincast predict MODEL --device local ...)")
 
     @app.command()

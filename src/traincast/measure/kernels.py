@@ -32,6 +32,11 @@ class DepthwiseCosts:
     call_us: float = 0.0  # a depthwise convolution's forward call beyond an element-wise op's
     grad_call_us: float = 0.0  # its backward's (input and weight gradients)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "DepthwiseCosts":
+        """From its JSON form (``dataclasses.asdict``, the shapes as lists)."""
+        return cls(**(d | {"shapes": tuple(tuple(s) for s in d["shapes"])}))
+
     def summary(self) -> str:
         return (f"7x7 weight gradient {self.gflops_per_s:.2f} GFLOP/s ({self.ratio_to_3x3:.0f}x the 3x3 one's time), "
                 f"calls {self.call_us:.0f} us forward, {self.grad_call_us:.0f} us backward")
