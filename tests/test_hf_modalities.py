@@ -585,15 +585,65 @@ def test_images_resized_to_the_projectors_patch_grid(capsys, tmp_path):
     assert any("56x56 images are resized to 48x48" in n and "merge factor 2" in n for n in f["notes"]), f["notes"]
 
 
-def test_a_vision_tower_that_cannot_fit_its_projector_is_refused_in_one_line(capsys, tmp_path):
+def test_a_vision_tower_that_cannot_fit_its_projector_is_built_for_a_size_that_does(capsys, tmp_path):
     """ModernVBERT's SigLIP tower has position embeddings for its own 7x7 grid only, which its pixel shuffle by 4
-    cannot split: no image size fits, and the one-line error says so and what to set."""
+    cannot split, and no resized image runs in that tower: the model is built for 32 px images (a 4x4 grid, as
+    ``--image-size 32`` would build it) and the forecast says so. Where the user named the image size, theirs
+    stands: the one-line error says what does not fit and what to set."""
     fields = dict(text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2),
                   vision_config=dict(T, image_size=56, patch_size=8), pixel_shuffle_factor=4)
     p = _write(tmp_path, "modernvbert", fields, None)
-    msg = _one_line_error(*cli(capsys, "trace", p, "-b", "2", "--seq-len", "32")[::2])
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("make a 7x7 grid, which the projector's merge factor 4 does not divide" in n
+               and "built for 32x32 images (as --image-size 32 would)" in n for n in notes), notes
+    code, out, err = cli(capsys, "trace", p, "-b", "2", "--seq-len", "32", "--ops", "--json")
+    conv = [o for o in json.loads(out)["ops"] if o["aten"] == "convolution" and o["phase"] == "forward"]
+    assert conv and conv[0]["input_shapes"][0][-2:] == [32, 32]
+    msg = _one_line_error(*cli(capsys, "trace", p, "-b", "2", "--seq-len", "32", "--image-size", "56")[::2])
     assert "make a 7x7 grid, which the projector's merge factor 4 does not divide" in msg, msg
     assert "multiple of 32" in msg
+
+
+def test_towers_of_different_widths_are_forecast_with_the_widths_aligned(capsys, tmp_path):
+    """A config pairing a vision tower whose merger outputs 96-wide features with a 64-wide text model cannot run
+    (transformers' own default Qwen3-VL config does this: 3584 vs 4096). The vision config's ``out_hidden_size``
+    is the one field that holds the features' width: the model is forecast with it set to the text's 64, with the
+    parameters of the model so built, and the forecast says which field it changed."""
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=8, spatial_merge_size=2,
+                  temporal_patch_size=2, out_hidden_size=96, deepstack_visual_indexes=[])
+    text = dict(T, num_key_value_heads=1, vocab_size=1000, head_dim=32,
+                rope_scaling=dict(rope_type="default", mrope_section=[4, 6, 6]))
+    p = _write(tmp_path, "qwen3_vl", dict(vision_config=vision, text_config=text, image_token_id=999,
+                                          vision_start_token_id=998), None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "64", "--json")
+    assert code == 0, err
+    f = json.loads(out)
+    assert any("features are 96 wide with a text model 64 wide" in n and "vision_config.out_hidden_size = 64" in n
+               for n in f["notes"]), f["notes"]
+    data = json.loads(p.read_text())
+    data["vision_config"]["out_hidden_size"] = 64
+    p.write_text(json.dumps(data))
+    assert f["parameters"] == _expected_parameters(p, None, None)[0]
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "64", "--json")
+    assert code == 0, err
+    assert not any("wide with a text model" in n for n in json.loads(out)["notes"])
+
+
+def test_an_image_grid_smaller_than_the_pooled_tokens_grows_to_fit(capsys, tmp_path):
+    """Gemma 3 average-pools the vision tower's patch grid to ``mm_tokens_per_image`` (n x n) tokens, so the grid's
+    side must be a multiple of n (transformers' default pairs a 14x14 grid with 16x16 tokens: a pool of stride 0).
+    A 32 px image in 8 px patches (4x4) pooled to 8x8 tokens: the tower is built for 64 px (8x8), 64 placeholders."""
+    fields = dict(text_config=dict(T, num_key_value_heads=1, vocab_size=1000, head_dim=32, sliding_window=64),
+                  vision_config=dict(VIS, image_size=32), mm_tokens_per_image=64,
+                  image_token_index=999, boi_token_index=997, eoi_token_index=998)
+    wl, fwd, p = _trace(capsys, tmp_path, "gemma3", fields, None, "--seq-len", "128")
+    assert "(64 image placeholders)" in wl["input_description"] and "3x64x64 images" in wl["input_description"]
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "128", "--json")
+    assert code == 0, err
+    assert any("16 px patches" not in n and "8x8 grid of tokens the projector pools them to (mm_tokens_per_image 64)"
+               in n and "built for 64x64 images" in n for n in json.loads(out)["notes"])
 
 
 def test_tiled_images_and_patch_rows(capsys, tmp_path):
@@ -822,3 +872,65 @@ def test_layerdrop_read_from_the_config_is_off_too(capsys, tmp_path):
         runs.append(json.loads(out))
     assert len({r["iteration_s"] for r in runs}) == 1
     assert any("LayerDrop is left out" in n and "0.5 in config.layerdrop" in n for n in runs[0]["notes"])
+
+
+def test_parameters_made_off_the_meta_device_join_it(capsys, tmp_path):
+    """DiffLlama makes its attention's lambda parameters with ``torch.normal(mean, std, size=...)``, which ignores
+    the ``torch.device("meta")`` context: they were CPU parameters whose gradients the backward could not copy
+    out of meta. They are moved to meta, the backward runs, and every parameter is counted."""
+    fields = dict(T, num_key_value_heads=2, vocab_size=1000)
+    wl, fwd, p = _trace(capsys, tmp_path, "diffllama", fields, None, "--seq-len", "32")
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+
+
+def test_rope_fields_a_config_leaves_out_are_filled_and_said(capsys, tmp_path):
+    """RoPE's parameters do not change what a step computes. Cohere Compass's default config names no
+    ``rope_parameters`` for its ``full_attention`` layers (its constructor stops on a KeyError): default RoPE
+    stands in and the forecast says so, with the parameters transformers counts for the filled config."""
+    fields = dict(T, num_key_value_heads=1, vocab_size=1000, rope_parameters={})
+    p = _write(tmp_path, "cohere_compass_text", fields, None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err
+    f = json.loads(out)
+    assert any("names no rope_parameters for its full_attention layers: default RoPE of base 10000" in n
+               for n in f["notes"]), f["notes"]
+    data = json.loads(p.read_text())
+    data["rope_parameters"] = {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+    p.write_text(json.dumps(data))
+    assert f["parameters"] == _expected_parameters(p, None, None)[0]
+
+
+def test_multimodal_rope_sections_scaled_to_the_rotary_dimensions():
+    """A forward that stops splitting 64 rotary dimensions by sections [8, 12, 12] (sum 32; GLM-4V's code default
+    where its config names none) is repaired by sections scaled to [16, 24, 24] in the text config's RoPE
+    parameters; sections that do not scale evenly, and other errors, get no repair."""
+    from transformers import AutoConfig
+
+    from traincast.workload.hf import _rope_sections_fix
+
+    exc = RuntimeError("split_with_sizes expects split_sizes to sum exactly to 64 (input tensor's size at "
+                       "dimension -1), but got split_sizes=[8, 12, 12]")
+    cfg = AutoConfig.for_model("glm4v")
+    note = _rope_sections_fix(exc, cfg)(cfg)
+    assert cfg.text_config.rope_parameters["mrope_section"] == [16, 24, 24]
+    assert "[8, 12, 12] split 32 of the 64 rotary dimensions" in note
+    odd = RuntimeError("split_with_sizes expects split_sizes to sum exactly to 50 (...), but got split_sizes=[8, 12, 12]")
+    assert _rope_sections_fix(odd, cfg) is None
+    assert _rope_sections_fix(RuntimeError("shape mismatch"), cfg) is None
+
+
+def test_a_sub_config_without_rope_theta_takes_the_configs_own():
+    """DBRX's attention reads ``attn_config.rope_theta``, which its config keeps in the top level's RoPE
+    parameters: the sub-config takes that base (500000 here), not a stand-in; a note says so."""
+    from transformers import AutoConfig
+
+    from traincast.workload.hf import _fill_rope
+
+    cfg = AutoConfig.for_model("dbrx")
+    cfg.rope_parameters = {"rope_type": "default", "rope_theta": 500000.0}
+    notes: list[str] = []
+    exc = AttributeError("'DbrxAttentionConfig' object has no attribute 'rope_theta'")
+    assert _fill_rope(exc, cfg, notes) and cfg.attn_config.rope_theta == 500000.0
+    assert notes == ["the config's DbrxAttentionConfig names no rope_theta: it takes 500000, the base the config "
+                     "names elsewhere (RoPE's base does not change the step's cost)"]
+    assert not _fill_rope(AttributeError("'DbrxFFNConfig' object has no attribute 'ffn_hidden_size'"), cfg, notes)

@@ -785,6 +785,10 @@ def _snapped_hw(ctx: _Ctx) -> tuple[tuple[int, int], str, str, int] | None:
     patch = _patch_size(ctx.cfg)
     field_, factor = next(((n, v) for n, v in ((n, find(ctx.cfg, n, prefer=_SUB_VISION)) for n in _GRID_FACTORS)
                            if isinstance(v, int) and not isinstance(v, bool) and v >= 2), (None, None))
+    pooled = find(ctx.cfg, "mm_tokens_per_image")  # Gemma 3: the grid pooled to n x n tokens (sides multiples of n)
+    side = math.isqrt(pooled) if isinstance(pooled, int) and not isinstance(pooled, bool) and pooled >= 4 else 0
+    if not factor and side * side == pooled and side >= 2:
+        field_, factor = "mm_tokens_per_image", side
     if not (patch and factor):
         return None
     h, w = _image_hw(ctx)
@@ -793,7 +797,8 @@ def _snapped_hw(ctx: _Ctx) -> tuple[tuple[int, int], str, str, int] | None:
     if hw == (h, w):
         return None
     what = (f"the backbone's {factor} attention windows per side ({field_})" if field_ in _WINDOW_FACTORS
-            else f"the projector's merge factor {factor}")
+            else f"the {factor}x{factor} grid of tokens the projector pools them to ({field_} {pooled})"
+            if field_ == "mm_tokens_per_image" else f"the projector's merge factor {factor}")
     return hw, (f"the {h}x{w} images are resized to {hw[0]}x{hw[1]} so that their grid of {patch} px patches "
                 f"divides by {what} (as the model's image processor resizes them)"), \
         (f"its {h}x{w} images in {patch} px patches make a {h // patch}x{w // patch} grid, which {what} "
@@ -1285,6 +1290,52 @@ def _fill_derived(exc: BaseException, cfg, notes: list[str] | None) -> bool:
     return bool(used)
 
 
+_ROPE_THETA = 10000.0  # RoPE's base where a config names none (the RoFormer / Llama default)
+
+
+def _fill_rope(exc: BaseException, cfg, notes: list[str] | None) -> bool:
+    """Fill the RoPE fields a constructor stopped on (``exc``) where the config leaves them out: a sub-config
+    without ``rope_theta`` (DBRX's attention config) takes the one the config names elsewhere; a layer type
+    without ``rope_parameters`` (Cohere Compass's default config names none) takes default RoPE at that base.
+    The rotary frequencies do not change what a step computes, so the forecast is that of the model; a note
+    says what was filled. True if anything was."""
+    configs = [cfg, *_subconfigs(cfg)]
+
+    def theta() -> float:
+        for c in configs:
+            rp = _get(c, "rope_parameters")
+            for v in ([rp] + list(rp.values()) if isinstance(rp, dict) else []):
+                if isinstance(v, dict) and isinstance(v.get("rope_theta"), (int, float)):
+                    return float(v["rope_theta"])
+            if isinstance(vars(c).get("rope_theta"), (int, float)):
+                return float(vars(c)["rope_theta"])
+        return _ROPE_THETA
+
+    msg = str(exc)
+    m = re.search(r"'(\w+Config)' object has no attribute 'rope_theta'", msg)
+    if isinstance(exc, AttributeError) and m:
+        for c in configs:
+            if type(c).__name__ == m.group(1) and "rope_theta" not in vars(c):
+                c.rope_theta = theta()
+                if notes is not None:
+                    whence = "the stand-in" if c.rope_theta == _ROPE_THETA else "the base the config names elsewhere"
+                    notes.append(f"the config's {m.group(1)} names no rope_theta: it takes {c.rope_theta:g}, {whence} "
+                                 "(RoPE's base does not change the step's cost)")
+                return True
+    if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str):
+        kind = exc.args[0]
+        for c in configs:
+            rp, types = _get(c, "rope_parameters"), _get(c, "layer_types")
+            if isinstance(rp, dict) and isinstance(types, (list, tuple)) and kind in types and kind not in rp:
+                rp[kind] = {"rope_type": "default", "rope_theta": theta()}
+                if notes is not None:
+                    notes.append(f"the config names no rope_parameters for its {kind} layers: default RoPE of base "
+                                 f"{rp[kind]['rope_theta']:g} stands in (RoPE's parameters do not change the step's "
+                                 "cost)")
+                return True
+    return False
+
+
 def _config_for(cls, cfg):
     """The config ``cls`` is built from: ``cfg``, or the one sub-config of ``cls``'s own config class where
     ``cfg`` is a composite holding it (MusicGen's decoder for ``MusicgenForCausalLM``)."""
@@ -1305,7 +1356,7 @@ def _build(cls, cfg, device, name, notes: list[str] | None = None):
             return _build_once(cls, cfg, device, name)
         except ConfigError as exc:
             cause = exc.__cause__ or exc.__context__
-            if isinstance(cause, Exception) and _fill_derived(cause, cfg, notes):
+            if isinstance(cause, Exception) and (_fill_derived(cause, cfg, notes) or _fill_rope(cause, cfg, notes)):
                 continue
             if _get(cfg, "is_decoder", None) is False and "is_decoder" in str(exc) \
                     and cls.__name__ in _mapping_names().get("CAUSAL_LM", {}).values():
@@ -1318,6 +1369,22 @@ def _build(cls, cfg, device, name, notes: list[str] | None = None):
 
 
 def _build_once(cls, cfg, device, name):
+    model = _build_on(cls, cfg, device, name)
+    if torch.device(device).type == "meta":
+        # parameters made by factories that ignore the device context (``torch.normal(mean, std, size=...)``:
+        # DiffLlama's lambdas) join the rest on meta, where the backward's gradients are (a CPU parameter's
+        # gradient would be copied out of meta)
+        moved: dict[int, nn.Parameter] = {}  # one meta parameter for each shared (tied) one
+        for mod in model.modules():
+            for k, p in list(mod._parameters.items()):
+                if p is not None and p.device.type != "meta":
+                    if id(p) not in moved:
+                        moved[id(p)] = nn.Parameter(p.to("meta"), requires_grad=p.requires_grad)
+                    mod._parameters[k] = moved[id(p)]
+    return model
+
+
+def _build_on(cls, cfg, device, name):
     chose_sdpa = _get(cfg, "_attn_implementation_internal", None) is None
     if chose_sdpa:
         try:
@@ -1457,16 +1524,112 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
         with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(), ExpectedSelections(), _checks_off():
             model(**kw)
     except Exception as exc:  # noqa: BLE001 - judged by the caller
-        return exc, mode.scattered_rows
+        if mode.widths is None:
+            return exc, mode.scattered_rows
     if mode.widths is not None:  # features of one width put into embeddings of another: the config's towers
+        # (which come first where the forward then stops: rows counted in the wrong width mislead what follows)
         f, e = mode.widths
         return _WidthMismatch(f"the image/audio features are {f} wide but the text embeddings they fill are {e} "
-                              "wide"), mode.scattered_rows
+                              "wide", (f, e)), mode.scattered_rows
     return None, mode.scattered_rows
 
 
 class _WidthMismatch(ValueError):
-    """A projector whose features do not fit the text model's embeddings (found in the dry run)."""
+    """A projector whose features do not fit the text model's embeddings (found in the dry run); ``widths``:
+    (the features', the embeddings')."""
+
+    def __init__(self, message: str, widths: tuple[int, int]):
+        super().__init__(message)
+        self.widths = widths
+
+
+# the config fields naming the width of the features a vision or audio tower hands the text model, most specific
+# first; ``hidden_size`` last (Qwen2-VL's vision config: its ``embed_dim`` is the tower's, ``hidden_size`` the
+# merger's output; Ovis2's top-level ``hidden_size``: its visual embedding table's)
+_OUT_WIDTH_FIELDS = ("out_hidden_size", "output_hidden_size", "output_dim", "projector_hidden_size",
+                     "projection_dim", "hidden_size")
+
+
+def _align_widths(features: int | None, embeddings: int | None, cfg) -> str | None:
+    """Set the field that makes a vision/audio tower's features ``features`` wide to ``embeddings`` (the text
+    model's width), where a field outside the text model's config holds that value; the note saying so, or
+    None (nothing evident to change). Widths None (the forward said only that the features do not fit): the
+    text config's ``hidden_size``, and the first output-width field that differs from it (a ``hidden_size``
+    only where its config names the tower's own width apart, as ``embed_dim``)."""
+    from transformers import PretrainedConfig
+
+    named = [(k, v) for k, v in vars(cfg).items() if isinstance(v, PretrainedConfig)]
+    text = [v for k, v in named if k in _SUB_TEXT]
+    if embeddings is None:
+        embeddings = _get(text[0], "hidden_size") if len(text) == 1 else None
+        if not isinstance(embeddings, int) or isinstance(embeddings, bool):
+            return None
+    places = [(k + ".", v) for k, v in named if all(v is not t for t in text)] + [("", cfg)]
+    for field_ in _OUT_WIDTH_FIELDS:
+        for prefix, c in places:
+            v = vars(c).get(field_)
+            if not isinstance(v, int) or isinstance(v, bool):
+                continue
+            if features is None and v != embeddings and (field_ != "hidden_size" or "embed_dim" in vars(c)):
+                features = v
+            if v == features:
+                setattr(c, field_, embeddings)
+                return (f"the config pairs a tower whose features are {features} wide with a text model {embeddings} "
+                        f"wide, which cannot run; forecast with {prefix}{field_} = {embeddings} (set the widths your "
+                        "model has in the config.json)")
+    return None
+
+
+def _rebuild_at(snap, cfg) -> str | None:
+    """Build the vision tower for the snapped image size (as ``--image-size`` would); the note saying so."""
+    (h, w), _, why, _step = snap
+    if h != w or not _set_image_size(cfg, h):  # (a config naming no image size: nothing to build it for)
+        return None
+    return f"{why}, and its vision tower takes no other size: it is built for {h}x{w} images (as --image-size {h} would)"
+
+
+_SECTIONS = re.compile(r"split_with_sizes expects split_sizes to sum exactly to (\d+).*?split_sizes=\[([\d, ]+)\]")
+
+
+def _rope_sections_fix(exc, cfg):
+    """Where a forward stops splitting the rotary dimensions by the config's multimodal RoPE sections
+    (``mrope_section``) that sum to a fraction of them (transformers' default GLM-4V config: [8, 12, 12] of 64):
+    the repair that scales the sections to the dimensions they split, or None. The split of the rotary
+    dimensions between time, height and width does not change the step's cost."""
+    m = _SECTIONS.search(str(exc)) if exc is not None else None
+    if not m:
+        return None
+    total, sections = int(m.group(1)), [int(x) for x in m.group(2).split(",")]
+    if sum(sections) <= 0 or total % sum(sections):
+        return None
+
+    def repair(cfg):
+        configs = [*_subconfigs(cfg, _SUB_TEXT), cfg]
+        # the config's own sections, else (the model's code defaults them) the first RoPE parameters naming none
+        for named in (True, False):
+            for c in configs:
+                for field_ in ("rope_parameters", "rope_scaling"):
+                    rp = _get(c, field_)
+                    if isinstance(rp, dict) and (rp.get("mrope_section") == sections if named
+                                                 else "mrope_section" not in rp):
+                        rp["mrope_section"] = [x * total // sum(sections) for x in sections]
+                        return (f"the multimodal RoPE sections {sections} split {sum(sections)} of the {total} rotary "
+                                f"dimensions the model rotates: forecast with mrope_section {rp['mrope_section']} "
+                                "(the split does not change the step's cost)")
+        return None
+
+    return repair
+
+
+def _set_image_size(cfg, size: int) -> bool:
+    """The model built for ``size`` px images: every (vision) config's ``image_size`` (position embeddings and
+    patch grids follow it). False where no config names one."""
+    found = False
+    for c in [cfg, *_subconfigs(cfg, _SUB_VISION)]:
+        if isinstance(_get(c, "image_size", None), (int, list, tuple)):
+            c.image_size = size
+            found = True
+    return found
 
 
 def _one_line(fn):
@@ -1487,8 +1650,41 @@ def _one_line(fn):
     return wrapper
 
 
+class _Repairable(TraceError):
+    """The config cannot run as given, but one evident change makes it run (a default config pairing a vision
+    tower and a text model of different widths; a vision tower built for an image size its projector cannot
+    pool): ``repair(cfg)`` makes the change and returns the note that says so."""
+
+    def __init__(self, message: str, repair):
+        super().__init__(message)
+        self.repair = repair
+
+
 @_one_line
-def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, freeze, seq_len) -> TrainingStep:
+def hf_step(name: str, cfg, cls, **kw) -> TrainingStep:
+    """:func:`_hf_step_once`, repaired where the config cannot run as given but one evident change to it makes it
+    run (:class:`_Repairable`: at most two changes, each said in the forecast's notes; a config that still does
+    not run is refused with the first reason)."""
+    repairs: list[str] = []
+    first: TraceError | None = None
+    for _ in range(3):
+        try:
+            step = _hf_step_once(name, cfg, cls, **kw)
+        except _Repairable as exc:
+            first = first or exc
+            if len(repairs) == 2:
+                break
+            note = exc.repair(cfg) if exc.repair is not None else None
+            if note is None:
+                break
+            repairs.append(note)
+            continue
+        current_options().notes.extend(f"{name}: {r}" for r in repairs)
+        return step
+    raise TraceError(str(first)) from None
+
+
+def _hf_step_once(name: str, cfg, cls, *, batch_size, device, optimizer, precision, freeze, seq_len) -> TrainingStep:
     """A training step of the Hugging Face model ``cls(cfg)`` built on ``device`` (no weights downloaded),
     with the inputs its forward and config ask for and the labels its head needs (module docstring).
 
@@ -1501,9 +1697,7 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
     cfg = _config_for(cls, cfg)
     _prepare_config(cfg, notes)
     if opts.image_size:  # the model built for this image size (position embeddings, patch grids follow it)
-        for c in [cfg, *_subconfigs(cfg, _SUB_VISION)]:
-            if isinstance(_get(c, "image_size", None), (int, list, tuple)):
-                c.image_size = opts.image_size
+        _set_image_size(cfg, opts.image_size)
     limit = _position_limit(cfg)
     if limit and seq_len > limit:
         raise ConfigError(f"--seq-len {seq_len} exceeds {name}'s {limit} positions")
@@ -1600,7 +1794,8 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
                 exc, _rows = _dry_run(model, kw)
                 same = re.search(r"do not match, tokens: (\d+), features: (\d+)", str(exc)) if exc else None
                 if same and same.group(1) == same.group(2):
-                    raise TraceError(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}")
+                    raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}",
+                                      functools.partial(_align_widths, None, None))
                 image_tokens = n if exc is None else image_tokens
             m = _STREAMS.search(str(exc)) if exc is not None and "input_ids" in kw else None
             if m and kw["input_ids"].dim() == 2 and [int(m.group(2)), int(m.group(3))] == list(kw["input_ids"].shape) \
@@ -1635,16 +1830,20 @@ def hf_step(name: str, cfg, cls, *, batch_size, device, optimizer, precision, fr
                                  "that runs)")
                 break
             if isinstance(exc, _WidthMismatch):
-                raise TraceError(f"cannot trace {name}: {cls.__name__}: {exc}: its projector's output width does not "
-                                 "fit the text model's hidden size (the config pairs towers of different widths, "
-                                 "e.g. vision_config.out_hidden_size != text_config.hidden_size); make them equal in "
-                                 "the config.json")
+                raise _Repairable(f"cannot trace {name}: {cls.__name__}: {exc}: its projector's output width does "
+                                  "not fit the text model's hidden size (the config pairs towers of different "
+                                  "widths, e.g. vision_config.out_hidden_size != text_config.hidden_size); make "
+                                  "them equal in the config.json", functools.partial(_align_widths, *exc.widths))
         else:
+            fix = _rope_sections_fix(exc, cfg)
+            if fix is not None:
+                raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}", fix)
             if snap:  # no form runs, resized or not: the vision tower's own size does not fit the projector
                 why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if exc is not None else "no form runs"
-                raise TraceError(f"cannot trace {name}: {cls.__name__}: {snap[2]}, and no other image size runs "
-                                 f"(the forward stops with {why}); set the image size (--image-size, or the vision "
-                                 f"config's image_size) to a multiple of {snap[3]}")
+                raise _Repairable(f"cannot trace {name}: {cls.__name__}: {snap[2]}, and no other image size runs "
+                                  f"(the forward stops with {why}); set the image size (--image-size, or the vision "
+                                  f"config's image_size) to a multiple of {snap[3]}",
+                                  None if opts.image_size else functools.partial(_rebuild_at, snap))
             kw, kind = inputs(image_tokens)
     desc = f"{batch_size} x (" + ", ".join(ctx.desc) + ")"
     if kind == "ctc":
