@@ -934,3 +934,14 @@ def test_a_sub_config_without_rope_theta_takes_the_configs_own():
     assert notes == ["the config's DbrxAttentionConfig names no rope_theta: it takes 500000, the base the config "
                      "names elsewhere (RoPE's base does not change the step's cost)"]
     assert not _fill_rope(AttributeError("'DbrxFFNConfig' object has no attribute 'ffn_hidden_size'"), cfg, notes)
+
+
+def test_led_reads_its_real_mask_and_takes_no_global_attention(capsys, tmp_path):
+    """LED's encoder takes its global-attention path only where the mask's values ask for it
+    (``is_index_global_attn.flatten().any().item()``); on meta the tracer would answer yes and the path's shapes
+    would not compose. Its masks and ids keep real values on the CPU: a plain training batch, no global attention,
+    and the step traces with every parameter counted."""
+    fields = dict(ENC, vocab_size=1000, attention_window=[16], max_encoder_position_embeddings=64,
+                  max_decoder_position_embeddings=64)
+    wl, fwd, p = _trace(capsys, tmp_path, "led", fields, None, "--seq-len", "32")
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]

@@ -1726,7 +1726,9 @@ def _hf_step_once(name: str, cfg, cls, *, batch_size, device, optimizer, precisi
             notes.append(f"{name}: the config names no {group[0].split('_')[0]} token id; the last id of the "
                          "vocabulary stands in")
     image_tokens = _image_tokens_guess(ctx) if multimodal else None
-    ctx.real_ids = multimodal or _latent_frames(ctx) is not None  # (frames found by their tokens' values)
+    # real values also where the forward reads the mask's to choose its path (Longformer and LED: global attention
+    # only where the mask says so; none in plain training, where the tracer's all-true answer would take it)
+    ctx.real_ids = multimodal or _latent_frames(ctx) is not None or "global_attention_mask" in params
 
     def inputs(n_img, variant=frozenset()):
         ctx.desc.clear()
