@@ -540,6 +540,12 @@ def test_values_kept_on_the_cpu_meet_meta_tensors():
         z = torch.zeros(2, 5, 8, device="meta")
         z[mask] = torch.ones(4, 8, device="meta", requires_grad=True)
         z.sum().backward()
+        # in a tuple of indices (Granite Docling's ``hidden[mask, :]``), and after other indices
+        assert x[mask, :].shape == (4, 8) and x[mask, 2:].shape == (4, 6)
+        assert x[:, mask[0]].shape == (2, 2, 8)
+        w = torch.zeros(2, 5, 8, device="meta")
+        w[mask, :] = x[mask, :] + 1
+        w.sum().backward()
 
 
 def test_features_of_another_width_than_the_embeddings_are_refused():

@@ -952,6 +952,8 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             kw["pixel_values"] = x.unsqueeze(1).expand(x.shape[0], tiles, *x.shape[1:]).contiguous()
             if tiles > 1:
                 ctx.desc.append(f"{tiles} tiles per image (AnyRes grid)")
+            if "tile-mask" in variant:  # which tiles are real (Granite Docling: ``batch x tiles``, all of them)
+                kw["pixel_attention_mask"] = torch.ones(B, tiles, dtype=torch.bool, device=ctx.idev)
     elif "pixel_values" not in p and "flattened_patches" in p:
         kw["flattened_patches"] = torch.randn(B, S, 2 + _channels(cfg) * 16 * 16)
     elif "pixel_values" not in p and "pixel_values_videos" in p:  # a video model
@@ -1450,12 +1452,18 @@ class _MixedDevices(torch.overrides.TorchFunctionMode):
             args = (args[0], *(on_cpu(a) for a in args[1:]))
             kwargs = {k: on_cpu(v) for k, v in kwargs.items()}
             return func(*args, **kwargs)
+        def real_mask(t):
+            return isinstance(t, torch.Tensor) and t.dtype == torch.bool and t.device.type == "cpu"
+
         if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) and len(args) >= 2 \
                 and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta" \
-                and isinstance(args[1], torch.Tensor) and args[1].dtype == torch.bool and args[1].device.type == "cpu":
+                and (real_mask(args[1]) or isinstance(args[1], tuple) and sum(map(real_mask, args[1])) == 1):
             # a boolean mask with real values (where the image features go) selects its real count: as the
-            # indices it holds, so that the backward of the selection has the forward's shape
-            idx = tuple(i.to("meta") for i in args[1].nonzero(as_tuple=True))
+            # indices it holds, so that the backward of the selection has the forward's shape; in a tuple
+            # (``hidden[mask, :]``), its indices spliced in its place
+            parts = args[1] if isinstance(args[1], tuple) else (args[1],)
+            idx = tuple(x for part in parts for x in (
+                tuple(i.to("meta") for i in part.nonzero(as_tuple=True)) if real_mask(part) else (part,)))
             args = (args[0], idx, *args[2:])
         leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         # a CPU scalar tensor mixes with any device, except as the fill value of masked_fill (SEW-D's mask)
@@ -1776,6 +1784,8 @@ def _hf_step_once(name: str, cfg, cls, *, batch_size, device, optimizer, precisi
                 forms += [frozenset({"no-text", f"width={w}"}) for w in _extractor_widths(cfg)]
         if "bbox" in kw:
             forms += [f | {"float-boxes"} for f in forms]
+        if "pixel_attention_mask" in params and "pixel_values" in kw:  # then tiles with the mask of the real ones
+            forms += [frozenset({"5d", "tile-mask"}), frozenset({"sizes", "5d", "tile-mask"})]
         if "pixel_values" in kw and kw["pixel_values"].dim() == 4 and isinstance(
                 find(cfg, "patch_size", prefer=_SUB_VISION), int):
             forms.append(frozenset({"rows"}))
