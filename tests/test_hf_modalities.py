@@ -951,3 +951,31 @@ def test_led_reads_its_real_mask_and_takes_no_global_attention(capsys, tmp_path)
                   max_decoder_position_embeddings=64)
     wl, fwd, p = _trace(capsys, tmp_path, "led", fields, None, "--seq-len", "32")
     assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+
+
+def test_an_empty_field_read_through_an_attribute_is_named():
+    """DeepSeek-V2's router calls ``torch.topk(..., k=self.top_k)``, set in its constructor as
+    ``self.top_k = config.num_experts_per_tok``, which the default config leaves None. The message names that
+    field, not another empty one that only appears elsewhere in the code (``topk_group``)."""
+    import torch
+    from transformers import PretrainedConfig
+
+    from traincast.workload.hf import explain
+
+    class Router(torch.nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.top_k = config.num_experts_per_tok
+            self.topk_group = config.topk_group
+
+        def forward(self, x):
+            if self.topk_group is not None:
+                x = x[:, : self.topk_group]
+            return torch.topk(x, k=self.top_k, dim=-1)
+
+    cfg = PretrainedConfig(num_experts_per_tok=None, topk_group=None)
+    try:
+        Router(cfg)(torch.zeros(2, 8))
+    except TypeError as exc:
+        msg = explain(exc, "Router", "running its forward", cfg)
+    assert "needs config fields this config leaves empty (None): num_experts_per_tok;" in msg, msg

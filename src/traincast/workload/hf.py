@@ -306,8 +306,18 @@ def _empty_fields_used(exc: BaseException, cfg) -> list[str]:
     def optional(f):  # fields that are None by design in most configs (no padding token, default dtype)
         return f.split(".")[-1] == "dtype" or f.endswith("_id")
 
+    def via_attributes():  # ``self.top_k`` on the line, set as ``self.top_k = config.num_experts_per_tok``
+        obj = frame.f_locals.get("self")
+        try:
+            init = inspect.getsource(type(obj).__init__) if obj is not None else ""
+        except (OSError, TypeError):
+            return []
+        fields = {m.group(1) for a in set(re.findall(r"self\.(\w+)", line))
+                  for m in [re.search(rf"self\.{a}\s*=\s*(?:\w+\.)*config\.(\w+)\b", init)] if m}
+        return [f for f in empty if f.split(".")[-1] in fields]
+
     on_line, in_code = used(line), used("\n".join(sources))
-    for found in ([f for f in on_line if not optional(f)], [f for f in in_code if not optional(f)]):
+    for found in (via_attributes(), [f for f in on_line if not optional(f)], [f for f in in_code if not optional(f)]):
         if found:
             return sorted(set(found))
     return []
