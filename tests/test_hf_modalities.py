@@ -628,6 +628,8 @@ def test_towers_of_different_widths_are_forecast_with_the_widths_aligned(capsys,
     f = json.loads(out)
     assert any("features are 96 wide with a text model 64 wide" in n and "vision_config.out_hidden_size = 64" in n
                for n in f["notes"]), f["notes"]
+    # the patches come cut into rows (2 x 28 x 28 of 8 px): the input pipeline decodes the 224 px images they are
+    assert any(n.startswith("input pipeline not counted: 224x224 JPEG") for n in f["notes"]), f["notes"]
     data = json.loads(p.read_text())
     data["vision_config"]["out_hidden_size"] = 64
     p.write_text(json.dumps(data))
@@ -979,3 +981,18 @@ def test_an_empty_field_read_through_an_attribute_is_named():
     except TypeError as exc:
         msg = explain(exc, "Router", "running its forward", cfg)
     assert "needs config fields this config leaves empty (None): num_experts_per_tok;" in msg, msg
+
+
+def test_patches_of_one_frame_with_their_merge_sizes(capsys, tmp_path):
+    """VideoLLaMA 3 takes Qwen2-VL-style patch rows, but of one frame each (its config names no
+    ``temporal_patch_size``: rows of 3 x 8 x 8, not 3 x 2 x 8 x 8) and each image's spatial merge
+    (``image_merge_sizes``); 32 px images in 8 px patches merged by 2: (4 / 2)^2 = 4 placeholders."""
+    fields = dict(vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                     patch_size=8),
+                  text_config=dict(T, model_type="qwen2", num_key_value_heads=1, vocab_size=1000),
+                  image_token_id=999)
+    wl, fwd, p = _trace(capsys, tmp_path, "video_llama_3", fields, None, "--seq-len", "32", "--image-size", "32")
+    assert "(4 image placeholders)" in wl["input_description"], wl["input_description"]
+    conv = [o for o in fwd if o["aten"] == "convolution"]
+    assert conv and conv[0]["input_shapes"][0] == [2 * 16, 3, 8, 8], conv[:1]  # one frame's patches, one per row
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]

@@ -32,15 +32,24 @@ def pipeline_table() -> dict:
 
 
 def image_input_size(wl: Workload) -> tuple[int, int] | None:
-    """(H, W) of the images the model reads: the input of its first forward convolution with 1 or 3 channels."""
+    """(H, W) of the images the model reads: the input of its first forward convolution with 1 or 3 channels.
+    Where that convolution reads patches cut beforehand (Qwen2-VL-style rows: each input exactly its kernel's
+    size, more of them than samples), the square of the same pixels per sample: ``sqrt(patches x patch area /
+    batch)`` a side (392 patches of 16x16 for 2 samples: 224x224)."""
     for op in wl.ops:
         if op.phase != "forward" or op.op_class not in ("conv", "conv_grouped", "conv_depthwise"):
             continue
         if not op.input_shapes:
             return None
         x = op.input_shapes[0]
-        if len(x) == 4 and x[1] in (1, 3):
-            return int(x[2]), int(x[3])
+        if len(x) in (4, 5) and x[1] in (1, 3):
+            spatial = [int(d) for d in x[-2:]]
+            kernel = [int(d) for d in op.input_shapes[1][-2:]] if len(op.input_shapes) > 1 else None
+            if kernel == spatial and x[0] > wl.batch_size:
+                side = round(math.sqrt(x[0] * spatial[0] * spatial[1] / wl.batch_size))
+                return side, side
+            if len(x) == 4:
+                return spatial[0], spatial[1]
         return None  # the first convolution reads features, not images (e.g. a GAN's generator)
     return None
 

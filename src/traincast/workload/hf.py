@@ -386,6 +386,7 @@ class _Ctx:
     feature_frames: int = 0  # the frames of the audio features made last
     snapped: tuple | None = None  # the image size rounded to the projector's patch grid (variant ``snap``)
     processor_hw: tuple | None = None  # the image size of the model type's image processor (variant ``proc``)
+    temporal: int | None = None  # frames per patch where the config names none (variant ``tps=N``)
 
     @property
     def value_dev(self):
@@ -676,7 +677,7 @@ def _grid(ctx: _Ctx) -> tuple[int, int, int, int, int]:
     grid height, grid width), the grid's sides a multiple of the merge."""
     cfg = ctx.cfg
     patch = _patch_size(cfg, 14)
-    tps = int(find(cfg, "temporal_patch_size", prefer=_SUB_VISION) or 2)
+    tps = int(find(cfg, "temporal_patch_size", prefer=_SUB_VISION) or ctx.temporal or 2)
     merge = int(find(cfg, "spatial_merge_size", "merge_size", prefer=_SUB_VISION) or 2)
     h, w = _image_hw(ctx)
     gh = max(merge, (h // patch) // merge * merge)
@@ -927,6 +928,7 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
     kind = _head_kind(cls)
     ctx.snapped = None
     ctx.processor_hw = _processor_hw(cfg) if "proc" in variant else None
+    ctx.temporal = _variant_int(variant, "tps", None)
     if "snap" in variant:
         snap = _snapped_hw(ctx)
         ctx.snapped = snap[0] if snap else None
@@ -954,6 +956,9 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             ctx.desc[-1] = "pairs of " + ctx.desc[-1]
         elif "image_grid_thw" in p and kw["pixel_values"].dim() == 4:
             kw["pixel_values"], kw["image_grid_thw"] = _grid_patches(ctx, kw["pixel_values"])
+            if "image_merge_sizes" in p:  # each image's spatial merge (VideoLLaMA 3), the config's
+                kw["image_merge_sizes"] = torch.full((kw["image_grid_thw"].shape[0],), _grid(ctx)[2],
+                                                     dtype=torch.long, device=ctx.idev)
         elif "rows" in variant:  # rows of flattened patches (Fuyu: ``batch x patches x patch*patch*C``)
             kw["pixel_values"] = _patch_rows(ctx, kw["pixel_values"])
         elif "5d" in variant:
@@ -1794,6 +1799,8 @@ def _hf_step_once(name: str, cfg, cls, *, batch_size, device, optimizer, precisi
                 forms += [frozenset({"no-text", f"width={w}"}) for w in _extractor_widths(cfg)]
         if "bbox" in kw:
             forms += [f | {"float-boxes"} for f in forms]
+        if "image_grid_thw" in kw and find(cfg, "temporal_patch_size", prefer=_SUB_VISION) is None:
+            forms.append(frozenset({"tps=1"}))  # then patches of one frame (VideoLLaMA 3), where the config names none
         if "pixel_attention_mask" in params and "pixel_values" in kw:  # then tiles with the mask of the real ones
             forms += [frozenset({"5d", "tile-mask"}), frozenset({"sizes", "5d", "tile-mask"})]
         if "pixel_values" in kw and kw["pixel_values"].dim() == 4 and isinstance(
