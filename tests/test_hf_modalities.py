@@ -996,3 +996,17 @@ def test_patches_of_one_frame_with_their_merge_sizes(capsys, tmp_path):
     conv = [o for o in fwd if o["aten"] == "convolution"]
     assert conv and conv[0]["input_shapes"][0] == [2 * 16, 3, 8, 8], conv[:1]  # one frame's patches, one per row
     assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+
+
+def test_patch_rows_padded_per_image(capsys, tmp_path):
+    """ColQwen2 takes the Qwen2-VL patch rows of each image in a batch axis (``batch x rows x width``, as its
+    processor pads them) and unpads them by ``image_grid_thw``: 32 px images in 8 px patches, 16 rows each."""
+    vlm = dict(model_type="qwen2_vl", image_token_id=999,
+               vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, patch_size=8,
+                                  spatial_merge_size=2, temporal_patch_size=2, mlp_ratio=2),
+               text_config=dict(T, num_key_value_heads=1, vocab_size=1000,
+                                rope_parameters=dict(rope_type="default", mrope_section=[4, 6, 6])))
+    wl, fwd, p = _trace(capsys, tmp_path, "colqwen2", dict(vlm_config=vlm, embedding_dim=16), None,
+                        "--seq-len", "32", "--image-size", "32")
+    assert "(4 image placeholders)" in wl["input_description"], wl["input_description"]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]

@@ -956,6 +956,8 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             ctx.desc[-1] = "pairs of " + ctx.desc[-1]
         elif "image_grid_thw" in p and kw["pixel_values"].dim() == 4:
             kw["pixel_values"], kw["image_grid_thw"] = _grid_patches(ctx, kw["pixel_values"])
+            if "per-image" in variant:  # each image's rows in a batch axis, padded to the longest (ColQwen2)
+                kw["pixel_values"] = kw["pixel_values"].view(B, -1, kw["pixel_values"].shape[-1])
             if "image_merge_sizes" in p:  # each image's spatial merge (VideoLLaMA 3), the config's
                 kw["image_merge_sizes"] = torch.full((kw["image_grid_thw"].shape[0],), _grid(ctx)[2],
                                                      dtype=torch.long, device=ctx.idev)
@@ -1581,8 +1583,14 @@ def _align_widths(features: int | None, embeddings: int | None, cfg) -> str | No
     only where its config names the tower's own width apart, as ``embed_dim``)."""
     from transformers import PretrainedConfig
 
-    named = [(k, v) for k, v in vars(cfg).items() if isinstance(v, PretrainedConfig)]
-    text = [v for k, v in named if k in _SUB_TEXT]
+    def nested(c, prefix="", depth=0):  # (dotted name, config) of every config inside ``c``
+        for k, v in vars(c).items():
+            if isinstance(v, PretrainedConfig) and depth < 3:
+                yield prefix + k, v
+                yield from nested(v, prefix + k + ".", depth + 1)
+
+    named = list(nested(cfg))
+    text = [v for k, v in named if k.rsplit(".", 1)[-1] in _SUB_TEXT]
     if embeddings is None:
         embeddings = _get(text[0], "hidden_size") if len(text) == 1 else None
         if not isinstance(embeddings, int) or isinstance(embeddings, bool):
@@ -1799,6 +1807,8 @@ def _hf_step_once(name: str, cfg, cls, *, batch_size, device, optimizer, precisi
                 forms += [frozenset({"no-text", f"width={w}"}) for w in _extractor_widths(cfg)]
         if "bbox" in kw:
             forms += [f | {"float-boxes"} for f in forms]
+        if "image_grid_thw" in kw:  # then the rows of each image in a batch axis, as ColQwen2's processor pads them
+            forms.append(frozenset({"per-image"}))
         if "image_grid_thw" in kw and find(cfg, "temporal_patch_size", prefer=_SUB_VISION) is None:
             forms.append(frozenset({"tps=1"}))  # then patches of one frame (VideoLLaMA 3), where the config names none
         if "pixel_attention_mask" in params and "pixel_values" in kw:  # then tiles with the mask of the real ones
