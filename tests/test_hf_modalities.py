@@ -1010,3 +1010,21 @@ def test_patch_rows_padded_per_image(capsys, tmp_path):
                         "--seq-len", "32", "--image-size", "32")
     assert "(4 image placeholders)" in wl["input_description"], wl["input_description"]
     assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+
+
+def test_dynamic_patches_at_the_configs_mean_patch_size(capsys, tmp_path):
+    """BLT groups bytes into patches where a small LM's entropy rises: a shape from the text's values. The step
+    is forecast at the config's mean patch size (``patch_size`` 4: 32 tokens make 8 patches), passed through the
+    causal-LM head's ``**kwargs`` to the base model's ``patch_lengths``, and the forecast says so."""
+    small = dict(hidden_size=32, num_attention_heads=2, num_key_value_heads=2, intermediate_size=64)
+    fields = dict(vocab_size=260, patch_size=4, encoder_hash_byte_group_vocab=100,
+                  patcher_config=dict(small, num_hidden_layers=1),
+                  encoder_config=dict(small, num_hidden_layers=1, hidden_size_global=64),
+                  decoder_config=dict(small, num_hidden_layers=1, hidden_size_global=64),
+                  global_config=dict(small, hidden_size=64, num_hidden_layers=1))
+    wl, fwd, p = _trace(capsys, tmp_path, "blt", fields, None, "--seq-len", "32")
+    assert "8 patches of 4 bytes" in wl["input_description"], wl["input_description"]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err
+    assert any("patches of 4 tokens (the config's patch_size) stand in" in n for n in json.loads(out)["notes"])

@@ -1047,6 +1047,18 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             if n_img > 0 and not by_mask:
                 ids[:, :n_img] = tok  # meta: shapes only; the placeholders' count is what the model checks
             kw["input_ids"] = ids
+            patch = _get(cfg, "patch_size", None)
+            if _takes(ctx, "patch_lengths") and isinstance(patch, int) and not isinstance(patch, bool) and patch > 0 \
+                    and ids.dim() == 2:
+                # dynamic patches (BLT: where a small LM's entropy rises) at the config's mean patch size, the
+                # expected shape; the patcher's own forward is not run (BLT's data pipeline patches)
+                n = ids.shape[1]
+                lengths = [patch] * (n // patch) + ([n % patch] if n % patch else [])
+                kw["patch_lengths"] = torch.tensor([lengths] * B, dtype=torch.long, device=ctx.idev)
+                ctx.desc.append(f"{len(lengths)} patches of {patch} bytes")
+                ctx.notes.append(f"{cls.__name__}: patches of {patch} tokens (the config's patch_size) stand in for "
+                                 "the entropy patcher's, which depend on the text's values; the patcher's own forward "
+                                 "is not counted")
             if "attention_mask" in p:
                 kw["attention_mask"] = torch.ones(B, seq, dtype=torch.long, device=ctx.idev)
             if by_mask:  # the positions after the first token
@@ -1124,6 +1136,20 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         kw["end_positions"] = torch.zeros(B, dtype=torch.long, device=ctx.idev)
         kind = "own"
     return kw, kind
+
+
+def _takes(ctx: _Ctx, name: str) -> bool:
+    """Whether the forward takes the input ``name``: in its signature, or passed on through ``**kwargs`` to its
+    base model's forward that names it (BltForCausalLM -> BltModel's ``patch_lengths``)."""
+    if name in ctx.params:
+        return True
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ctx.params.values()):
+        return False
+    base = getattr(ctx.model, "base_model", None)
+    try:
+        return base is not None and base is not ctx.model and name in inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _variant_int(variant, key: str, default: int | None = 0) -> int | None:
