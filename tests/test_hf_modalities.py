@@ -1028,3 +1028,24 @@ def test_dynamic_patches_at_the_configs_mean_patch_size(capsys, tmp_path):
     code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
     assert code == 0, err
     assert any("patches of 4 tokens (the config's patch_size) stand in" in n for n in json.loads(out)["notes"])
+
+
+def test_config_properties_that_build_new_configs_end():
+    """WavTokenizer's ``encoder_config`` is a property that builds a new config at each read, and that config has
+    the same property: following it from every config never ended (Apertus 1.5 ran past every time limit). It is
+    followed from stored configs only: the stored one and the one its property builds."""
+    from transformers import PretrainedConfig
+
+    from traincast.workload.hf import _SUB_VISION, _subconfigs
+
+    class Fresh(PretrainedConfig):
+        model_type = "fresh-test"
+
+        @property
+        def encoder_config(self):
+            return Fresh()
+
+    outer = PretrainedConfig()
+    outer.audio_config = Fresh()
+    subs = _subconfigs(outer, _SUB_VISION)
+    assert len(subs) == 2 and subs[0] is outer.audio_config and all(isinstance(s, Fresh) for s in subs)

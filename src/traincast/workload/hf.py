@@ -215,16 +215,21 @@ def _subconfigs(cfg, prefer=()):
     from transformers import PretrainedConfig
 
     seen, out = {id(cfg)}, []
-    queue = [cfg]
+    queue = [(cfg, False)]
     while queue:
-        c = queue.pop(0)
+        c, made = queue.pop(0)
         subs = []
         for k in list(prefer) + sorted(vars(c)):
+            # a preferred name may be a property that builds a new config at each read (WavTokenizer's
+            # ``encoder_config``): followed from stored configs only, so such chains end
+            stored = k in vars(c)
+            if made and not stored:
+                continue
             v = _get(c, k)
             if isinstance(v, PretrainedConfig) and id(v) not in seen:
                 seen.add(id(v))
-                subs.append(v)
-        out += subs
+                subs.append((v, made or not stored))
+        out += [v for v, _ in subs]
         queue += subs
     return out
 
