@@ -103,6 +103,7 @@ TARGETS = (0.6, 0.8, 0.9)
 PUBLIC = HERE / "data" / "public_curves"
 PUBLIC_B = HERE / "data" / "public_curves_b"  # a second held-out set, gathered 2026-11-26 (see the docstring)
 PUBLIC_C = HERE / "data" / "public_curves_c"  # the third held-out set: run once, at the end, with the chosen method
+PUBLIC_D = HERE / "data" / "public_curves_d"  # a fourth held-out set (gathered 2026-11-26), run only by name, for the next method change
 
 
 def smoothed(loss: np.ndarray, w: int) -> np.ndarray:
@@ -210,8 +211,8 @@ def table(rows, title, by="method"):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", choices=("cpu", "public", "public-b", "all", "public-c"), default="all",
-                    help="all = the development sets (cpu, public, public-b); public-c is the held-out set, run only by name")
+    ap.add_argument("--set", choices=("cpu", "public", "public-b", "all", "public-c", "public-d"), default="all",
+                    help="all = the development sets (cpu, public, public-b); public-c and public-d are held-out sets, run only by name")
     ap.add_argument("--draws", type=int, default=80, help="sampled curves per forecast")
     ap.add_argument("--only", default=None, help="runs whose name contains this")
     ap.add_argument("--methods", default="traincast,no-schedule,optimus-auto")
@@ -233,7 +234,8 @@ def main() -> None:
     t0 = time.time()
     runs = ((cpu_runs() if args.set in ("cpu", "all") else []) + (public_runs() if args.set in ("public", "all") else [])
             + (public_runs(PUBLIC_B) if args.set in ("public-b", "all") else [])
-            + (public_runs(PUBLIC_C) if args.set == "public-c" else []))
+            + (public_runs(PUBLIC_C) if args.set == "public-c" else [])
+            + (public_runs(PUBLIC_D) if args.set == "public-d" else []))
     if args.only:
         runs = [r for r in runs if args.only in r["name"]]
     methods = tuple(args.methods.split(","))
