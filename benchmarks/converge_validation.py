@@ -202,7 +202,8 @@ def table(rows, title, by="method"):
             if not sel:
                 continue
             e = np.array([r["err"] for r in sel]) * 100
-            q1, q3 = np.percentile(np.where(np.isfinite(e), e, 1e9), [25, 75])
+            q1, q3 = np.percentile(np.where(np.isfinite(e), e, 1e9), [25, 75])  # inf sorts last, prints as inf
+            q1, q3 = (float("inf") if q >= 1e6 else float(q) for q in (q1, q3))  # (or between a finite and inf)
             cov = np.mean([r["covered"] for r in sel]) * 100
             nes = sum(r["status"] == "not enough signal" for r in sel)
             print(f"{key:14} {f:>5.0%} {len(sel):>4} {_fmt(float(np.median(e))):>8} {_fmt(q1):>8}-{_fmt(q3):>8} "
