@@ -1049,3 +1049,21 @@ def test_config_properties_that_build_new_configs_end():
     outer.audio_config = Fresh()
     subs = _subconfigs(outer, _SUB_VISION)
     assert len(subs) == 2 and subs[0] is outer.audio_config and all(isinstance(s, Fresh) for s in subs)
+
+
+def test_patches_as_small_images(capsys, tmp_path):
+    """Kimi K2.5's vision tower embeds each patch with a convolution of the patch's size, so it takes the patches
+    of one frame as ``patches x C x P x P`` with their grid: 32 px images in 8 px patches, 16 per image, merged
+    2 x 2 into 4 placeholders."""
+    fields = dict(vision_config=dict(patch_size=8, num_attention_heads=2, num_hidden_layers=1, hidden_size=32,
+                                     intermediate_size=64, pos_emb_height=8, pos_emb_width=8),
+                  text_config=dict(T, model_type="deepseek_v3", num_key_value_heads=2, vocab_size=1000,
+                                   n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                   first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8,
+                                   qk_nope_head_dim=16, v_head_dim=16, n_group=1, topk_group=1),
+                  projection_hidden_size=32, image_token_id=999)
+    wl, fwd, p = _trace(capsys, tmp_path, "kimi_k25", fields, None, "--seq-len", "32", "--image-size", "32")
+    assert "(4 image placeholders)" in wl["input_description"], wl["input_description"]
+    conv = [o for o in fwd if o["aten"] == "convolution"]
+    assert conv and conv[0]["input_shapes"][0] == [2 * 16, 3, 8, 8], conv[:1]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]

@@ -963,6 +963,9 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             kw["pixel_values"], kw["image_grid_thw"] = _grid_patches(ctx, kw["pixel_values"])
             if "per-image" in variant:  # each image's rows in a batch axis, padded to the longest (ColQwen2)
                 kw["pixel_values"] = kw["pixel_values"].view(B, -1, kw["pixel_values"].shape[-1])
+            if "patch-images" in variant:  # each patch as a small image, ``patches x C x P x P`` (Kimi K2.5)
+                patch = _grid(ctx)[0]
+                kw["pixel_values"] = kw["pixel_values"].view(-1, _channels(cfg), patch, patch)
             if "image_merge_sizes" in p:  # each image's spatial merge (VideoLLaMA 3), the config's
                 kw["image_merge_sizes"] = torch.full((kw["image_grid_thw"].shape[0],), _grid(ctx)[2],
                                                      dtype=torch.long, device=ctx.idev)
@@ -1842,6 +1845,7 @@ def _hf_step_once(name: str, cfg, cls, *, batch_size, device, optimizer, precisi
             forms.append(frozenset({"per-image"}))
         if "image_grid_thw" in kw and find(cfg, "temporal_patch_size", prefer=_SUB_VISION) is None:
             forms.append(frozenset({"tps=1"}))  # then patches of one frame (VideoLLaMA 3), where the config names none
+            forms.append(frozenset({"tps=1", "patch-images"}))  # then each such patch as a small image (Kimi K2.5)
         if "pixel_attention_mask" in params and "pixel_values" in kw:  # then tiles with the mask of the real ones
             forms += [frozenset({"5d", "tile-mask"}), frozenset({"sizes", "5d", "tile-mask"})]
         if "pixel_values" in kw and kw["pixel_values"].dim() == 4 and isinstance(
