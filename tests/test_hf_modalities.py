@@ -546,6 +546,11 @@ def test_values_kept_on_the_cpu_meet_meta_tensors():
         w = torch.zeros(2, 5, 8, device="meta")
         w[mask, :] = x[mask, :] + 1
         w.sum().backward()
+        # a real mask shaped like a meta tensor keeps its values (HunYuan-VL: ``mask[..., None].expand_as(embeds)``,
+        # then ``.to(embeds.device)``), so the selection is counted exactly
+        full = mask.unsqueeze(-1).expand_as(x).to(x.device)
+        assert full.device.type == "cpu" and int(full.sum()) == 4 * 8
+        assert x[full].shape == (4 * 8,)
 
 
 def test_features_of_another_width_than_the_embeddings_are_refused():

@@ -1506,6 +1506,13 @@ class _MixedDevices(torch.overrides.TorchFunctionMode):
         def real_mask(t):
             return isinstance(t, torch.Tensor) and t.dtype == torch.bool and t.device.type == "cpu"
 
+        if func in (torch.Tensor.expand_as, torch.Tensor.view_as, torch.Tensor.reshape_as) and len(args) == 2 \
+                and real_mask(args[0]) and isinstance(args[1], torch.Tensor) and args[1].device.type == "meta":
+            # a real mask shaped like a meta tensor (``mask.unsqueeze(-1).expand_as(inputs_embeds)``) reads only the
+            # other's shape: it keeps its values, on the CPU, so that what it selects is counted exactly
+            return {torch.Tensor.expand_as: torch.Tensor.expand, torch.Tensor.view_as: torch.Tensor.view,
+                    torch.Tensor.reshape_as: torch.Tensor.reshape}[func](args[0], args[1].shape)
+
         if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) and len(args) >= 2 \
                 and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta" \
                 and (real_mask(args[1]) or isinstance(args[1], tuple) and sum(map(real_mask, args[1])) == 1):
