@@ -655,7 +655,7 @@ def test_an_image_grid_smaller_than_the_pooled_tokens_grows_to_fit(capsys, tmp_p
     assert "(64 image placeholders)" in wl["input_description"] and "3x64x64 images" in wl["input_description"]
     code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "128", "--json")
     assert code == 0, err
-    assert any("16 px patches" not in n and "8x8 grid of tokens the projector pools them to (mm_tokens_per_image 64)"
+    assert any("8 px patches" in n and "8x8 grid of tokens the projector pools them to (mm_tokens_per_image 64)"
                in n and "built for 64x64 images" in n for n in json.loads(out)["notes"])
 
 
@@ -1072,3 +1072,41 @@ def test_patches_as_small_images(capsys, tmp_path):
     conv = [o for o in fwd if o["aten"] == "convolution"]
     assert conv and conv[0]["input_shapes"][0] == [2 * 16, 3, 8, 8], conv[:1]
     assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+
+
+def test_a_repair_keeps_the_first_attempts_notes_and_names_itself_in_a_later_refusal(monkeypatch):
+    """The first attempt changes the config before a repair's retry (here it writes a note, as turning LayerDrop off
+    does): that note stays, once, beside the repair's. A config still refused after a repair says which change was
+    made first; a repair that changes nothing new is not tried twice."""
+    from traincast.errors import TraceError
+    from traincast.workload import hf
+
+    calls = []
+
+    def once(name, cfg, cls, *, notes, **kw):
+        calls.append(1)
+        notes.append("LayerDrop is left out")
+        if len(calls) == 1:
+            raise hf._Repairable("cannot trace m: widths", lambda c: "widths aligned")
+        if kw.get("fail"):
+            raise TraceError("cannot trace m: something else")
+        return "step"
+
+    monkeypatch.setattr(hf, "_hf_step_once", once)
+    with hf.hf_options() as opts:
+        assert hf.hf_step("m", None, None) == "step"
+    assert opts.notes == ["LayerDrop is left out", "m: widths aligned"] and len(calls) == 2
+    calls.clear()
+    with hf.hf_options(), pytest.raises(TraceError, match=r"something else \(after changing the config first: "
+                                                           r"widths aligned\)"):
+        hf.hf_step("m", None, None, fail=True)
+
+    def always(name, cfg, cls, *, notes, **kw):
+        calls.append(1)
+        raise hf._Repairable("cannot trace m: widths", lambda c: "widths aligned")
+
+    calls.clear()
+    monkeypatch.setattr(hf, "_hf_step_once", always)
+    with hf.hf_options(), pytest.raises(TraceError, match=r"widths \(after changing the config first: widths aligned\)$"):
+        hf.hf_step("m", None, None)
+    assert len(calls) == 2  # the same repair again: refused, not retried

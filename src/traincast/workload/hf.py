@@ -322,7 +322,8 @@ def _empty_fields_used(exc: BaseException, cfg) -> list[str]:
         return [f for f in empty if f.split(".")[-1] in fields]
 
     on_line, in_code = used(line), used("\n".join(sources))
-    for found in (via_attributes(), [f for f in on_line if not optional(f)], [f for f in in_code if not optional(f)]):
+    for found in ([f for f in via_attributes() if not optional(f)], [f for f in on_line if not optional(f)],
+                  [f for f in in_code if not optional(f)]):
         if found:
             return sorted(set(found))
     return []
@@ -401,7 +402,8 @@ class _Ctx:
 
     @property
     def idev(self):
-        """Where integer inputs (ids, masks, labels, grids) live. For a multimodal model on meta (``real_ids``):
+        """Where integer inputs (ids, masks, labels, grids) live. For a multimodal model on meta, or one whose forward
+        reads its mask's values to choose a path (LED) (``real_ids``):
         on the CPU with real values, so that code reading them (placeholder counts, multimodal rotary positions)
         gets the answer real training gets; they move to meta where they meet the model's tensors."""
         if self.device is None:
@@ -1064,9 +1066,9 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
                 lengths = [patch] * (n // patch) + ([n % patch] if n % patch else [])
                 kw["patch_lengths"] = torch.tensor([lengths] * B, dtype=torch.long, device=ctx.idev)
                 ctx.desc.append(f"{len(lengths)} patches of {patch} bytes")
-                ctx.notes.append(f"{cls.__name__}: patches of {patch} tokens (the config's patch_size) stand in for "
-                                 "the entropy patcher's, which depend on the text's values; the patcher's own forward "
-                                 "is not counted")
+                ctx.notes.append(f"{_get(cfg, 'model_type', cls.__name__)}: patches of {patch} tokens (the config's "
+                                 "patch_size) stand in for the entropy patcher's, which depend on the text's values; "
+                                 "the patcher's own forward is not counted")
             if "attention_mask" in p:
                 kw["attention_mask"] = torch.ones(B, seq, dtype=torch.long, device=ctx.idev)
             if by_mask:  # the positions after the first token
@@ -1354,24 +1356,24 @@ def _fill_rope(exc: BaseException, cfg, notes: list[str] | None) -> bool:
     says what was filled. True if anything was."""
     configs = [cfg, *_subconfigs(cfg)]
 
-    def theta() -> float:
+    def theta() -> tuple[float, bool]:  # the base the config names elsewhere (True), else the stand-in (False)
         for c in configs:
             rp = _get(c, "rope_parameters")
             for v in ([rp] + list(rp.values()) if isinstance(rp, dict) else []):
                 if isinstance(v, dict) and isinstance(v.get("rope_theta"), (int, float)):
-                    return float(v["rope_theta"])
+                    return float(v["rope_theta"]), True
             if isinstance(vars(c).get("rope_theta"), (int, float)):
-                return float(vars(c)["rope_theta"])
-        return _ROPE_THETA
+                return float(vars(c)["rope_theta"]), True
+        return _ROPE_THETA, False
 
     msg = str(exc)
     m = re.search(r"'(\w+Config)' object has no attribute 'rope_theta'", msg)
     if isinstance(exc, AttributeError) and m:
         for c in configs:
             if type(c).__name__ == m.group(1) and "rope_theta" not in vars(c):
-                c.rope_theta = theta()
+                c.rope_theta, named = theta()
                 if notes is not None:
-                    whence = "the stand-in" if c.rope_theta == _ROPE_THETA else "the base the config names elsewhere"
+                    whence = "the base the config names elsewhere" if named else "the stand-in"
                     notes.append(f"the config's {m.group(1)} names no rope_theta: it takes {c.rope_theta:g}, {whence} "
                                  "(RoPE's base does not change the step's cost)")
                 return True
@@ -1380,11 +1382,11 @@ def _fill_rope(exc: BaseException, cfg, notes: list[str] | None) -> bool:
         for c in configs:
             rp, types = _get(c, "rope_parameters"), _get(c, "layer_types")
             if isinstance(rp, dict) and isinstance(types, (list, tuple)) and kind in types and kind not in rp:
-                rp[kind] = {"rope_type": "default", "rope_theta": theta()}
+                base, _named = theta()  # (a new dict: default configs may share one rope_parameters dict)
+                c.rope_parameters = {**rp, kind: {"rope_type": "default", "rope_theta": base}}
                 if notes is not None:
                     notes.append(f"the config names no rope_parameters for its {kind} layers: default RoPE of base "
-                                 f"{rp[kind]['rope_theta']:g} stands in (RoPE's parameters do not change the step's "
-                                 "cost)")
+                                 f"{base:g} stands in (RoPE's parameters do not change the step's cost)")
                 return True
     return False
 
@@ -1519,9 +1521,11 @@ class _MixedDevices(torch.overrides.TorchFunctionMode):
             # a boolean mask with real values (where the image features go) selects its real count: as the
             # indices it holds, so that the backward of the selection has the forward's shape; in a tuple
             # (``hidden[mask, :]``), its indices spliced in its place
+            # (only the count matters on meta: indices of that length, without listing a B x S x H mask's)
             parts = args[1] if isinstance(args[1], tuple) else (args[1],)
             idx = tuple(x for part in parts for x in (
-                tuple(i.to("meta") for i in part.nonzero(as_tuple=True)) if real_mask(part) else (part,)))
+                tuple(torch.zeros(int(part.sum()), dtype=torch.long, device="meta") for _ in range(part.dim()))
+                if real_mask(part) else (part,)))
             args = (args[0], idx, *args[2:])
         leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         # a CPU scalar tensor mixes with any device, except as the fill value of masked_fill (SEW-D's mask)
@@ -1684,10 +1688,11 @@ def _rope_sections_fix(exc, cfg):
                     rp = _get(c, field_)
                     if isinstance(rp, dict) and (rp.get("mrope_section") == sections if named
                                                  else "mrope_section" not in rp):
-                        rp["mrope_section"] = [x * total // sum(sections) for x in sections]
+                        scaled = [x * total // sum(sections) for x in sections]
+                        setattr(c, field_, {**rp, "mrope_section": scaled})  # a new dict (defaults may share one)
                         return (f"the multimodal RoPE sections {sections} split {sum(sections)} of the {total} rotary "
-                                f"dimensions the model rotates: forecast with mrope_section {rp['mrope_section']} "
-                                "(the split does not change the step's cost)")
+                                f"dimensions the model rotates: forecast with mrope_section {scaled} (the split does "
+                                "not change the step's cost)")
         return None
 
     return repair
@@ -1735,37 +1740,47 @@ class _Repairable(TraceError):
 @_one_line
 def hf_step(name: str, cfg, cls, **kw) -> TrainingStep:
     """:func:`_hf_step_once`, repaired where the config cannot run as given but one evident change to it makes it
-    run (:class:`_Repairable`: at most two changes, each said in the forecast's notes; a config that still does
-    not run is refused with the first reason)."""
+    run (:class:`_Repairable`: at most two changes, each said in the forecast's notes). The notes of every attempt
+    are kept (an attempt changes the config before a repair's retry: LayerDrop off, fields filled), once each. A
+    config that still does not run is refused with the last reason, naming the changes already made."""
     repairs: list[str] = []
-    first: TraceError | None = None
+    attempts: list[list[str]] = []
     for _ in range(3):
+        attempts.append([])
         try:
-            step = _hf_step_once(name, cfg, cls, **kw)
+            step = _hf_step_once(name, cfg, cls, notes=attempts[-1], **kw)
         except _Repairable as exc:
-            first = first or exc
-            if len(repairs) == 2:
-                break
-            note = exc.repair(cfg) if exc.repair is not None else None
-            if note is None:
-                break
+            note = exc.repair(cfg) if exc.repair is not None and len(repairs) < 2 else None
+            if note is None or note in repairs:  # nothing (new) to change: refused
+                raise TraceError(_after(str(exc), repairs)) from None
             repairs.append(note)
             continue
-        current_options().notes.extend(f"{name}: {r}" for r in repairs)
+        except TraincastError as exc:
+            if repairs:  # stopped by something else once repaired: say what was changed first
+                raise TraceError(_after(str(exc), repairs)) from None
+            raise
+        merged = list(dict.fromkeys(n for a in attempts for n in a))
+        current_options().notes.extend(merged + [f"{name}: {r}" for r in repairs])
         return step
-    raise TraceError(str(first)) from None
+    raise AssertionError("unreachable: the third attempt returns or raises")
 
 
-def _hf_step_once(name: str, cfg, cls, *, batch_size, device, optimizer, precision, freeze, seq_len) -> TrainingStep:
+def _after(reason: str, repairs: list[str]) -> str:
+    """``reason``, naming the repairs the config had already been given (none: as it is)."""
+    return reason if not repairs else f"{reason} (after changing the config first: {'; '.join(repairs)})"
+
+
+def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, optimizer, precision, freeze,
+                  seq_len) -> TrainingStep:
     """A training step of the Hugging Face model ``cls(cfg)`` built on ``device`` (no weights downloaded),
     with the inputs its forward and config ask for and the labels its head needs (module docstring).
 
     Attention is PyTorch's fused ``scaled_dot_product_attention`` unless the config names another
     ``attn_implementation`` (``eager``: the explicit matmul-softmax-matmul of the model's own code) or the
     class has no fused attention (then ``eager``). A head without a loss of its own trains on the mean of its
-    outputs (a stand-in loss of negligible cost; the forecast says so)."""
+    outputs (a stand-in loss of negligible cost; the forecast says so). What the forecast should say is appended to
+    ``notes`` (:func:`hf_step` adds them to the options' notes)."""
     opts = current_options()
-    notes: list[str] = []
     cfg = _config_for(cls, cfg)
     _prepare_config(cfg, notes)
     if opts.image_size:  # the model built for this image size (position embeddings, patch grids follow it)
@@ -1798,8 +1813,9 @@ def _hf_step_once(name: str, cfg, cls, *, batch_size, device, optimizer, precisi
             notes.append(f"{name}: the config names no {group[0].split('_')[0]} token id; the last id of the "
                          "vocabulary stands in")
     image_tokens = _image_tokens_guess(ctx) if multimodal else None
-    # real values also where the forward reads the mask's to choose its path (Longformer and LED: global attention
-    # only where the mask says so; none in plain training, where the tracer's all-true answer would take it)
+    # real values also where the forward reads the mask's to choose its path (LED: global attention only where the
+    # mask says so; none in plain training, where the tracer's all-true answer would take it. Longformer rebuilds
+    # its mask on meta before reading it: still refused)
     ctx.real_ids = multimodal or _latent_frames(ctx) is not None or "global_attention_mask" in params
 
     def inputs(n_img, variant=frozenset()):
@@ -1865,9 +1881,11 @@ def _hf_step_once(name: str, cfg, cls, *, batch_size, device, optimizer, precisi
         snap = _snapped_hw(ctx) if "pixel_values" in kw else None
         if snap:  # last: the images resized to the projector's patch grid
             forms += [f | {"snap"} for f in forms]
+        rope_fix = None  # a repair of the multimodal RoPE sections, from the first form that stops on them
         for variant in forms:
             kw, kind = inputs(image_tokens, variant)
             exc, rows = _dry_run(model, kw)
+            rope_fix = rope_fix or _rope_sections_fix(exc, cfg)
             m = _FEATURE_MISMATCH.search(str(exc)) if exc is not None else None
             n = (int(m.group(1)) if m else rows[0] if rows else 0) // max(1, batch_size) if multimodal else 0
             if n and n != image_tokens:  # the projector makes another number of features than guessed
@@ -1916,9 +1934,9 @@ def _hf_step_once(name: str, cfg, cls, *, batch_size, device, optimizer, precisi
                                   "widths, e.g. vision_config.out_hidden_size != text_config.hidden_size); make "
                                   "them equal in the config.json", functools.partial(_align_widths, *exc.widths))
         else:
-            fix = _rope_sections_fix(exc, cfg)
-            if fix is not None:
-                raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}", fix)
+            if rope_fix is not None:
+                raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}",
+                                  rope_fix)
             if snap:  # no form runs, resized or not: the vision tower's own size does not fit the projector
                 why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if exc is not None else "no form runs"
                 raise _Repairable(f"cannot trace {name}: {cls.__name__}: {snap[2]}, and no other image size runs "
@@ -1933,7 +1951,6 @@ def _hf_step_once(name: str, cfg, cls, *, batch_size, device, optimizer, precisi
     elif kind != "own":
         notes.append(f"{name}: {cls.__name__} computes no loss of its own here; the step trains on the mean of its "
                      "outputs (a stand-in loss of negligible cost)")
-    opts.notes.extend(notes)
     cls_name = cls.__name__
 
     def make_batch(dev):
