@@ -1110,3 +1110,19 @@ def test_a_repair_keeps_the_first_attempts_notes_and_names_itself_in_a_later_ref
     with hf.hf_options(), pytest.raises(TraceError, match=r"widths \(after changing the config first: widths aligned\)$"):
         hf.hf_step("m", None, None)
     assert len(calls) == 2  # the same repair again: refused, not retried
+
+
+def test_tiles_with_the_mask_of_the_real_ones(capsys, tmp_path):
+    """Granite Docling takes ``batch x tiles x C x H x W`` with a ``batch x tiles`` mask of the real tiles, and
+    selects the tiles by it (``pixel_values[pixel_attention_mask]``): a 64 px tile in 8 px patches shuffled by 2
+    is (8 / 2)^2 = 16 placeholders, and the step traces with every parameter counted."""
+    fields = dict(vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                     image_size=64, patch_size=8, out_hidden_size=64, scale_factor=2),
+                  text_config=dict(T, num_key_value_heads=1, vocab_size=1000, pad_token_id=0, bos_token_id=1,
+                                   eos_token_id=1),
+                  image_token_id=999, pad_token_id=0)
+    wl, fwd, p = _trace(capsys, tmp_path, "granite_docling", fields, None, "--seq-len", "128")
+    assert "(16 image placeholders)" in wl["input_description"], wl["input_description"]
+    conv = [o for o in fwd if o["aten"] == "convolution"]
+    assert conv and conv[0]["input_shapes"][0] == [2, 3, 64, 64], conv[:1]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
