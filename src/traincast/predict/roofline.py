@@ -667,7 +667,8 @@ class CompiledOps:
             eff = np.where(self.taps > 0, np.minimum(1.0, eff0 * self.taps / params.depthwise_tap_ref), eff0)
         flops = self.flops
         half = np.where(self.gemm == 1, params.gemm_half_dim, np.where(self.gemm == 2, params.conv_half_dim, 0.0))
-        peak = self.peak_flops_per_s * eff * gemm_factors(self.dmin, half) * self.clock_factor(params)
+        scale = self.peak_flops_per_s * gemm_factors(self.dmin, half) * self.clock_factor(params)  # at efficiency 1
+        peak = scale * eff
         if self.winograd is not None and params.winograd_speedup != 1.0:
             peak = np.where(self.winograd, peak * params.winograd_speedup, peak)
         if self.shared_lane_frac and params.shared_lane_fp32_share < 1.0:
@@ -702,7 +703,7 @@ class CompiledOps:
             # efficiency without the per-output scaling, which does not hold for them
             flops = flops - slow
             rate = (params.depthwise_wgrad_gflops * 1e9 if params.depthwise_wgrad_gflops > 0
-                    else peak * eff0 / np.maximum(eff, 1e-12))
+                    else scale * eff0)
             fresh_s = fresh_s + slow / rate
         return roofline_s(flops, self.bytes, peak, bw, params.kernel_floor_us * 1e-6, launches, over, fresh_s,
                           with_bound=with_bound)

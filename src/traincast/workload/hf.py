@@ -1465,6 +1465,16 @@ def _build_on(cls, cfg, device, name):
         raise BuildError(f"cannot build {name}: {explain(exc, cls.__name__, 'building', cfg)}") from None
 
 
+def _real_mask(t) -> bool:
+    """A boolean tensor on the CPU: a mask whose values traincast made real (see :class:`_MixedDevices`)."""
+    return isinstance(t, torch.Tensor) and t.dtype == torch.bool and t.device.type == "cpu"
+
+
+# ``x.expand_as(other)`` and its kin: the same as by ``other``'s shape
+_SHAPED_LIKE = {torch.Tensor.expand_as: torch.Tensor.expand, torch.Tensor.view_as: torch.Tensor.view,
+                torch.Tensor.reshape_as: torch.Tensor.reshape}
+
+
 class _MixedDevices(torch.overrides.TorchFunctionMode):
     """A call that meets meta tensors and CPU tensors (positions a model computes on the CPU from values it
     read, e.g. Qwen2-VL's patch grid; anchors made from numpy) runs on meta: the CPU ones are moved there
@@ -1505,19 +1515,15 @@ class _MixedDevices(torch.overrides.TorchFunctionMode):
             args = (args[0], *(on_cpu(a) for a in args[1:]))
             kwargs = {k: on_cpu(v) for k, v in kwargs.items()}
             return func(*args, **kwargs)
-        def real_mask(t):
-            return isinstance(t, torch.Tensor) and t.dtype == torch.bool and t.device.type == "cpu"
-
-        if func in (torch.Tensor.expand_as, torch.Tensor.view_as, torch.Tensor.reshape_as) and len(args) == 2 \
-                and real_mask(args[0]) and isinstance(args[1], torch.Tensor) and args[1].device.type == "meta":
+        if func in _SHAPED_LIKE and len(args) == 2 and _real_mask(args[0]) and isinstance(args[1], torch.Tensor) \
+                and args[1].device.type == "meta":
             # a real mask shaped like a meta tensor (``mask.unsqueeze(-1).expand_as(inputs_embeds)``) reads only the
             # other's shape: it keeps its values, on the CPU, so that what it selects is counted exactly
-            return {torch.Tensor.expand_as: torch.Tensor.expand, torch.Tensor.view_as: torch.Tensor.view,
-                    torch.Tensor.reshape_as: torch.Tensor.reshape}[func](args[0], args[1].shape)
+            return _SHAPED_LIKE[func](args[0], args[1].shape)
 
         if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) and len(args) >= 2 \
                 and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta" \
-                and (real_mask(args[1]) or isinstance(args[1], tuple) and sum(map(real_mask, args[1])) == 1):
+                and (_real_mask(args[1]) or isinstance(args[1], tuple) and sum(map(_real_mask, args[1])) == 1):
             # a boolean mask with real values (where the image features go) selects its real count: as the
             # indices it holds, so that the backward of the selection has the forward's shape; in a tuple
             # (``hidden[mask, :]``), its indices spliced in its place
@@ -1525,7 +1531,7 @@ class _MixedDevices(torch.overrides.TorchFunctionMode):
             parts = args[1] if isinstance(args[1], tuple) else (args[1],)
             idx = tuple(x for part in parts for x in (
                 tuple(torch.zeros(int(part.sum()), dtype=torch.long, device="meta") for _ in range(part.dim()))
-                if real_mask(part) else (part,)))
+                if _real_mask(part) else (part,)))
             args = (args[0], idx, *args[2:])
         leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         # a CPU scalar tensor mixes with any device, except as the fill value of masked_fill (SEW-D's mask)
@@ -1626,15 +1632,7 @@ def _align_widths(features: int | None, embeddings: int | None, cfg) -> str | No
     None (nothing evident to change). Widths None (the forward said only that the features do not fit): the
     text config's ``hidden_size``, and the first output-width field that differs from it (a ``hidden_size``
     only where its config names the tower's own width apart, as ``embed_dim``)."""
-    from transformers import PretrainedConfig
-
-    def nested(c, prefix="", depth=0):  # (dotted name, config) of every config inside ``c``
-        for k, v in vars(c).items():
-            if isinstance(v, PretrainedConfig) and depth < 3:
-                yield prefix + k, v
-                yield from nested(v, prefix + k + ".", depth + 1)
-
-    named = list(nested(cfg))
+    named = [(k, v) for k, v in _sub_configs(cfg) if k]  # every config inside cfg, by its dotted name
     text = [v for k, v in named if k.rsplit(".", 1)[-1] in _SUB_TEXT]
     if embeddings is None:
         embeddings = _get(text[0], "hidden_size") if len(text) == 1 else None
@@ -1745,7 +1743,7 @@ def hf_step(name: str, cfg, cls, **kw) -> TrainingStep:
     config that still does not run is refused with the last reason, naming the changes already made."""
     repairs: list[str] = []
     attempts: list[list[str]] = []
-    for _ in range(3):
+    while True:  # ends: at most two repairs, then the next _Repairable is refused
         attempts.append([])
         try:
             step = _hf_step_once(name, cfg, cls, notes=attempts[-1], **kw)
@@ -1762,7 +1760,6 @@ def hf_step(name: str, cfg, cls, **kw) -> TrainingStep:
         merged = list(dict.fromkeys(n for a in attempts for n in a))
         current_options().notes.extend(merged + [f"{name}: {r}" for r in repairs])
         return step
-    raise AssertionError("unreachable: the third attempt returns or raises")
 
 
 def _after(reason: str, repairs: list[str]) -> str:
@@ -1866,9 +1863,9 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
             forms += [f | {"float-boxes"} for f in forms]
         if "image_grid_thw" in kw:  # then the rows of each image in a batch axis, as ColQwen2's processor pads them
             forms.append(frozenset({"per-image"}))
-        if "image_grid_thw" in kw and find(cfg, "temporal_patch_size", prefer=_SUB_VISION) is None:
-            forms.append(frozenset({"tps=1"}))  # then patches of one frame (VideoLLaMA 3), where the config names none
-            forms.append(frozenset({"tps=1", "patch-images"}))  # then each such patch as a small image (Kimi K2.5)
+            if find(cfg, "temporal_patch_size", prefer=_SUB_VISION) is None:  # where the config names none:
+                forms.append(frozenset({"tps=1"}))  # patches of one frame (VideoLLaMA 3)
+                forms.append(frozenset({"tps=1", "patch-images"}))  # each such patch as a small image (Kimi K2.5)
         if "pixel_attention_mask" in params and "pixel_values" in kw:  # then tiles with the mask of the real ones
             forms += [frozenset({"5d", "tile-mask"}), frozenset({"sizes", "5d", "tile-mask"})]
         if "pixel_values" in kw and kw["pixel_values"].dim() == 4 and isinstance(
@@ -2092,17 +2089,18 @@ _HF_LIMITS = {"layers": 4096, "size": 2**26}
 _HF_MAX_PARAMETERS = 2e14  # 200T: 100x the largest model trained to date
 
 
-def _sub_configs(cfg, depth: int = 0):
-    yield cfg
+def _sub_configs(cfg, name: str = "", depth: int = 0):
+    """(dotted name, config) of ``cfg`` ("") and the configs stored inside it, three levels deep."""
+    yield name, cfg
     if depth >= 3:
         return
-    for v in vars(cfg).values():
+    for k, v in vars(cfg).items():
         if hasattr(v, "to_dict") and hasattr(v, "model_type") and v is not cfg:
-            yield from _sub_configs(v, depth + 1)
+            yield from _sub_configs(v, f"{name}.{k}" if name else k, depth + 1)
 
 
 def _check_sizes(path, cfg) -> None:
-    for c in _sub_configs(cfg):
+    for _, c in _sub_configs(cfg):
         where = path if c is cfg else f"{path} ({getattr(c, 'model_type', 'sub-config')} part)"
         sizes = {}
         for name in _HF_SIZES + _HF_LAYER_FIELDS:
