@@ -148,3 +148,36 @@ def test_the_default_predictor_is_the_protocols_choice():
     assert p.predict(w, cat.device("T4")).predictor == "learned"
     f = forecast("resnet18", gpu="H100-SXM5-80GB", batch_size=8, dataset_size=100, scaling=False)
     assert f.predictor == "analytical" and any("outside the learned model's fit" in n for n in f.notes)
+
+
+def _gemm_ceiling():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gemm_ceiling.py"
+    spec = importlib.util.spec_from_file_location("gemm_ceiling", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_generations_without_kernel_data_take_their_gemm_efficiency_from_public_gemm_rates():
+    """CDNA2's tensor and Hopper's and Blackwell's FP32 (CUDA-core) matmul efficiencies are what
+    benchmarks/gemm_ceiling.py's rule gives from public torch.mm rates: the forecast of a large GEMM sits as far below
+    the measured one as on the reference boards. An FP32 GEMM on an MI210 runs on the matrix cores (45.3 TFLOP/s);
+    one on an H100 SXM5 on the CUDA cores (67 TFLOP/s, no clock cap)."""
+    g = _gemm_ceiling()
+    df = g.table()
+    for (gen, unit) in g.RULED:
+        assert g.rule(df, gen, unit) == pytest.approx(g.matmul_efficiency(gen, unit), abs=0.01), (gen, unit)
+    cat = get_catalog()
+    mi210, h100 = cat.device("MI210"), cat.device("H100-SXM5-80GB")
+    assert g.forecast_tflops(mi210, "fp32") == pytest.approx(45.3 * g.matmul_efficiency("cdna2", "tensor"), rel=0.01)
+    assert g.forecast_tflops(mi210, "bf16") == pytest.approx(181.0 * g.matmul_efficiency("cdna2", "tensor"), rel=0.01)
+    assert g.forecast_tflops(h100, "fp32") == pytest.approx(h100.peak_flops_per_s("fp32") / 1e12
+                                                            * g.matmul_efficiency("hopper", "simt"), rel=0.01)
+    assert g.matmul_efficiency("hopper", "simt") < g.matmul_efficiency("ampere", "simt")
+    # the rule reproduces each reference generation's catalog value from the other generations' rows
+    for unit, tol in (("tensor", 0.06), ("simt", 0.04)):
+        for gen, got in g.leave_one_generation_out(df, unit).items():
+            assert abs(got - g.matmul_efficiency(gen, unit)) < tol, (unit, gen)
