@@ -3,7 +3,8 @@ device and dtype; and the rule that sets the matmul efficiency of a GPU generati
 
 Data: ``benchmarks/data/public_gemm/torch_mm.csv`` (its README gives the sources): the best ``torch.mm`` rate of
 square matrices 1024-10240 that users of one public benchmark script submitted, FP32 (TF32 off, PyTorch's
-default), FP16 and BF16, on boards of the catalog.
+default), FP16 and BF16, on boards of the catalog; and the BF16 "maximum achievable matmul FLOPS" (the best mean
+rate over a search of shapes, mamf-finder) of stas00/ml-engineering's table.
 
 Protocol (written after the table of step 1 was first printed, before any whole-model row was scored with the
 rule's values):
@@ -19,10 +20,12 @@ rule's values):
    at or above their datasheet peak: they clock beyond it) are shown, not used.
 3. Rule, for a generation and unit no kernel data set: matmul efficiency = its catalog value x median ``r`` of the
    reference rows of that unit / median ``r`` of its own rows, so its forecast sits as far below its measured
-   ceiling as the reference boards' do. Applied where every dtype the unit runs was measured: CDNA2 matrix units
-   (FP32, FP16, BF16 on the MI210), Hopper and Blackwell CUDA cores (FP32 on H100 SXM5, H200, B200). Not CDNA1
-   (MI100: nothing measured), CDNA3 (no row), Ada (the L4 whole-model rows check its lane and clock rules), nor the
-   tensor units of NVIDIA generations (they are the reference).
+   ceiling as the reference boards' do. Applied where the unit's dtypes were measured: CDNA2 matrix units (FP32,
+   FP16, BF16 on the MI210; BF16 on one MI250X GCD, added later that night), Hopper and Blackwell CUDA cores (FP32 on H100 SXM5, H200, B200). Added the same night
+   with the devices (MI300X, MI325X, MI355X) and a second source (mamf-finder's BF16 table): CDNA3 matrix units
+   (BF16 on MI300X and MI325X, FP32 on MI325X; FP16 runs at the BF16 rate by the datasheet), CDNA4 (BF16 on MI355X
+   only: its FP32 and FP16 take the same value, a weaker basis). Not CDNA1 (MI100: nothing measured), Ada (the L4
+   whole-model rows check its lane and clock rules), nor the tensor units of NVIDIA generations (the reference).
 4. Check of the rule: each reference generation left out, the rule from the others' rows gives its catalog value
    within how much (printed).
 5. Then, once: ``python benchmarks/accuracy_report.py`` scores the NeuSight AMD rows (MI100 / MI210 / MI250) with
@@ -51,8 +54,8 @@ N = 8192
 TENSOR_DTYPES = ("fp16", "bf16")
 KERNEL_DATA_GENERATIONS = ("pascal", "volta", "turing", "ampere")  # NVIDIA GPUs of ../shared/data's kernels
 # (generation, unit) -> the dtypes that must all be measured before the rule sets that unit's matmul efficiency
-RULED = {("cdna2", "tensor"): ("fp32", "fp16", "bf16"), ("hopper", "simt"): ("fp32",),
-         ("blackwell", "simt"): ("fp32",)}
+RULED = {("cdna2", "tensor"): ("fp32", "fp16", "bf16"), ("cdna3", "tensor"): ("fp32", "bf16"),
+         ("cdna4", "tensor"): ("bf16",), ("hopper", "simt"): ("fp32",), ("blackwell", "simt"): ("fp32",)}
 
 
 def forecast_tflops(device, dtype: str, n: int = N) -> float:

@@ -177,6 +177,19 @@ def test_generations_without_kernel_data_take_their_gemm_efficiency_from_public_
     assert g.forecast_tflops(h100, "fp32") == pytest.approx(h100.peak_flops_per_s("fp32") / 1e12
                                                             * g.matmul_efficiency("hopper", "simt"), rel=0.01)
     assert g.matmul_efficiency("hopper", "simt") < g.matmul_efficiency("ampere", "simt")
+    # the CDNA3/CDNA4 boards: BF16 on the matrix cores at the datasheet peak (1307.4, 2516.6) x the rule's value;
+    # FP8 runs there (no refusal), MXFP8 only on CDNA4
+    from traincast.errors import ConfigError
+    from traincast.predict.roofline import check_precision
+
+    for name, peak, gen in (("MI300X", 1307.4, "cdna3"), ("MI325X", 1307.4, "cdna3"), ("MI355X", 2516.6, "cdna4")):
+        dev = cat.device(name)
+        assert dev.has_tensor_cores
+        assert g.forecast_tflops(dev, "bf16") == pytest.approx(peak * g.matmul_efficiency(gen, "tensor"), rel=0.01)
+        check_precision(dev, "fp8")
+    check_precision(cat.device("MI355X"), "mxfp8")
+    with pytest.raises(ConfigError, match="MXFP8"):
+        check_precision(cat.device("MI300X"), "mxfp8")
     # the rule reproduces each reference generation's catalog value from the other generations' rows
     for unit, tol in (("tensor", 0.06), ("simt", 0.04)):
         for gen, got in g.leave_one_generation_out(df, unit).items():
