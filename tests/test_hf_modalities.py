@@ -916,7 +916,9 @@ def test_rope_fields_a_config_leaves_out_are_filled_and_said(capsys, tmp_path):
 def test_multimodal_rope_sections_scaled_to_the_rotary_dimensions():
     """A forward that stops splitting 64 rotary dimensions by sections [8, 12, 12] (sum 32; GLM-4V's code default
     where its config names none) is repaired by sections scaled to [16, 24, 24] in the text config's RoPE
-    parameters; sections that do not scale evenly, and other errors, get no repair."""
+    parameters. Sections that do not scale evenly are rounded to whole dimensions that sum to the total, largest
+    remainders first (GLM-4V-MoE's default config: 42-wide heads, half of them rotated, 11 rotary frequencies:
+    [3, 4, 4]); other errors get no repair."""
     from transformers import AutoConfig
 
     from traincast.workload.hf import _rope_sections_fix
@@ -926,9 +928,12 @@ def test_multimodal_rope_sections_scaled_to_the_rotary_dimensions():
     cfg = AutoConfig.for_model("glm4v")
     note = _rope_sections_fix(exc, cfg)(cfg)
     assert cfg.text_config.rope_parameters["mrope_section"] == [16, 24, 24]
-    assert "[8, 12, 12] split 32 of the 64 rotary dimensions" in note
-    odd = RuntimeError("split_with_sizes expects split_sizes to sum exactly to 50 (...), but got split_sizes=[8, 12, 12]")
-    assert _rope_sections_fix(odd, cfg) is None
+    assert "[8, 12, 12] sum to 32, not the 64 rotary dimensions" in note
+    odd = RuntimeError("split_with_sizes expects split_sizes to sum exactly to 11 (...), but got split_sizes=[8, 12, 12]")
+    cfg = AutoConfig.for_model("glm4v_moe")
+    note = _rope_sections_fix(odd, cfg)(cfg)
+    assert cfg.text_config.rope_parameters["mrope_section"] == [3, 4, 4], note
+    assert "[8, 12, 12] sum to 32, not the 11 rotary dimensions" in note and "mrope_section [3, 4, 4]" in note
     assert _rope_sections_fix(RuntimeError("shape mismatch"), cfg) is None
 
 
@@ -1125,4 +1130,92 @@ def test_tiles_with_the_mask_of_the_real_ones(capsys, tmp_path):
     assert "(16 image placeholders)" in wl["input_description"], wl["input_description"]
     conv = [o for o in fwd if o["aten"] == "convolution"]
     assert conv and conv[0]["input_shapes"][0] == [2, 3, 64, 64], conv[:1]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+
+
+def test_a_clamp_by_a_bound_the_config_leaves_none_is_repaired_and_said(capsys, tmp_path):
+    """DBRX clamps its query/key/value by ``attn_config.clip_qkv``, which transformers' default config leaves None:
+    ``clamp`` stops (both bounds None). The one None field named as a clamp's bound is set to infinity, a bound
+    that never binds (a clamp costs the same whatever its bound), and the forecast names the field."""
+    fields = dict(d_model=64, n_heads=2, n_layers=1, max_seq_len=128, vocab_size=1000,
+                  attn_config=dict(kv_n_heads=1, rope_theta=10000.0),
+                  ffn_config=dict(ffn_hidden_size=128, moe_num_experts=2, moe_top_k=1))
+    p = _write(tmp_path, "dbrx", fields, None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err
+    f = json.loads(out)
+    assert any("clamps by attn_config.clip_qkv, which the config leaves None" in n
+               and "attn_config.clip_qkv = inf" in n for n in f["notes"]), f["notes"]
+    assert f["parameters"] == _expected_parameters(p, None, None)[0]
+    data = json.loads(p.read_text())  # a bound of its own: no repair
+    data["attn_config"]["clip_qkv"] = 8.0
+    p.write_text(json.dumps(data))
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err
+    assert not any("clip_qkv" in n for n in json.loads(out)["notes"])
+
+
+def test_a_duration_based_tts_model_trains_on_durations_spectrogram_and_variances(capsys, tmp_path):
+    """FastSpeech 2 refuses to train without all its targets, and its length regulator expands each token's
+    hidden state by the token's duration (``repeat_interleave`` by values): 32 tokens and 2 s of 80 mel bins at
+    100 frames a second, 6 frames per token (192 frames), the durations real so the regulator makes 192 rows."""
+    fields = dict(hidden_size=64, encoder_layers=1, decoder_layers=1, encoder_linear_units=128,
+                  decoder_linear_units=128, speech_decoder_postnet_layers=2, speech_decoder_postnet_units=32,
+                  duration_predictor_channels=32, pitch_predictor_channels=32, energy_predictor_channels=32,
+                  pitch_predictor_layers=2)
+    wl, fwd, p = _trace(capsys, tmp_path, "fastspeech2_conformer", fields, None, "--seq-len", "32",
+                        "--audio-seconds", "2")
+    assert "targets: 192 frames of 80 mel bins, 6 per token" in wl["input_description"], wl["input_description"]
+    rep = [o for o in fwd if o["aten"] == "repeat_interleave"]
+    assert rep, sorted({o["aten"] for o in fwd})
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32",
+                         "--audio-seconds", "2", "--json")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("each of the 32 tokens lasting 6 frames" in n and "pitch and energy targets" in n for n in notes)
+    assert not any("stand-in" in n for n in notes), notes
+
+
+def test_patch_rows_of_every_image_in_one_axis_where_the_forward_documents_them(capsys, tmp_path):
+    """NeoMME's model documents ``pixel_values`` as ``(num_patches, 3 * patch_size ** 2)``, the rows of every
+    image in one axis (its head's docstring says images): 64 px images in 32 px patches are 2 x 4 rows, for the
+    2 x 4 placeholders."""
+    fields = dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=32, embedding_rank=16, embedding_dim=16,
+                  layer_types=["sliding_attention", "full_attention"], per_layer_config={})
+    wl, fwd, p = _trace(capsys, tmp_path, "neomme", fields, None, "--seq-len", "32", "--image-size", "64")
+    assert "(4 image placeholders)" in wl["input_description"], wl["input_description"]
+    assert "as 4 rows of 32px patches, all images' rows in one axis" in wl["input_description"]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+
+
+def test_placeholders_as_many_as_a_passed_over_count_check_names(capsys, tmp_path):
+    """Music Flamingo checks its audio placeholders against the features it makes (``torch_compilable_check``,
+    which the dry run passes over) and then stops elsewhere on the wrong count, before any features are scattered.
+    The check's message names the count (``features: 1500`` for two 30 s windows): 750 placeholders each."""
+    fields = dict(audio_config=dict(model_type="audioflamingo3_encoder", num_mel_bins=128, num_hidden_layers=1,
+                                    num_attention_heads=2,
+                                    intermediate_size=128, hidden_size=64),
+                  text_config=dict(T, model_type="qwen2", num_key_value_heads=2, vocab_size=1000),
+                  audio_token_id=999, audio_bos_token_id=997, audio_eos_token_id=998, head_dim=64)
+    wl, fwd, p = _trace(capsys, tmp_path, "musicflamingo", fields, None, "--seq-len", "32")
+    assert "(750 audio placeholders)" in wl["input_description"], wl["input_description"]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+
+
+def test_images_and_audio_each_with_their_placeholders_and_a_boolean_feature_mask(capsys, tmp_path):
+    """Gemma 3n takes images and audio: its audio tower inverts the feature mask (``~input_features_mask``), so
+    the mask is boolean (the form tried after the integer one fails), its log-mel width is ``input_feat_size``
+    (128), and the audio's placeholders follow the image's: as many as its audio-count check, passed over in the
+    dry run, names (``tokens: 0, features: N``): 10 s of audio make 188 per example after 256 image ones."""
+    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, head_dim=32, hidden_size_per_layer_input=16, num_kv_shared_layers=0,
+                layer_types=["sliding_attention", "full_attention"], activation_sparsity_pattern=[0.0, 0.0],
+                laurel_rank=8, altup_num_inputs=2)
+    audio = dict(hidden_size=64, conf_num_hidden_layers=1, conf_num_attention_heads=2)
+    wl, fwd, p = _trace(capsys, tmp_path, "gemma3n", dict(text_config=text, audio_config=audio), None,
+                        "--seq-len", "32")
+    assert "(256 image and 188 audio placeholders)" in wl["input_description"], wl["input_description"]
+    assert "10 s of 128 log-mel features" in wl["input_description"], wl["input_description"]
     assert wl["parameters"] == _expected_parameters(p, None, None)[0]

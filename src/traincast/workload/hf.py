@@ -393,6 +393,7 @@ class _Ctx:
     snapped: tuple | None = None  # the image size rounded to the projector's patch grid (variant ``snap``)
     processor_hw: tuple | None = None  # the image size of the model type's image processor (variant ``proc``)
     temporal: int | None = None  # frames per patch where the config names none (variant ``tps=N``)
+    audio_tokens: int = 0  # the audio placeholders of a model that takes images and audio, after the image's
 
     @property
     def value_dev(self):
@@ -514,7 +515,8 @@ def _first_conv1d_in(model: nn.Module) -> int | None:
     return None
 
 
-_MEL_FIELDS = ("num_mel_bins", "feature_size", "n_mels", "input_feat_per_channel", "num_mel_filters",
+_FEATURE_MASKS = ("input_features_mask", "feature_attention_mask")  # which audio frames are real: all of them
+_MEL_FIELDS = ("num_mel_bins", "feature_size", "n_mels", "input_feat_per_channel", "num_mel_filters", "input_feat_size",
                "feature_projection_input_dim")
 
 
@@ -748,7 +750,24 @@ def _patch_rows(ctx: _Ctx, images):
     b, c, h, w = images.shape
     gh, gw = max(1, h // patch), max(1, w // patch)
     ctx.desc[-1] = f"{c}x{gh * patch}x{gw * patch} images as {gh * gw} rows of {patch}px patches"
+    if _documents_flat_patches(ctx.model):  # every image's rows in one axis, as its forward documents them (NeoMME)
+        ctx.desc[-1] += ", all images' rows in one axis"
+        return torch.randn(b * gh * gw, c * patch * patch)
     return torch.randn(b, gh * gw, c * patch * patch)
+
+
+_FLAT_PATCHES = re.compile(r"pixel_values \(`torch\.\w+` of shape `\(num_patches,")
+
+
+def _documents_flat_patches(model) -> bool:
+    """Whether the model's forward, or its base model's, documents ``pixel_values`` as patch rows without a batch
+    axis (``(num_patches, 3 * patch_size ** 2)``: the rows of every image in one axis, as NeoMME's processor
+    makes them; its head's generic docstring says images)."""
+    for m in (model, getattr(model, "base_model", None), getattr(model, "model", None)):
+        doc = getattr(getattr(m, "forward", None), "__doc__", None) or ""
+        if isinstance(m, nn.Module) and _FLAT_PATCHES.search(" ".join(doc.split())):
+            return True
+    return False
 
 
 def _tiles(ctx: _Ctx) -> int:
@@ -831,7 +850,8 @@ _ALIGNED = re.compile(r"broadcast a dimension of length (\d+) at -2!.*?torch\.Si
 # had torch.Size([N]) ... broadcastable to [B, S]"
 _STREAMS = re.compile(r"broadcast a dimension of length (\d+) at -1!.*?torch\.Size\(\[\d+\]\).*?"
                       r"broadcastable to \[(\d+), (\d+)\]$")
-_FEATURE_MISMATCH = re.compile(r"(?:image|video) (?:features and (?:image|video) )?tokens?.*?features:? (\d+)", re.I)
+_FEATURE_MISMATCH = re.compile(r"(?:image|video|audio) (?:features and (?:image|video|audio) )?tokens?"
+                               r".*?features:? (\d+)", re.I)
 
 
 # --- labels by head -----------------------------------------------------------------------------------------
@@ -1005,9 +1025,10 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         if "flip" in variant and kw["input_features"].dim() == 3:  # the other layout (frames first / features first)
             kw["input_features"] = kw["input_features"].transpose(1, 2).contiguous()
         frames = ctx.feature_frames
-        for mask in ("input_features_mask", "feature_attention_mask"):
-            if mask in p:
-                kw[mask] = torch.ones(B, frames, dtype=torch.long, device=ctx.idev)
+        for mask in _FEATURE_MASKS:
+            if mask in p:  # (booleans where the model inverts them with ``~``: variant ``bool-mask``, Gemma 3n)
+                kw[mask] = torch.ones(B, frames, dtype=torch.bool if "bool-mask" in variant else torch.long,
+                                      device=ctx.idev)
     elif "input_values" in p and ("input_ids" not in p or encoder_input == "input_values"):
         kw["input_values"] = _input_values(ctx)
         if "channel" in variant and kw["input_values"].dim() == 2:  # raw audio with its channel axis (B x 1 x T)
@@ -1027,7 +1048,12 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         by_mask = "image_embeds_position_mask" in p and "pixel_values" in kw and not n_img
         if by_mask:
             n_img = image_tokens or _image_tokens_guess(ctx)
-        seq = max(S, n_img + 8) if n_img else S  # room for the placeholders and some text
+        # the audio's own placeholders after the image's, where the model takes both (Gemma 3n: counted by the check
+        # the dry run passed over, :attr:`_Ctx.audio_tokens`)
+        n_audio = ctx.audio_tokens if what == "image" and n_img > 0 and "input_features" in kw else 0
+        audio_tok = find(cfg, *_AUDIO_TOKEN_ID) if n_audio else None
+        n_audio = n_audio if isinstance(audio_tok, int) and not isinstance(audio_tok, bool) else 0
+        seq = max(S, n_img + n_audio + 8) if n_img else S  # room for the placeholders and some text
         if kind == "choice":
             n_choices = 2
             kw["input_ids"] = _ids(ctx, shape=(B, n_choices, seq))
@@ -1056,6 +1082,8 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
                 n_img = -1
             if n_img > 0 and not by_mask:
                 ids[:, :n_img] = tok  # meta: shapes only; the placeholders' count is what the model checks
+                if n_audio:
+                    ids[:, n_img:n_img + n_audio] = audio_tok
             kw["input_ids"] = ids
             patch = _get(cfg, "patch_size", None)
             if _takes(ctx, "patch_lengths") and isinstance(patch, int) and not isinstance(patch, bool) and patch > 0 \
@@ -1108,7 +1136,8 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         if "bbox" in p:  # integer boxes (0-1000), or normalized float ones where the model takes those (UDOP)
             kw["bbox"] = torch.zeros(*kw["input_ids"].shape, 4, dtype=torch.float if "float-boxes" in variant
                                      else torch.long, device=ctx.idev)
-        ctx.desc.insert(0, f"{seq} tokens" + (f" ({n_img} {what} placeholders)" if n_img > 0 else
+        ctx.desc.insert(0, f"{seq} tokens" + (f" ({n_img} {what}" + (f" and {n_audio} audio" if n_audio else "")
+                                              + " placeholders)" if n_img > 0 else
                                               f" ({what})" if n_img < 0 else "")
                         + (f" {what}" if what.startswith("x ") else "")
                         + (" with boxes" if "bbox" in kw else "") + f", vocab {_vocab(cfg)}")
@@ -1129,6 +1158,9 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         kw["decoder_input_ids"] = torch.randint(0, int(dec_vocab), (B, S, dec_k), device=ctx.idev)
         kw["labels"] = kw["decoder_input_ids"].transpose(1, 2).reshape(B * dec_k, S)
         ctx.desc.append(f"{S} audio frames x {dec_k} codebooks (vocab {dec_vocab}) for the decoder")
+    if _takes_durations(ctx) and "input_ids" in kw and kw["input_ids"].dim() == 2:
+        kw.update(_duration_targets(ctx, kw["input_ids"].shape[1]))
+        kind = "own"
     n_labels = _variant_int(variant, "labels")
     if "labels" in kw:  # made with the inputs they align with
         kind = "own"
@@ -1146,6 +1178,44 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         kw["end_positions"] = torch.zeros(B, dtype=torch.long, device=ctx.idev)
         kind = "own"
     return kw, kind
+
+
+# the targets of a duration-based text-to-speech model (FastSpeech 2): per-token durations in frames that expand the
+# text to the spectrogram's length (its length regulator), the spectrogram, and per-token variances
+_DURATION_TARGETS = ("duration_labels", "spectrogram_labels")
+_VARIANCE_TARGETS = ("pitch_labels", "energy_labels")
+_FRAMES_PER_SECOND = 100  # log-mel frames a second where a config names no rate (the 10 ms hop of the audio inputs)
+
+
+def _takes_durations(ctx: _Ctx) -> bool:
+    """Whether the forward takes the targets of a duration-based text-to-speech model (:data:`_DURATION_TARGETS`)."""
+    return all(n in ctx.params for n in _DURATION_TARGETS)
+
+
+def _duration_targets(ctx: _Ctx, tokens: int) -> dict:
+    """The training targets of a text-to-speech model whose length regulator repeats each token's hidden state for
+    its duration (FastSpeech 2): ``--audio-seconds`` (10 s by default) of the config's mel bins at 100 frames a
+    second, each of the ``tokens`` tokens lasting an equal whole number of frames (at least 1), the durations real
+    (the regulator reads them to size the spectrogram), pitch and energy one value per token."""
+    B, cfg = ctx.batch, ctx.cfg
+    mel = find(cfg, *_MEL_FIELDS, prefer=_SUB_AUDIO)
+    mel = int(mel) if isinstance(mel, int) and not isinstance(mel, bool) and mel > 0 else 80
+    secs = _audio_seconds(ctx, 10.0)
+    per_token = max(1, round(secs * _FRAMES_PER_SECOND / tokens))
+    frames = per_token * tokens
+    out = {"duration_labels": torch.full((B, tokens), per_token, dtype=torch.long, device=ctx.value_dev),
+           "spectrogram_labels": torch.randn(B, frames, mel)}
+    for n in _VARIANCE_TARGETS:
+        if n in ctx.params:
+            out[n] = torch.randn(B, tokens, 1)
+    ctx.desc.append(f"targets: {frames} frames of {mel} mel bins, {per_token} per token")
+    variances = [n.split("_")[0] for n in _VARIANCE_TARGETS if n in ctx.params]
+    ctx.notes.append(f"{_get(cfg, 'model_type', 'the model')}: trained on spectrograms of {frames} frames of {mel} mel "
+                     f"bins ({frames / _FRAMES_PER_SECOND:g} s at {_FRAMES_PER_SECOND} frames a second: --audio-seconds "
+                     f"{secs:g} in whole frames per token), each of the {tokens} tokens lasting {per_token} frames (the "
+                     "durations its length regulator expands the text by)"
+                     + (f", with per-token {' and '.join(variances)} targets" if variances else ""))
+    return out
 
 
 def _takes(ctx: _Ctx, name: str) -> bool:
@@ -1533,6 +1603,12 @@ class _MixedDevices(torch.overrides.TorchFunctionMode):
                 tuple(torch.zeros(int(part.sum()), dtype=torch.long, device="meta") for _ in range(part.dim()))
                 if _real_mask(part) else (part,)))
             args = (args[0], idx, *args[2:])
+        if func in (torch.repeat_interleave, torch.Tensor.repeat_interleave) and len(args) >= 2 \
+                and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta" \
+                and isinstance(args[1], torch.Tensor) and args[1].device.type == "cpu" and args[1].dim() == 1 \
+                and not args[1].is_floating_point() and kwargs.get("output_size") is None:
+            # repeats with real values (durations a length regulator expands by): the output is as long as they sum to
+            kwargs = {**kwargs, "output_size": int(args[1].sum())}
         leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         # a CPU scalar tensor mixes with any device, except as the fill value of masked_fill (SEW-D's mask)
         scalar_ok = func not in (torch.Tensor.masked_fill, torch.Tensor.masked_fill_, torch.masked_fill)
@@ -1570,10 +1646,23 @@ class _DryRun(torch.utils._python_dispatch.TorchDispatchMode):
 @contextlib.contextmanager
 def _checks_off():
     """transformers' ``torch_compilable_check`` (placeholder count == feature count, ...) passes: the dry run
-    is there to learn the counts the model makes."""
+    is there to learn the counts the model makes. Yields the messages of the checks that failed on values that
+    exist (a count that a later step then trips over: :func:`_dry_run` hands them on with its exception)."""
     import sys
 
-    def passes(*_a, **_k):
+    failed: list[str] = []
+
+    def passes(cond=True, msg="", *_a, **_k):
+        try:
+            value = cond() if callable(cond) else cond
+            if isinstance(value, torch.Tensor):
+                if value.device.type == "meta":
+                    return None
+                value = bool(value.all())
+            if not value:
+                failed.append(str(msg() if callable(msg) else msg))
+        except Exception:  # noqa: BLE001 - a check whose condition has no value here: passed
+            pass
         return None
 
     patched = []
@@ -1583,10 +1672,14 @@ def _checks_off():
             patched.append((mod, mod.torch_compilable_check))
             mod.torch_compilable_check = passes
     try:
-        yield
+        yield failed
     finally:
         for mod, fn in patched:
             mod.torch_compilable_check = fn
+
+
+_LAST_CHECKS: list[str] = []  # the checks the last dry run that ran to its end passed over (:func:`_checks_off`)
+_AUDIO_MISMATCH = re.compile(r"audio (?:features and audio )?tokens?.*?tokens:? 0\b.*?features:? (\d+)", re.I)
 
 
 def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
@@ -1596,12 +1689,19 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
     from traincast.workload.tracer import BalancedExperts
 
     mode = _DryRun()
+    _LAST_CHECKS.clear()
+    failed: list[str] = []
     try:
-        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(), ExpectedSelections(), _checks_off():
+        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(), ExpectedSelections(), _checks_off() as failed:
             model(**kw)
     except Exception as exc:  # noqa: BLE001 - judged by the caller
         if mode.widths is None:
+            try:  # the checks it passed over on its way (a placeholder count it then tripped over)
+                exc.failed_checks = list(failed)
+            except Exception:  # noqa: BLE001 - an exception that takes no attributes
+                pass
             return exc, mode.scattered_rows
+    _LAST_CHECKS[:] = failed
     if mode.widths is not None:  # features of one width put into embeddings of another: the config's towers
         # (which come first where the forward then stops: rows counted in the wrong width mislead what follows)
         f, e = mode.widths
@@ -1668,14 +1768,24 @@ _SECTIONS = re.compile(r"split_with_sizes expects split_sizes to sum exactly to 
 def _rope_sections_fix(exc, cfg):
     """Where a forward stops splitting the rotary dimensions by the config's multimodal RoPE sections
     (``mrope_section``) that sum to a fraction of them (transformers' default GLM-4V config: [8, 12, 12] of 64):
-    the repair that scales the sections to the dimensions they split, or None. The split of the rotary
+    the repair that scales the sections to the dimensions they split (in proportion, rounded to whole dimensions
+    that sum to them: [8, 12, 12] of 11 -> [3, 4, 4]), or None. The split of the rotary
     dimensions between time, height and width does not change the step's cost."""
     m = _SECTIONS.search(str(exc)) if exc is not None else None
     if not m:
         return None
     total, sections = int(m.group(1)), [int(x) for x in m.group(2).split(",")]
-    if sum(sections) <= 0 or total % sum(sections):
+    if sum(sections) <= 0 or total < len(sections) or any(x <= 0 for x in sections):
         return None
+    # in proportion, rounded to whole dimensions that sum to the total (largest remainders first), each at least 1
+    exact = [x * total / sum(sections) for x in sections]
+    scaled = [max(1, int(x)) for x in exact]
+    for i in sorted(range(len(exact)), key=lambda i: int(exact[i]) - exact[i]):  # largest remainder first
+        if sum(scaled) >= total:
+            break
+        scaled[i] += 1
+    while sum(scaled) > total:  # (only where a section rounded up to 1): from the largest
+        scaled[scaled.index(max(scaled))] -= 1
 
     def repair(cfg):
         configs = [*_subconfigs(cfg, _SUB_TEXT), cfg]
@@ -1686,12 +1796,40 @@ def _rope_sections_fix(exc, cfg):
                     rp = _get(c, field_)
                     if isinstance(rp, dict) and (rp.get("mrope_section") == sections if named
                                                  else "mrope_section" not in rp):
-                        scaled = [x * total // sum(sections) for x in sections]
                         setattr(c, field_, {**rp, "mrope_section": scaled})  # a new dict (defaults may share one)
-                        return (f"the multimodal RoPE sections {sections} split {sum(sections)} of the {total} rotary "
-                                f"dimensions the model rotates: forecast with mrope_section {scaled} (the split does "
-                                "not change the step's cost)")
+                        return (f"the multimodal RoPE sections {sections} sum to {sum(sections)}, not the {total} "
+                                f"rotary dimensions the model splits by them: forecast with mrope_section {scaled} "
+                                "(the split does not change the step's cost)")
         return None
+
+    return repair
+
+
+_UNBOUND_CLAMP = "clamp called but both min and max are none"
+
+
+def _unset_bounds(cfg) -> list[tuple[str, object, str]]:
+    """The config fields named as a clamp's bound (``clip``/``clamp`` in the name: DBRX's ``attn_config.clip_qkv``)
+    that the config leaves None: (dotted name, the config holding it, the field)."""
+    return [(f"{k}.{f}" if k else f, c, f) for k, c in _sub_configs(cfg) for f, v in list(vars(c).items())
+            if v is None and re.search(r"clip|clamp", f) and not f.startswith("_")]
+
+
+def _unbound_clamp_fix(exc, cfg):
+    """Where a forward clamps by a bound the config leaves None (``x.clamp(min=-c, max=c)``: ``clamp called but
+    both min and max are none``; transformers' default DBRX config), and exactly one config field named as a
+    clamp's bound is None: the repair that sets it to infinity, a bound that never binds (the forward a config
+    that clips nothing would run; a clamp costs the same whatever its bounds). Else None."""
+    unset = _unset_bounds(cfg)
+    if exc is None or _UNBOUND_CLAMP not in str(exc).lower() or len(unset) != 1:
+        return None
+    dotted, c, field_ = unset[0]
+
+    def repair(_cfg):
+        setattr(c, field_, float("inf"))
+        return (f"the model clamps by {dotted}, which the config leaves None (the forward stops: clamp called but "
+                f"both min and max are none): forecast with {dotted} = inf, a bound that never binds (a clamp "
+                "costs the same whatever its bound; set the model's own in the config.json)")
 
     return repair
 
@@ -1838,6 +1976,11 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
         kw, kind, settled = _text_forms(name, model, kw, kind, ctx, cls, image_tokens, inputs, fixed, notes)
     else:
         settled = False
+    if device.type == "meta" and _unset_bounds(cfg) and kw:  # a clamp whose bound the config leaves None
+        exc, _rows = _dry_run(model, kw)
+        fix = _unbound_clamp_fix(exc, cfg)
+        if fix is not None:
+            raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}", fix)
     if not kw:
         need = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in ("self", "kwargs")]
         raise TraceError(f"{name}: {cls.__name__}.forward takes no input traincast knows how to make "
@@ -1882,8 +2025,13 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
         for variant in forms:
             kw, kind = inputs(image_tokens, variant)
             exc, rows = _dry_run(model, kw)
+            if exc is not None and "bool" in str(exc) and "bool-mask" not in variant \
+                    and any(m in kw for m in _FEATURE_MASKS):  # a form to try later: the feature mask as booleans
+                forms.append(variant | {"bool-mask"})
             rope_fix = rope_fix or _rope_sections_fix(exc, cfg)
             m = _FEATURE_MISMATCH.search(str(exc)) if exc is not None else None
+            if exc is not None and not m and not rows:  # a count check it passed over, then stopped before scattering
+                m = next(filter(None, map(_FEATURE_MISMATCH.search, getattr(exc, "failed_checks", ()))), None)
             n = (int(m.group(1)) if m else rows[0] if rows else 0) // max(1, batch_size) if multimodal else 0
             if n and n != image_tokens:  # the projector makes another number of features than guessed
                 kw, kind = inputs(n, variant)
@@ -1912,6 +2060,16 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
                                  f"(the model adds the audio to the text position by position), not --seq-len {seq_len}")
                 else:
                     ctx.seq_len = seq_len
+            m = next(filter(None, map(_AUDIO_MISMATCH.search, _LAST_CHECKS)), None) if exc is None else None
+            if m and multimodal and "pixel_values" in kw and "input_features" in kw and not ctx.audio_tokens:
+                # images and audio, the audio's placeholders missing (its check, passed over, names its features):
+                # as many audio placeholders as it makes features
+                ctx.audio_tokens = int(m.group(1)) // max(1, batch_size)
+                kw2, kind2 = inputs(image_tokens, variant)
+                if _dry_run(model, kw2)[0] is None and not any(map(_AUDIO_MISMATCH.search, _LAST_CHECKS)):
+                    kw, kind = kw2, kind2
+                else:
+                    ctx.audio_tokens = 0
             if exc is None and not rows and "cross_attention_mask" in kw and image_tokens != 1:
                 # the text attends to the images across (Mllama) instead of taking their features in placeholders:
                 # one image token marks each image
