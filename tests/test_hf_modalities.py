@@ -1219,3 +1219,90 @@ def test_images_and_audio_each_with_their_placeholders_and_a_boolean_feature_mas
     assert "(256 image and 188 audio placeholders)" in wl["input_description"], wl["input_description"]
     assert "10 s of 128 log-mel features" in wl["input_description"], wl["input_description"]
     assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+
+
+def test_tuple_fields_read_as_lists_and_a_head_as_wide_as_its_backbone(capsys, tmp_path):
+    """VitMatte's default config holds its decoder's widths as tuples, which its constructor adds to a list
+    (``[hidden_size] + fusion_hidden_sizes``: a TypeError): they are read as lists, as a config.json gives them.
+    Its decoder then takes features ``hidden_size`` (32) wide from a backbone 64 wide, and its convolution stops on
+    the channels: the head's ``hidden_size`` is set to the backbone's, and the forecast says both."""
+    fields = dict(hidden_size=32, backbone_config=dict(model_type="vitdet", hidden_size=64, num_hidden_layers=1,
+                                                       num_attention_heads=2, image_size=64, pretrain_image_size=64,
+                                                       patch_size=16, out_features=["stage1"]))
+    p = _write(tmp_path, "vitmatte", fields, None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--image-size", "64", "--json")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("holds convstream_hidden_sizes, fusion_hidden_sizes" in n and "read as lists" in n for n in notes), notes
+    assert any("takes features 32 wide (hidden_size) from a backbone 64 wide" in n and "hidden_size = 64" in n
+               for n in notes), notes
+    data = json.loads(p.read_text())  # the widths agreeing: no repair
+    data["hidden_size"] = 64
+    p.write_text(json.dumps(data))
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--image-size", "64", "--json")
+    assert code == 0, err
+    assert not any("from a backbone" in n for n in json.loads(out)["notes"])
+
+
+def test_images_sized_to_a_patch_count_the_projector_table_holds(capsys, tmp_path):
+    """Aria's projector maps patch counts to query counts (``projector_patch_to_query_dict``) and takes no other
+    count: 32 px images in 8 px patches make 16 patches, which the table {64: 4} does not hold. The images are
+    sized to the smallest count it holds (8 x 8 patches: 64 px), with a note."""
+    fields = dict(vision_config=dict(model_type="idefics3_vision", hidden_size=64, intermediate_size=128,
+                                     num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=8),
+                  text_config=dict(T, model_type="aria_text", num_key_value_heads=1, vocab_size=1000,
+                                   moe_num_experts=2, moe_topk=1, moe_num_shared_experts=1),
+                  projector_patch_to_query_dict={"64": 4}, image_token_index=999)
+    wl, fwd, p = _trace(capsys, tmp_path, "aria", fields, None, "--seq-len", "32")
+    assert "3x64x64 images" in wl["input_description"] and "(4 image placeholders)" in wl["input_description"], \
+        wl["input_description"]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err
+    assert any("the images are 64x64, a grid of 8x8 patches" in n and "projector_patch_to_query_dict holds 64" in n
+               for n in json.loads(out)["notes"])
+
+
+def test_each_tokens_patches_as_one_channels_last_block(capsys, tmp_path):
+    """Inkling 2 takes ``pixel_values`` as one ``patch*merge x patch*merge x channels`` block per image token, its
+    grid counted in tokens: 64 px images in 8 px patches merged 2 x 2 are 16 blocks of 16 x 16 x 3 each, for 16
+    placeholders (the form tried after the patch rows)."""
+    fields = dict(text_config=dict(model_type="inkling2_text", vocab_size=1000, hidden_size=64, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, head_dim=32, swa_num_attention_heads=2,
+                                   swa_num_key_value_heads=1, swa_head_dim=32, moe_intermediate_size=64,
+                                   n_routed_experts=2, num_experts_per_tok=1, n_layers_per_attn_res_block=1,
+                                   layer_types=["hybrid_sliding", "hybrid"], sliding_window_size=16, rel_extent=16),
+                  vision_config=dict(model_type="inkling2_vision", hidden_size=64, intermediate_size=128,
+                                     num_hidden_layers=1, num_attention_heads=2, patch_size=8, posemb_grid_size=8,
+                                     projection_hidden_dim=128, text_hidden_size=64),
+                  image_token_id=999)
+    wl, fwd, p = _trace(capsys, tmp_path, "inkling2", fields, None, "--seq-len", "32", "--image-size", "64")
+    d = wl["input_description"]
+    assert "(16 image placeholders)" in d and "each token's 2x2 patches as one 16px block, channels last" in d, d
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+
+
+def test_no_images_or_audio_for_towers_the_config_leaves_out(capsys, tmp_path):
+    """transformers' default Gemma 4 config leaves ``vision_config`` and ``audio_config`` None: the model builds
+    neither tower (and stops if given pixels or audio), so it trains on text alone, and the forecast says so."""
+    fields = dict(text_config=dict(T, model_type="gemma4_text", num_key_value_heads=1, head_dim=32, vocab_size=1000,
+                                   layer_types=["sliding_attention", "full_attention"]),
+                  vision_config=None, audio_config=None)
+    wl, fwd, p = _trace(capsys, tmp_path, "gemma4", fields, None, "--seq-len", "32")
+    assert wl["input_description"] == "2 x (32 tokens, vocab 1000)", wl["input_description"]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("no vision tower (vision_config None" in n and "no pixel_values" in n for n in notes), notes
+    assert any("no audio tower (audio_config None" in n and "no input_features" in n for n in notes), notes
+
+
+def test_a_pixel_mask_with_real_values_where_the_model_selects_patches_by_it(capsys, tmp_path):
+    """ViLT picks its image patches by the pixel mask's nonzero entries (``unique`` of their rows: no meta kernel);
+    where no other form runs, the mask is passed on the CPU with its values (every pixel real): 64 px images in
+    32 px patches."""
+    fields = dict(T, vocab_size=1000, image_size=64, patch_size=32, max_position_embeddings=32, max_image_length=-1)
+    wl, fwd, p = _trace(capsys, tmp_path, "vilt", fields, None, "--seq-len", "16", "--image-size", "64")
+    assert "3x64x64 images with their pixel mask (all real)" in wl["input_description"], wl["input_description"]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]

@@ -480,6 +480,25 @@ def _processor_hw(cfg) -> tuple[int, int] | None:
     return _hw(size) if isinstance(size, dict) else None
 
 
+_PATCH_COUNT_DICT = re.compile(r"patch_to_\w+_dict$")  # a projector's table keyed by patch counts (Aria's queries)
+
+
+def _patch_count_hw(cfg) -> tuple[tuple[int, int], str, list[int]] | None:
+    """Where the config maps patch counts to what its projector makes of them (``projector_patch_to_query_dict``:
+    Aria's {1225: 128, 4900: 256}, queries by patch count) and takes no other count: the smallest square image whose
+    grid of the vision tower's patches has a count the table holds; with the field and its counts. Else None."""
+    patch = _patch_size(cfg)
+    for _name, c in _sub_configs(cfg):
+        for k, v in vars(c).items():
+            if not (_PATCH_COUNT_DICT.search(k) and isinstance(v, dict) and v and patch):
+                continue
+            counts = sorted(int(n) for n in v if str(n).isdigit())
+            sides = [math.isqrt(n) for n in counts if math.isqrt(n) ** 2 == n]
+            if sides:
+                return (sides[0] * patch, sides[0] * patch), k, counts
+    return None
+
+
 def _channels(cfg) -> int:
     v = find(cfg, "num_channels", "in_channels", "in_chans", "input_channels", prefer=_SUB_VISION)
     return int(v) if isinstance(v, int) and 0 < v <= 64 else 3
@@ -945,6 +964,21 @@ def _time_series(ctx: _Ctx, cls, kw: dict) -> str:
     return "none"
 
 
+def _no_tower(ctx: _Ctx, field_: str, name: str) -> bool:
+    """Whether the model takes the optional input ``name`` (``pixel_values``, ``input_features``) for a tower its
+    config leaves out (``field_``, a ``vision_config`` or ``audio_config``, None: the model builds no such tower,
+    as transformers' default Gemma 4 config); the forecast then says it trains without that input (once)."""
+    p = ctx.params.get(name)
+    if p is None or p.default is inspect.Parameter.empty or field_ not in vars(ctx.cfg) \
+            or vars(ctx.cfg)[field_] is not None:
+        return False
+    note = (f"{_get(ctx.cfg, 'model_type', 'the model')}: the config has no {field_.split('_')[0]} tower ({field_} "
+            f"None: the model builds none), so no {name} are passed")
+    if note not in ctx.notes:
+        ctx.notes.append(note)
+    return True
+
+
 def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = frozenset()) -> tuple[dict, str]:
     """The keyword inputs of one training batch for ``cls``'s forward, and the head's label kind.
     ``image_tokens``: the placeholders of the image (or audio) features; ``variant``: forms some models want
@@ -955,14 +989,19 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
     kind = _head_kind(cls)
     ctx.snapped = None
     ctx.processor_hw = _processor_hw(cfg) if "proc" in variant else None
+    if "patch-count" in variant:  # a size whose patch count the projector's table holds (:func:`_patch_count_hw`)
+        ctx.processor_hw = _patch_count_hw(cfg)[0]
     ctx.temporal = _variant_int(variant, "tps", None)
     if "snap" in variant:
         snap = _snapped_hw(ctx)
         ctx.snapped = snap[0] if snap else None
     B, S = ctx.batch, _seq(ctx)
     text = "input_ids" in p and "no-text" not in variant  # no-text: features in place of the text (Pop2Piano)
-    if "pixel_values" in p and (not text or find(cfg, *ctx.image_ids) is not None or p["pixel_values"].default
-                                is inspect.Parameter.empty or "vision_config" in vars(cfg) or _needs_pixels(cls, cfg)):
+    no_vision = text and _no_tower(ctx, "vision_config", "pixel_values")
+    no_audio = text and _no_tower(ctx, "audio_config", "input_features")
+    if "pixel_values" in p and not no_vision and (
+            not text or find(cfg, *ctx.image_ids) is not None or p["pixel_values"].default
+            is inspect.Parameter.empty or "vision_config" in vars(cfg) or _needs_pixels(cls, cfg)):
         kw["pixel_values"] = _pixel_values(ctx)
         hr = _get(cfg, "high_res_vision_config", None)
         if "high_res_pixel_values" in p and hr is not None:  # the same images for the high-resolution tower
@@ -988,9 +1027,20 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             if "patch-images" in variant:  # each patch as a small image, ``patches x C x P x P`` (Kimi K2.5)
                 patch = _grid(ctx)[0]
                 kw["pixel_values"] = kw["pixel_values"].view(-1, _channels(cfg), patch, patch)
+            if "token-blocks" in variant:  # each token's merge x merge patches as one channels-last block, the
+                # grid counted in tokens (Inkling 2: ``tokens x P*M x P*M x C``)
+                patch, _tps, merge, gh, gw = _grid(ctx)
+                kw["pixel_values"] = torch.randn(B * (gh // merge) * (gw // merge), patch * merge, patch * merge,
+                                                 _channels(cfg))
+                kw["image_grid_thw"] = torch.tensor([[1, gh // merge, gw // merge]] * B, device=ctx.idev)
+                ctx.desc[-1] += f", each token's {merge}x{merge} patches as one {patch * merge}px block, channels last"
             if "image_merge_sizes" in p:  # each image's spatial merge (VideoLLaMA 3), the config's
                 kw["image_merge_sizes"] = torch.full((kw["image_grid_thw"].shape[0],), _grid(ctx)[2],
                                                      dtype=torch.long, device=ctx.idev)
+        elif "pixel-mask" in variant and kw["pixel_values"].dim() == 4:  # every pixel real, the mask on the CPU
+            # with its values (ViLT picks its patches by the mask's nonzero entries: counts the forward reads)
+            kw["pixel_mask"] = torch.ones(B, *kw["pixel_values"].shape[-2:], dtype=torch.long, device=ctx.value_dev)
+            ctx.desc[-1] += " with their pixel mask (all real)"
         elif "rows" in variant:  # rows of flattened patches (Fuyu: ``batch x patches x patch*patch*C``)
             kw["pixel_values"] = _patch_rows(ctx, kw["pixel_values"])
         elif "5d" in variant:
@@ -1018,7 +1068,7 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
     if "past_values" in p and not kw:
         kind = _time_series(ctx, cls, kw)
     encoder_input = getattr(getattr(ctx.model, "encoder", None), "main_input_name", None)
-    if "input_features" in p and not ("input_values" in p and encoder_input == "input_values"):
+    if "input_features" in p and not no_audio and not ("input_values" in p and encoder_input == "input_values"):
         # (a speech encoder-decoder takes whichever its encoder does: wav2vec2's raw audio, ...)
         width = _variant_int(variant, "width", None)
         kw["input_features"] = _input_features(ctx, width)
@@ -1461,6 +1511,27 @@ def _fill_rope(exc: BaseException, cfg, notes: list[str] | None) -> bool:
     return False
 
 
+_LIST_PLUS_TUPLE = 'can only concatenate list (not "tuple") to list'
+
+
+def _fill_lists(exc: BaseException, cfg, notes: list[str] | None) -> bool:
+    """Where a constructor stopped adding a list to a config field that the default config holds as a tuple
+    (VitMatte's ``[hidden_size] + config.fusion_hidden_sizes``): the config's tuple fields become lists, the form
+    a config.json gives every sequence (the same values). True if any did."""
+    if not (isinstance(exc, TypeError) and _LIST_PLUS_TUPLE in str(exc)):
+        return False
+    changed = []
+    for name, c in _sub_configs(cfg):
+        for k, v in list(vars(c).items()):
+            if isinstance(v, tuple) and not k.startswith("_"):
+                setattr(c, k, list(v))
+                changed.append(f"{name}.{k}" if name else k)
+    if changed and notes is not None:
+        notes.append(f"the default config holds {', '.join(changed)} as tuples, which its model adds to lists: read "
+                     "as lists, as a config.json gives them (the same values)")
+    return bool(changed)
+
+
 def _config_for(cls, cfg):
     """The config ``cls`` is built from: ``cfg``, or the one sub-config of ``cls``'s own config class where
     ``cfg`` is a composite holding it (MusicGen's decoder for ``MusicgenForCausalLM``)."""
@@ -1481,7 +1552,8 @@ def _build(cls, cfg, device, name, notes: list[str] | None = None):
             return _build_once(cls, cfg, device, name)
         except ConfigError as exc:
             cause = exc.__cause__ or exc.__context__
-            if isinstance(cause, Exception) and (_fill_derived(cause, cfg, notes) or _fill_rope(cause, cfg, notes)):
+            if isinstance(cause, Exception) and (_fill_derived(cause, cfg, notes) or _fill_rope(cause, cfg, notes)
+                                                 or _fill_lists(cause, cfg, notes)):
                 continue
             if _get(cfg, "is_decoder", None) is False and "is_decoder" in str(exc) \
                     and cls.__name__ in _mapping_names().get("CAUSAL_LM", {}).values():
@@ -1805,6 +1877,30 @@ def _rope_sections_fix(exc, cfg):
     return repair
 
 
+def _backbone_width_fix(exc, cfg, probe: bool = False):
+    """Where a model built on a backbone (a config with ``backbone_config``) names its head's input width as its
+    own ``hidden_size`` and that differs from the backbone's ``hidden_size`` (transformers' default VitMatte
+    config: a decoder taking 384 channels after a ViTDet backbone 768 wide), and the forward stops on a
+    convolution's channels: the repair that sets the head's ``hidden_size`` to the width the backbone makes, or
+    None. ``probe``: whether the config pairs such widths at all (``exc`` unused)."""
+    back = vars(cfg).get("backbone_config")
+    own, width = vars(cfg).get("hidden_size"), vars(back).get("hidden_size") if back is not None else None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (own, width)) or own == width:
+        return None
+    if probe:
+        return True
+    if exc is None or "Invalid channel dimensions" not in str(exc):
+        return None
+
+    def repair(cfg):
+        cfg.hidden_size = width
+        return (f"the config's head takes features {own} wide (hidden_size) from a backbone {width} wide "
+                f"(backbone_config.hidden_size), which cannot run: forecast with hidden_size = {width} (set the "
+                "widths your model has in the config.json)")
+
+    return repair
+
+
 _UNBOUND_CLAMP = "clamp called but both min and max are none"
 
 
@@ -1981,6 +2077,11 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
         fix = _unbound_clamp_fix(exc, cfg)
         if fix is not None:
             raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}", fix)
+    if device.type == "meta" and _backbone_width_fix(None, cfg, probe=True) and kw:  # a head narrower than its backbone
+        exc, _rows = _dry_run(model, kw)
+        fix = _backbone_width_fix(exc, cfg)
+        if fix is not None:
+            raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}", fix)
     if not kw:
         need = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in ("self", "kwargs")]
         raise TraceError(f"{name}: {cls.__name__}.forward takes no input traincast knows how to make "
@@ -2018,9 +2119,17 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
             else None
         if proc and proc != _image_hw(ctx):  # after those: the size the model type's image processor makes
             forms.append(frozenset({"proc"}))
+        counted = _patch_count_hw(cfg) if "pixel_values" in kw and kw["pixel_values"].dim() == 4 \
+            and not opts.image_size else None
+        if counted and counted[0] != _image_hw(ctx):  # then a size whose patch count the projector's table holds
+            forms.append(frozenset({"patch-count"}))
         snap = _snapped_hw(ctx) if "pixel_values" in kw else None
         if snap:  # last: the images resized to the projector's patch grid
             forms += [f | {"snap"} for f in forms]
+        if "image_grid_thw" in kw:  # after all those: each token's patches as one block, channels last (Inkling 2)
+            forms.append(frozenset({"token-blocks", "snap"} if snap else {"token-blocks"}))
+        if "pixel_values" in kw and "pixel_mask" in params and "pixel_mask" not in kw:
+            forms.append(frozenset({"pixel-mask"}))  # last: the pixels' mask with its values (ViLT selects by it)
         rope_fix = None  # a repair of the multimodal RoPE sections, from the first form that stops on them
         for variant in forms:
             kw, kind = inputs(image_tokens, variant)
@@ -2082,6 +2191,12 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
                     notes.append(f"{name}: the images are {proc[0]}x{proc[1]}, the size its image processor "
                                  f"({_processor_class(cfg).__name__}) makes them by default (the config names none "
                                  "that runs)")
+                if "patch-count" in variant:
+                    (h, w), field_, counts = counted
+                    notes.append(f"{name}: the images are {h}x{w}, a grid of {h // _patch_size(cfg)}x"
+                                 f"{w // _patch_size(cfg)} patches, the smallest count its projector takes ({field_} "
+                                 f"holds {', '.join(map(str, counts))} patches; the config's own image size makes "
+                                 "another count)")
                 break
             if isinstance(exc, _WidthMismatch):
                 raise _Repairable(f"cannot trace {name}: {cls.__name__}: {exc}: its projector's output width does "
