@@ -6,7 +6,9 @@ predictor, and is not changed after seeing its rows)
 Sources (every measured source in ../shared/data that times one device):
   whole models -- ``habitat`` (RTX 2080 Ti training iterations, 15 rows), ``neusight`` (NVIDIA training,
   forward+backward, 14), ``neusight-inf`` (NVIDIA inference, 38), ``neusight-amd`` (15) and
-  ``neusight-inf-amd`` (28), each model built as measured (benchmarks/gpu_models.py: ``cases``);
+  ``neusight-inf-amd`` (28), each model built as measured (benchmarks/gpu_models.py: ``cases``; the NeuSight
+  configs declare eager attention, and since 2026-11-26 (night, after the rows had been seen) the Habitat rows
+  too: PyTorch 1.12, which they were measured with, had no fused attention kernel for training);
   single ops -- ``justus2018`` layers (6 GPUs) and ``neusight`` kernels (5 GPUs), 300 rows per GPU x op file.
   Added 2026-11-25 (issue 18), reported but outside the decision rule below, whose sources stay those of
   ../shared/data: ``published`` -- published single-GPU training throughputs (benchmarks/data/
@@ -86,7 +88,8 @@ def published_cases(path: Path = PUBLISHED) -> list[dict]:
 
 
 def _key(c: dict) -> tuple:
-    return (c["model"], c["batch"], c["seq"], c.get("optimizer", "sgd"), c.get("precision", "fp32"))
+    return (c["model"], c["batch"], c["seq"], c.get("optimizer", "sgd"), c.get("precision", "fp32"),
+            c.get("fused_attention"))
 
 
 def family(model: str) -> str:
@@ -106,7 +109,8 @@ def whole_model_rows(data: Path, seeds: list[int], rows_per_file: int, log=print
     for c in todo:
         key = _key(c)
         if key not in traces:
-            traces[key] = trace(c["model"], batch_size=c["batch"], seq_len=c["seq"], optimizer=key[3], precision=key[4])
+            traces[key] = trace(c["model"], batch_size=c["batch"], seq_len=c["seq"], optimizer=key[3], precision=key[4],
+                                fused_attention=key[5])
     fallback = {}  # overrides -> the analytical predictor (also the learned predictors' fallback)
 
     def analytical_for(c):

@@ -98,9 +98,12 @@ def cases(data: Path) -> tuple[list[dict], list[str]]:
         if r.model not in HABITAT_ZOO:
             skipped.append(f"habitat {r.model} b{r.batch_size}: no zoo entry")
             continue
+        # measured with PyTorch 1.12 (../shared/data/README.md), which ran nn.MultiheadAttention's training step
+        # as separate kernels (the fused scaled_dot_product_attention kernels came with PyTorch 2.0): the software
+        # the rows measured, declared as the NeuSight configs declare theirs (attn_implementation "eager")
         out.append(dict(src="habitat", gpu="RTX2080Ti", model=HABITAT_ZOO[r.model], batch=int(r.batch_size),
                         seq=None, measured_ms=float(r.iteration_ms), phases=("forward", "backward", "optimizer"),
-                        optimizer=HABITAT_OPTIMIZER.get(r.model, "sgd")))
+                        optimizer=HABITAT_OPTIMIZER.get(r.model, "sgd"), fused_attention=False))
     n = pd.read_csv(data / "models" / "neusight_labels.csv")
     n = n[n["parallel"].isna()]
     for r in n.itertuples():
@@ -191,9 +194,10 @@ def main(argv=None) -> int:
     rows = []
     for c in todo:
         opt = c.get("optimizer", "sgd")
-        key = (c["model"], c["batch"], c["seq"], opt)
+        key = (c["model"], c["batch"], c["seq"], opt, c.get("fused_attention"))
         if key not in traces:
-            traces[key] = trace(c["model"], batch_size=c["batch"], seq_len=c["seq"], optimizer=opt)
+            traces[key] = trace(c["model"], batch_size=c["batch"], seq_len=c["seq"], optimizer=opt,
+                                fused_attention=c.get("fused_attention"))
         w = traces[key]
         dev = cat.device(c["gpu"])
         g = gpu_group(c["gpu"])
