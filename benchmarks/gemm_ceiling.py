@@ -14,15 +14,15 @@ rule's values):
    how far below the measured large-GEMM ceiling the forecast's GEMM efficiency sits; it is below 1 on purpose
    (a model's GEMMs are smaller and thinner than 8192^3).
 2. Reference rows, per unit. Tensor (matrix) units: fp16/bf16 on data-center NVIDIA boards of more than 75 W (V100,
-   A100, L40S, H100, H200, B200). CUDA cores (simt): FP32 on such boards of the generations whose kernels
+   A100, L40S, H100, H200, B200, B300, GB200). CUDA cores (simt): FP32 on such boards of the generations whose kernels
    ../shared/data times and whose efficiencies were set from them (Pascal, Volta, Ampere), without FP32 lanes
    shared with INT32. Boards of 75 W or less (T4, P4: clock cap, throttling) and GeForce/A10G boards (FP16 measured
    at or above their datasheet peak: they clock beyond it) are shown, not used.
 3. Rule, for a generation and unit no kernel data set: matmul efficiency = its catalog value x median ``r`` of the
    reference rows of that unit / median ``r`` of its own rows, so its forecast sits as far below its measured
    ceiling as the reference boards' do. Applied where the unit's dtypes were measured: CDNA2 matrix units (FP32,
-   FP16, BF16 on the MI210; BF16 on one MI250X GCD, added later that night), Hopper and Blackwell CUDA cores (FP32 on H100 SXM5, H200, B200). Added the same night
-   with the devices (MI300X, MI325X, MI355X) and a second source (mamf-finder's BF16 table): CDNA3 matrix units
+   FP16, BF16 on the MI210; BF16 on one MI250X GCD, added later that night), Hopper and Blackwell CUDA cores (FP32
+   on H100 SXM5, H200, B200). Added the same night with the devices (MI300X, MI325X, MI355X) and a second source (mamf-finder's BF16 table): CDNA3 matrix units
    (BF16 on MI300X and MI325X, FP32 on MI325X; FP16 runs at the BF16 rate by the datasheet), CDNA4 (BF16 on MI355X
    only: its FP32 and FP16 take the same value, a weaker basis). Not CDNA1 (MI100: nothing measured), Ada (the L4
    whole-model rows check its lane and clock rules), nor the tensor units of NVIDIA generations (the reference).
