@@ -22,8 +22,8 @@ rule's values):
    reference rows of that unit / median ``r`` of its own rows, so its forecast sits as far below its measured
    ceiling as the reference boards' do. Applied where the unit's dtypes were measured: CDNA2 matrix units (FP32,
    FP16, BF16 on the MI210; BF16 on one MI250X GCD, added later that night), Hopper and Blackwell CUDA cores (FP32
-   on H100 SXM5, H200, B200). Added the same night with the devices (MI300X, MI325X, MI355X) and a second source (mamf-finder's BF16 table): CDNA3 matrix units
-   (BF16 on MI300X and MI325X, FP32 on MI325X; FP16 runs at the BF16 rate by the datasheet), CDNA4 (BF16 on MI355X
+   on H100 SXM5, H200, B200). Added the same night with the devices (MI300X, MI325X, MI355X) and a second source
+   (mamf-finder's BF16 table): CDNA3 matrix units (BF16 on MI300X and MI325X, FP32 on MI325X; FP16 runs at the BF16 rate by the datasheet), CDNA4 (BF16 on MI355X
    only: its FP32 and FP16 take the same value, a weaker basis). Not CDNA1 (MI100: nothing measured), Ada (the L4
    whole-model rows check its lane and clock rules), nor the tensor units of NVIDIA generations (the reference).
 4. Check of the rule: each reference generation left out, the rule from the others' rows gives its catalog value
@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from traincast.hardware.catalog import get_catalog  # noqa: E402
-from traincast.predict.roofline import CompiledOps, RooflineParams  # noqa: E402
+from traincast.predict.roofline import CompiledOps, RooflineParams, compute_unit  # noqa: E402
 
 CSV = ROOT / "benchmarks" / "data" / "public_gemm" / "torch_mm.csv"
 N = 8192
@@ -88,10 +88,7 @@ def table(csv: Path = CSV) -> pd.DataFrame:
     rows = []
     for r in df.itertuples():
         dev = cat.device(r.device)
-        if r.dtype == "fp32":
-            peak_name, unit = ("fp32_matrix", "tensor") if dev.fp32_matrix_tflops else ("fp32", "simt")
-        else:
-            peak_name, unit = r.dtype, "tensor"
+        peak_name, unit = compute_unit("matmul", r.dtype, dev, "fp32")  # the unit the forecast runs it on
         peak = dev.peak_flops_per_s(peak_name) / 1e12
         f = forecast_tflops(dev, r.dtype)
         rows.append(dict(device=dev.name, generation=dev.generation, dtype=r.dtype, unit=unit, measured=r.tflops,
@@ -101,20 +98,23 @@ def table(csv: Path = CSV) -> pd.DataFrame:
 
 
 def matmul_efficiency(generation: str, unit: str) -> float:
-    """The catalog's matmul efficiency of ``unit`` (``simt`` | ``tensor``) for ``generation``."""
-    from traincast.hardware.catalog import efficiency_table
+    """The catalog's matmul efficiency of ``unit`` (``simt`` | ``tensor``) for ``generation``: the parameters the
+    roofline gives a device of that generation."""
+    dev = next(d for d in get_catalog().devices.values() if d.generation == generation)
+    return float(RooflineParams.for_device(dev).compute[unit]["matmul"])
 
-    t = efficiency_table()
-    gen = (t["generations"].get(generation) or {}).get("compute", {}).get(unit, {})
-    return float(gen.get("matmul", t["defaults"]["compute"][unit]["matmul"]))
+
+def own_rows(df: pd.DataFrame, generation: str, unit: str) -> pd.DataFrame:
+    """``generation``'s rows of ``unit`` that the rule reads: the dtypes :data:`RULED` names (else the reference's)."""
+    dtypes = RULED.get((generation, unit), TENSOR_DTYPES if unit == "tensor" else ("fp32",))
+    return df[(df.generation == generation) & (df.unit == unit) & df.dtype.isin(dtypes)]
 
 
 def rule(df: pd.DataFrame, generation: str, unit: str, reference: pd.DataFrame | None = None) -> float:
     """The matmul efficiency of ``unit`` the rule gives ``generation``: its catalog value x the median ``r`` of the
     reference rows of that unit (default: every reference row of ``df``) / the median ``r`` of its own rows."""
     ref = df[df.reference & (df.unit == unit)] if reference is None else reference
-    own = df[(df.generation == generation) & (df.unit == unit)
-             & df.dtype.isin(RULED.get((generation, unit), TENSOR_DTYPES if unit == "tensor" else ("fp32",)))]
+    own = own_rows(df, generation, unit)
     if own.empty or ref.empty:
         raise ValueError(f"no {unit} rows for {generation}")
     return matmul_efficiency(generation, unit) * float(ref.r.median()) / float(own.r.median())
@@ -150,8 +150,8 @@ def main(argv=None) -> int:
             print(f"    {g:10s} rule {got:.3f}  catalog {cat_v:.2f}  difference {got - cat_v:+.3f}")
         print(f"    mean |difference| {np.mean(np.abs(errs)):.3f}, worst {max(errs, key=abs):+.3f}")
     print("\nruled generations:")
-    for (g, unit), dtypes in RULED.items():
-        own = df[(df.generation == g) & (df.unit == unit) & df.dtype.isin(dtypes)]
+    for g, unit in RULED:
+        own = own_rows(df, g, unit)
         print(f"  {g:10s} {unit:6s} rows {len(own)} ({', '.join(own.device + ' ' + own.dtype)}), median r "
               f"{own.r.median():.3f}; matmul efficiency in the catalog {matmul_efficiency(g, unit):.2f}, "
               f"rule {rule(df, g, unit):.3f}")
