@@ -1877,20 +1877,25 @@ def _rope_sections_fix(exc, cfg):
     return repair
 
 
-def _backbone_width_fix(exc, cfg, probe: bool = False):
-    """Where a model built on a backbone (a config with ``backbone_config``) names its head's input width as its
-    own ``hidden_size`` and that differs from the backbone's ``hidden_size`` (transformers' default VitMatte
-    config: a decoder taking 384 channels after a ViTDet backbone 768 wide), and the forward stops on a
-    convolution's channels: the repair that sets the head's ``hidden_size`` to the width the backbone makes, or
-    None. ``probe``: whether the config pairs such widths at all (``exc`` unused)."""
+def _backbone_widths(cfg) -> tuple[int, int] | None:
+    """(the head's ``hidden_size``, the backbone's ``hidden_size``) of a model built on a backbone (a config with
+    ``backbone_config``) where the two differ (transformers' default VitMatte config: a decoder taking 384 channels
+    after a ViTDet backbone 768 wide); else None."""
     back = vars(cfg).get("backbone_config")
     own, width = vars(cfg).get("hidden_size"), vars(back).get("hidden_size") if back is not None else None
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (own, width)) or own == width:
         return None
-    if probe:
-        return True
-    if exc is None or "Invalid channel dimensions" not in str(exc):
+    return own, width
+
+
+def _backbone_width_fix(exc, cfg):
+    """Where a head narrower or wider than its backbone (:func:`_backbone_widths`) stops the forward on a
+    convolution's channels: the repair that sets the head's ``hidden_size`` to the width the backbone makes, or
+    None."""
+    widths = _backbone_widths(cfg)
+    if widths is None or exc is None or "Invalid channel dimensions" not in str(exc):
         return None
+    own, width = widths
 
     def repair(cfg):
         cfg.hidden_size = width
@@ -2072,14 +2077,11 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
         kw, kind, settled = _text_forms(name, model, kw, kind, ctx, cls, image_tokens, inputs, fixed, notes)
     else:
         settled = False
-    if device.type == "meta" and _unset_bounds(cfg) and kw:  # a clamp whose bound the config leaves None
+    if device.type == "meta" and kw and (_unset_bounds(cfg) or _backbone_widths(cfg)):
+        # a clamp whose bound the config leaves None, a head of another width than its backbone: one dry run shows
+        # whether the forward stops on it
         exc, _rows = _dry_run(model, kw)
-        fix = _unbound_clamp_fix(exc, cfg)
-        if fix is not None:
-            raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}", fix)
-    if device.type == "meta" and _backbone_width_fix(None, cfg, probe=True) and kw:  # a head narrower than its backbone
-        exc, _rows = _dry_run(model, kw)
-        fix = _backbone_width_fix(exc, cfg)
+        fix = _unbound_clamp_fix(exc, cfg) or _backbone_width_fix(exc, cfg)
         if fix is not None:
             raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}", fix)
     if not kw:
