@@ -75,7 +75,34 @@ result on the third set was seen)
     with it; its result is reported whatever it shows, and nothing is changed
     after it.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c] [--draws 80] [--const NAME=VALUE]
+Whole-log extracts, shares of the steps, and a fifth held-out set (written 2026-11-27, before any
+result on the dense extracts or on set e was seen)
+---------------------------------------------------------------------------------------------------
+  * What was wrong. The extracts of ``public-b``, ``public-c`` and ``public-d`` were read from 3-5 blocks of
+    each log, so "the first 25% of the logged points" was 3-20% of the steps in most of them, and the targets
+    at 60/80/90% of the points fell at 50-99% of the steps. Their figures "from 25%" measured forecasts from
+    a few percent of the run. ``public`` (the first set) was extracted over whole logs and is not affected.
+  * Fix, protocol: origins and targets are now shares of the run's *steps* (``--by steps``, the default;
+    ``--by points`` gives the protocol before): the points seen at origin f are those logged at or before
+    step f x T; a target at g is the smoothed loss at the last point logged at or before g x T; a case needs
+    a point within 1.5% of the run before f x T (and g x T), else it is skipped and counted as "no logged
+    point near". On whole-log extracts this equals the protocol before.
+  * Fix, data: ``data/dense/*/`` holds whole-log re-extractions of the logs of public-b, -c and -d (every
+    page read, every N-th step; each manifest entry names the block file it replaces), and a fifth held-out
+    set e (``set: e``) of public logs in none of the earlier sets. Validation-loss files are left out.
+  * Development data: ``cpu``, ``public`` and the dense re-extractions of b, c, d (``--set dense-dev``).
+    Candidates (``--const``):
+      - ``baseline``: the method as committed on 2026-11-26 (exp-prior);
+      - ``cond-median`` (``COND_MEDIAN=1``): when 10-50% of the sampled curves reach the target by the
+        horizon, the point forecast is the median step of the curves that reach it (today: "not reached",
+        an infinite step), the reach probability given beside it; the band is unchanged.
+    Rule (as before): the lower median error from 25% over the public runs of ``dense-dev``; a candidate
+    whose median from 25% or 50% on ``cpu`` is worse than the baseline's by more than 3 points is out; ties
+    (within 1 point) go to the band coverage closest to 70-90%. The chosen one becomes the default, and
+    ``--set public-e`` is run once with it (the baseline printed beside it); the result is reported
+    whatever it shows, and nothing is changed after it.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e] [--by steps|points] [--draws 80] [--const NAME=VALUE]
 """
 
 from __future__ import annotations
@@ -104,6 +131,7 @@ PUBLIC = HERE / "data" / "public_curves"
 PUBLIC_B = HERE / "data" / "public_curves_b"  # a second held-out set, gathered 2026-11-26 (see the docstring)
 PUBLIC_C = HERE / "data" / "public_curves_c"  # the third held-out set: run once, at the end, with the chosen method
 PUBLIC_D = HERE / "data" / "public_curves_d"  # a fourth held-out set (gathered 2026-11-26), run only by name, for the next method change
+DENSE = HERE / "data" / "dense"  # whole-log extracts (2026-11-27): re-extractions of sets b-d, and the fifth held-out set e
 
 
 def smoothed(loss: np.ndarray, w: int) -> np.ndarray:
@@ -142,7 +170,31 @@ def public_runs(folder: Path = PUBLIC):
     return out
 
 
-def evaluate(run, draws: int, methods=("traincast", "no-schedule", "optimus-auto")):
+NEAR = 0.015  # by steps: an origin or a target needs a logged point within this share of the run before it
+
+
+def _cut(k: np.ndarray, n: int, f: float, total: int, by: str) -> int | None:
+    """Points seen at the share ``f`` of the run: of the logged points (``points``) or of the run's steps (``steps``)."""
+    if by == "points":
+        return int(f * n)
+    c = int(np.searchsorted(k, f * total, side="right"))
+    return c if c > 0 and k[c - 1] >= (f - NEAR) * total else None
+
+
+def dense_runs(sets: tuple[str, ...]):
+    """Runs of the whole-log extracts under ``data/dense/*/`` whose manifest entry's ``set`` is in ``sets``.
+
+    Validation-loss extracts (group ``public-llm-val``) are left out: the protocol scores the training loss."""
+    out = []
+    for man_p in sorted(DENSE.glob("*/manifest.json")):
+        for run in public_runs(man_p.parent):
+            m = json.loads(man_p.read_text())[run["name"]]
+            if m.get("set") in sets and run["group"] != "public-llm-val":
+                out.append(run | {"set": m["set"]})
+    return out
+
+
+def evaluate(run, draws: int, methods=("traincast", "no-schedule", "optimus-auto"), by: str = "steps"):
     k, y = run["steps"], run["loss"]
     ok = np.isfinite(y) & (y > 0) & (k > 0)
     k, y = k[ok], y[ok]
@@ -151,17 +203,26 @@ def evaluate(run, draws: int, methods=("traincast", "no-schedule", "optimus-auto
     sched = parse_schedule(run["schedule"], run["total"])
     rows = []
     for f in ORIGINS:
-        cut = int(f * n)
+        cut = _cut(k, n, f, run["total"], by)
+        if cut is None:
+            rows.append(dict(run=run["name"], group=run["group"], sched=run["sched_kind"], origin=f, target_at=None,
+                             method="-", skipped=True, why="no logged point near the origin"))
+            continue
         k_cut = k[cut - 1]
         cases = []
         for tf in TARGETS:
             if tf <= f:
                 continue
-            target = float(sm[int(tf * n) - 1])
+            it = _cut(k, n, tf, run["total"], by)
+            if it is None:
+                rows.append(dict(run=run["name"], group=run["group"], sched=run["sched_kind"], origin=f, target_at=tf,
+                                 method="-", skipped=True, why="no logged point near the target"))
+                continue
+            target = float(sm[it - 1])
             true_step = float(k[int(np.argmax(sm <= target))])
             if true_step <= k_cut:
                 rows.append(dict(run=run["name"], group=run["group"], sched=run["sched_kind"], origin=f, target_at=tf,
-                                 method="-", skipped=True))
+                                 method="-", skipped=True, why="target already reached at the origin"))
                 continue
             cases.append((tf, target, true_step))
         if not cases:
@@ -212,8 +273,14 @@ def table(rows, title, by="method"):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", choices=("cpu", "public", "public-b", "all", "public-c", "public-d"), default="all",
-                    help="all = the development sets (cpu, public, public-b); public-c and public-d are held-out sets, run only by name")
+    ap.add_argument("--set", choices=("cpu", "public", "public-b", "all", "public-c", "public-d", "dense-dev", "public-e"),
+                    default="all",
+                    help="all = the first development sets (cpu, public, public-b); dense-dev = public (whole-log extracts "
+                         "already) + the whole-log re-extractions of public-b/c/d; public-c, public-d and public-e are "
+                         "held-out sets, run only by name")
+    ap.add_argument("--by", choices=("steps", "points"), default="steps",
+                    help="origins and targets as shares of the run's steps (default, 2026-11-27) or of the logged points "
+                         "(the protocol before: the same on whole-log extracts, not on block extracts)")
     ap.add_argument("--draws", type=int, default=80, help="sampled curves per forecast")
     ap.add_argument("--only", default=None, help="runs whose name contains this")
     ap.add_argument("--methods", default="traincast,no-schedule,optimus-auto")
@@ -236,7 +303,9 @@ def main() -> None:
     runs = ((cpu_runs() if args.set in ("cpu", "all") else []) + (public_runs() if args.set in ("public", "all") else [])
             + (public_runs(PUBLIC_B) if args.set in ("public-b", "all") else [])
             + (public_runs(PUBLIC_C) if args.set == "public-c" else [])
-            + (public_runs(PUBLIC_D) if args.set == "public-d" else []))
+            + (public_runs(PUBLIC_D) if args.set == "public-d" else [])
+            + (public_runs() + dense_runs(("b", "c", "d")) if args.set == "dense-dev" else [])
+            + (dense_runs(("e",)) if args.set == "public-e" else []))
     if args.only:
         runs = [r for r in runs if args.only in r["name"]]
     methods = tuple(args.methods.split(","))
@@ -247,9 +316,13 @@ def main() -> None:
         def _track(x, **_):
             return x
     for run in _track(runs, description="forecasting", disable=not sys.stderr.isatty()):
-        rows += evaluate(run, args.draws, methods)
-    skipped = sum(r["skipped"] for r in rows)
-    print(f"{len(runs)} runs; {skipped} (run, origin, target) cases skipped: target already reached at the origin")
+        rows += evaluate(run, args.draws, methods, by=args.by)
+    whys = {}
+    for r in rows:
+        if r["skipped"]:
+            whys[r["why"]] = whys.get(r["why"], 0) + 1
+    print(f"{len(runs)} runs; origins and targets by share of the {args.by}; skipped (run, origin, target) cases: "
+          + (", ".join(f"{v} {k}" for k, v in sorted(whys.items())) or "none"))
     for group in sorted({r["group"] for r in rows}):
         table([r for r in rows if r["group"] == group], f"== {group}: steps-to-target error by method")
     table(rows, "== all runs: steps-to-target error by method")
