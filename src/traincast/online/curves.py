@@ -67,6 +67,7 @@ EXP_PRIOR_SIGMA = 0.7  # chosen on the development sets (benchmarks/converge_val
 MPL_BETA = 0.6
 ORIGINS = (0.5, 0.65, 0.8)  # rolling origins, as shares of the steps seen
 BAND = (0.1, 0.9)  # the 80% band
+COND_MEDIAN = 0  # 1: when 10-50% of the draws reach the target, the point forecast is the median step of those that do
 
 
 # ------------------------------------------------------------------ the grid
@@ -598,6 +599,10 @@ def forecast_from_draws(draws: CurveDraws, target_loss: float, schedule: Schedul
     floors = np.min(draws.curves, axis=1)
     p_reach = float(np.mean(np.isfinite(first)))
     med, lo, hi = q(0.5), q(q_lo), q(q_hi)
+    if COND_MEDIAN and not math.isfinite(med) and p_reach >= 0.1:
+        # "if it is reached at all, about then": the reach probability says how likely that is
+        med = float(np.median(first[np.isfinite(first)]))
+        notes.append(f"only {p_reach:.0%} of the sampled curves reach the target; the step given is theirs")
     fl, fl_lo, fl_hi = (float(np.quantile(floors, p)) for p in (0.5, q_lo, q_hi))
     status = "ok"
     if draws.trend < 3.0:
