@@ -140,3 +140,24 @@ def test_exponent_prior_gives_way_to_the_data(monkeypatch):
     k, y, _ = tissue_curve(spec, c_frac=0.04, noise=0.002, seed=4, alpha=0.9)
     a_fit = _fit_power(k, y, spec, T, 0.7, monkeypatch)[2]
     assert 0.7 < a_fit < 1.2
+
+
+def test_a_target_few_curves_reach_gets_their_median_step_and_its_reach_probability(monkeypatch):
+    """3 of 10 sampled curves reach the target (at steps 300, 500, 700): the answer is 500 "if reached", p = 0.3;
+    with COND_MEDIAN off it is "not reached" (the median of all draws is infinite)."""
+    import traincast.online.curves as C
+    from traincast.cli.online import converge_line
+
+    steps = np.linspace(100.0, 1000.0, 10)
+    curves = np.full((10, 10), 2.0)
+    for row, hit in zip(range(3), (2, 4, 6)):  # steps[2] = 300, steps[4] = 500, steps[6] = 700
+        curves[row, hit:] = 0.9
+    draws = C.CurveDraws(steps, curves, ("power",) * 10, {"power": 1.0}, {}, 100, 0.01, trend=10.0, fall=0.5,
+                         last_loss=2.0)
+    fc = C.forecast_from_draws(draws, 1.0)
+    assert fc.steps == 500.0 and fc.reach_probability == pytest.approx(0.3)
+    assert fc.low == 500.0 and not math.isfinite(fc.high)  # q10 of the ten first steps (3 finite), q90 inf
+    assert any("30%" in n for n in fc.notes)
+    assert "if it is reached at all" in converge_line(fc) and "30% reach it" in converge_line(fc)
+    monkeypatch.setattr(C, "COND_MEDIAN", 0)
+    assert not math.isfinite(C.forecast_from_draws(draws, 1.0).steps)

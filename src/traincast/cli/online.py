@@ -373,6 +373,8 @@ def converge_line(fc, ttt=None) -> str:
             f"({fc.reach_probability:.0%} reach it{first}; now at step {fc.current_step:,}; floor {fc.floor_loss:.4g} "
             f"[{fc.floor_low:.4g} - {fc.floor_high:.4g}])"
         )
+    if fc.reach_probability < 0.5:
+        head += "if it is reached at all, "
     return (
         f"{head}loss {fc.target_loss:g} at step {st(fc.steps)} [{st(fc.low)} - {st(fc.high)}] ({band}, "
         f"{fc.reach_probability:.0%} reach it by step {fc.horizon_steps:,}; now at step {fc.current_step:,}; "
