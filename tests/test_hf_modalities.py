@@ -1306,3 +1306,112 @@ def test_a_pixel_mask_with_real_values_where_the_model_selects_patches_by_it(cap
     wl, fwd, p = _trace(capsys, tmp_path, "vilt", fields, None, "--seq-len", "16", "--image-size", "64")
     assert "3x64x64 images with their pixel mask (all real)" in wl["input_description"], wl["input_description"]
     assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+
+
+def test_a_config_class_without_num_key_value_heads_takes_the_attention_heads(capsys, tmp_path):
+    """Moonshine Streaming's decoder config class has no ``num_key_value_heads`` at all (its encoder's has), and its
+    decoder layers read it: transformers' documented default where it is not specified, ``num_attention_heads`` (no
+    grouped-query attention), said in a note; a config that names it gets no note."""
+    fields = dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                  head_dim=32, encoder_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                                   num_attention_heads=2, num_key_value_heads=2, head_dim=32,
+                                                   sliding_windows=[[16, 4], [16, 0]]))
+    p = _write(tmp_path, "moonshine_streaming", fields, None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--json")
+    assert code == 0, err
+    f = json.loads(out)
+    assert any("MoonshineStreamingConfig has no num_key_value_heads; it is taken as 2 (num_attention_heads" in n
+               for n in f["notes"]), f["notes"]
+    data = json.loads(p.read_text())
+    data["num_key_value_heads"] = 2
+    p.write_text(json.dumps(data))
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--json")
+    assert code == 0, err
+    assert not any("num_key_value_heads" in n for n in json.loads(out)["notes"])
+
+
+def test_integers_a_model_writes_onto_its_device_keep_their_values():
+    """During a trace, ``torch.tensor(python ints, device=meta)`` (Step 3.7's vision grid, read back with
+    ``.tolist()``) is made on the CPU with its values; floating values and data the CPU refuses stay on meta."""
+    import torch
+
+    from traincast.workload.hf import _MixedDevices
+
+    with _MixedDevices(quiet=True):
+        x = torch.empty(2, 8, device="meta")
+        grid = torch.tensor([[1, 4, 4]], device=x.device)
+        assert grid.device.type == "cpu" and grid.tolist() == [[1, 4, 4]]
+        assert torch.tensor([0.5, 1.0], device=x.device).is_meta
+        assert torch.tensor([True, False], device="meta").tolist() == [True, False]
+        assert (x + torch.tensor(2, device=x.device)).is_meta
+
+
+def test_a_sliding_window_mask_no_layer_uses_and_a_vision_grid_written_from_python(capsys, tmp_path):
+    """Step 3.7 builds a sliding-window mask whatever its layers are, and its default text config leaves
+    ``sliding_window`` None with every layer full attention: the window is set to the position limit, a window that
+    never binds, with a note. Its vision tower writes its patch grid as ``torch.tensor([[1, h, w]],
+    device=hidden.device)`` and reads it back: the grid keeps its values (8 x 8 patches of a 112 px image, two
+    stride-2 convolutions: 4 placeholders)."""
+    text = dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                num_key_value_heads=1, head_dim=32, n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=32,
+                share_expert_dim=32, mlp_layer_types=["dense", "sparse"], layer_types=["full_attention"] * 2,
+                max_position_embeddings=512, num_sliding_attention_heads=2, query_pre_attn_scalar=32)
+    vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2, image_size=112,
+                  patch_size=14, max_position_embeddings=64)
+    fields = dict(text_config=text, vision_config=vision, image_token_id=999)
+    wl, fwd, p = _trace(capsys, tmp_path, "step3p7", fields, None, "--seq-len", "32")
+    assert "(4 image placeholders)" in wl["input_description"], wl["input_description"]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("leaves text_config.sliding_window None and names no sliding layer" in n
+               and "text_config.sliding_window = 512" in n for n in notes), notes
+    assert any("integer tensors the model writes from Python values onto its device" in n for n in notes), notes
+
+
+def test_audio_scattered_before_the_images_and_a_token_id_from_the_model_family(capsys, tmp_path):
+    """transformers' Qwen2.5-Omni thinker config declares no ``vision_start_token_id``, which its rotary positions
+    read; the talker config of the same module declares 151652: taken from there, with a note (a token id sizes
+    nothing). Its forward scatters the audio's features (750 rows per example) before the images' (64): the count
+    checks passed with 64 image placeholders, so they stand, and the audio gets its 750 after them."""
+    fields = dict(audio_token_index=995, image_token_index=996, video_token_index=997, audio_start_token_id=993,
+                  audio_end_token_id=994,
+                  audio_config=dict(num_mel_bins=128, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=128,
+                                    d_model=64, output_dim=64),
+                  vision_config=dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=64,
+                                     fullatt_block_indexes=[0]),
+                  text_config=dict(T, vocab_size=1000, num_key_value_heads=1,
+                                   rope_parameters=dict(rope_type="default", rope_theta=1e6, mrope_section=[4, 6, 6])))
+    wl, fwd, p = _trace(capsys, tmp_path, "qwen2_5_omni_thinker", fields, None, "--seq-len", "32")
+    assert "(64 image and 750 audio placeholders)" in wl["input_description"], wl["input_description"]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("Qwen2_5OmniThinkerConfig has no vision_start_token_id" in n and "it takes 151652" in n
+               and "Qwen2_5OmniTalkerConfig" in n for n in notes), notes
+    assert any("puts the audio's features in before the images'" in n for n in notes), notes
+
+
+def test_a_composite_that_only_generates_forecasts_its_part_that_trains(capsys, tmp_path):
+    """Qwen2.5-Omni's top-level class holds a thinker, a talker and a vocoder and only generates with them: its
+    forward takes nothing to train on. Of its sub-configs, only the thinker's model type has a head in the same
+    task mapping (``multimodal-lm``): that head is forecast, with a note, with the thinker's parameters."""
+    thinker = dict(audio_token_index=995, image_token_index=996, video_token_index=997, audio_start_token_id=993,
+                   audio_end_token_id=994, vision_start_token_id=992,
+                   audio_config=dict(num_mel_bins=128, encoder_layers=1, encoder_attention_heads=2,
+                                     encoder_ffn_dim=128, d_model=64, output_dim=64),
+                   vision_config=dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=64,
+                                      fullatt_block_indexes=[0]),
+                   text_config=dict(T, vocab_size=1000, num_key_value_heads=1,
+                                    rope_parameters=dict(rope_type="default", rope_theta=1e6, mrope_section=[4, 6, 6])))
+    p = _write(tmp_path, "qwen2_5_omni", dict(thinker_config=thinker), None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err
+    f = json.loads(out)
+    assert any("Qwen2_5OmniForConditionalGeneration.forward takes no input to train on" in n
+               and "Qwen2_5OmniThinkerForConditionalGeneration (thinker_config), is forecast" in n
+               for n in f["notes"]), f["notes"]
+    q = _write(tmp_path, "qwen2_5_omni_thinker", thinker, None)
+    assert f["parameters"] == _expected_parameters(q, None, None)[0]

@@ -1454,6 +1454,20 @@ def _derived_fields(cfg) -> dict[str, tuple[object, str, int]]:
 
 def _fill_derived(exc: BaseException, cfg, notes: list[str] | None) -> bool:
     """Fill the derivable fields (:func:`_derived_fields`) that the code ``exc`` stopped in read; True if any."""
+    m = re.search(r"'(\w+Config)' object has no attribute 'num_key_value_heads'", str(exc))
+    if isinstance(exc, AttributeError) and m:
+        # a config class without the field at all (Moonshine Streaming's decoder): transformers' documented default
+        # for it, "if it is not specified, will default to num_attention_heads" (multi-head attention)
+        for c in [cfg, *_subconfigs(cfg)]:
+            heads = vars(c).get("num_attention_heads")
+            if type(c).__name__ == m.group(1) and "num_key_value_heads" not in vars(c) \
+                    and isinstance(heads, int) and not isinstance(heads, bool) and heads > 0:
+                c.num_key_value_heads = heads
+                if notes is not None:
+                    notes.append(f"the config's {m.group(1)} has no num_key_value_heads; it is taken as {heads} "
+                                 "(num_attention_heads, transformers' default where it is not specified: no "
+                                 "grouped-query attention)")
+                return True
     derived = _derived_fields(cfg)
     used = [f for f in _empty_fields_used(exc, cfg) if f in derived]
     for f in used:
@@ -1607,6 +1621,11 @@ def _build_on(cls, cfg, device, name):
         raise BuildError(f"cannot build {name}: {explain(exc, cls.__name__, 'building', cfg)}") from None
 
 
+def _is_meta(device) -> bool:
+    """Whether ``device`` (a torch.device, a string or None) names the meta device."""
+    return isinstance(device, torch.device) and device.type == "meta" or isinstance(device, str) and device == "meta"
+
+
 def _real_mask(t) -> bool:
     """A boolean tensor on the CPU: a mask whose values traincast made real (see :class:`_MixedDevices`)."""
     return isinstance(t, torch.Tensor) and t.dtype == torch.bool and t.device.type == "cpu"
@@ -1617,15 +1636,44 @@ _SHAPED_LIKE = {torch.Tensor.expand_as: torch.Tensor.expand, torch.Tensor.view_a
                 torch.Tensor.reshape_as: torch.Tensor.reshape}
 
 
+_REAL_VALUES_NOTE = ("integer tensors the model writes from Python values onto its device (grids, sizes: "
+                     "torch.tensor(..., device=...)) were made on the CPU with those values, so that what the model "
+                     "reads back from them (.tolist()) is what training reads")
+
+
 class _MixedDevices(torch.overrides.TorchFunctionMode):
     """A call that meets meta tensors and CPU tensors (positions a model computes on the CPU from values it
     read, e.g. Qwen2-VL's patch grid; anchors made from numpy) runs on meta: the CPU ones are moved there
-    (before autograd records them, so the backward agrees)."""
+    (before autograd records them, so the backward agrees). ``quiet``: add no notes (the dry run's).
+
+    Integer tensors a model makes from Python values on its own device (``torch.tensor([[1, h, w]],
+    device=x.device)``) are made on the CPU, with their values, and a note says so (unless ``quiet``)."""
+
+    def __init__(self, quiet: bool = False):
+        super().__init__()
+        self.quiet = quiet
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         from torch.utils._pytree import tree_leaves, tree_map
 
         kwargs = kwargs or {}
+        if func is torch.tensor and _is_meta(kwargs.get("device")) and args \
+                and not any(isinstance(t, torch.Tensor) for t in tree_leaves(args[0])):
+            # integers a model writes from Python values onto its own device (Step 3.7's vision tower:
+            # ``torch.tensor([[1, grid_h, grid_w]], device=hidden.device)``, then read with ``.tolist()``): made on
+            # the CPU, where the values the model just wrote exist, like the integer values above; floating ones
+            # stay on meta
+            try:
+                made = func(*args, **{**kwargs, "device": "cpu"})
+            except Exception:  # noqa: BLE001 - data the CPU refuses (None): as on meta, where it was asked for
+                made = None
+            if made is not None and not (made.is_floating_point() or made.is_complex()):
+                if not self.quiet:
+                    notes = current_options().notes
+                    if _REAL_VALUES_NOTE not in notes:
+                        notes.append(_REAL_VALUES_NOTE)
+                return made
+            return func(*args, **kwargs)
         if func in (torch.Tensor.to, torch.Tensor.cpu) and args and isinstance(args[0], torch.Tensor) \
                 and args[0].device.type == "meta":
             # a meta tensor sent to where the ids live (``.to(input_ids.device)``): the ids are on the CPU only
@@ -1764,7 +1812,7 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
     _LAST_CHECKS.clear()
     failed: list[str] = []
     try:
-        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(), ExpectedSelections(), _checks_off() as failed:
+        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(quiet=True), ExpectedSelections(), _checks_off() as failed:
             model(**kw)
     except Exception as exc:  # noqa: BLE001 - judged by the caller
         if mode.widths is None:
@@ -1935,6 +1983,83 @@ def _unbound_clamp_fix(exc, cfg):
     return repair
 
 
+def _family_token_default(exc, cfg) -> tuple[object, str, int, str] | None:
+    """Where ``exc`` is a config class lacking a token id the model reads (``'XConfig' object has no attribute
+    'vision_start_token_id'``: transformers' Qwen2.5-Omni thinker config declares none, its rotary positions read
+    it): (the config, the field, the default another config class of the same configuration module declares for
+    it, that class's name), where exactly one value is declared there; else None. Token ids size nothing."""
+    m = re.search(r"'(\w+Config)' object has no attribute '(\w+_token_(?:id|index))'", str(exc))
+    if not (isinstance(exc, AttributeError) and m):
+        return None
+    import sys
+
+    owner, field_ = m.group(1), m.group(2)
+    for c in [cfg, *_subconfigs(cfg)]:
+        if type(c).__name__ != owner or field_ in vars(c):
+            continue
+        module = sys.modules.get(type(c).__module__)
+        found = {k.__name__: k.__dict__[field_] for k in vars(module or object).values()
+                 if isinstance(k, type) and k.__module__ == type(c).__module__ and field_ in k.__dict__
+                 and isinstance(k.__dict__[field_], int) and not isinstance(k.__dict__[field_], bool)}
+        if len(set(found.values())) == 1:
+            other, value = next(iter(found.items()))
+            return c, field_, value, other
+    return None
+
+
+def _family_token_fix(exc, cfg):
+    """The repair that gives a config the token id it lacks from its model family (:func:`_family_token_default`),
+    or None."""
+    found = _family_token_default(exc, cfg)
+    if found is None:
+        return None
+    c, field_, value, other = found
+
+    def repair(_cfg):
+        setattr(c, field_, value)
+        return (f"the config's {type(c).__name__} has no {field_}, which its forward reads: it takes {value}, the "
+                f"default its model family's {other} declares (a token id: it sizes nothing)")
+
+    return repair
+
+
+_UNSET_WINDOW = "could not find a `sliding_window` argument in the config, or it is not set"
+
+
+def _unused_windows(cfg) -> list[tuple[str, object, int]]:
+    """The (sub-)configs that leave ``sliding_window`` None while their ``layer_types`` name no sliding layer (a
+    window no layer uses): (dotted name, the config, its position limit: a window that never binds)."""
+    out = []
+    for k, c in _sub_configs(cfg):
+        fields = vars(c)
+        types, limit = fields.get("layer_types"), fields.get("max_position_embeddings")
+        if "sliding_window" in fields and fields["sliding_window"] is None and isinstance(types, (list, tuple)) \
+                and types and not any("sliding" in str(t) for t in types) \
+                and isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            out.append((f"{k}.sliding_window" if k else "sliding_window", c, limit))
+    return out
+
+
+def _unused_window_fix(exc, cfg):
+    """Where a forward builds the mask of sliding-window layers (transformers' ``create_sliding_window_causal_mask``)
+    that the config has none of, and stops because the config leaves ``sliding_window`` None (Step 3.7's text
+    model: every layer full attention): the repair that sets the window of each such config to its position limit,
+    a window that never binds (no layer attends through the mask it makes; a checkpoint names its own). Else None."""
+    unset = _unused_windows(cfg)
+    if exc is None or _UNSET_WINDOW not in str(exc).lower() or not unset:
+        return None
+
+    def repair(_cfg):
+        for _dotted, c, limit in unset:
+            c.sliding_window = limit
+        return (f"the forward builds a sliding-window mask, but the config leaves "
+                f"{', '.join(d for d, _c, _l in unset)} None and names no sliding layer (layer_types): forecast with "
+                f"{', '.join(f'{d} = {lim}' for d, _c, lim in unset)}, the position limit, a window that never binds "
+                "(no layer uses it)")
+
+    return repair
+
+
 def _set_image_size(cfg, size: int) -> bool:
     """The model built for ``size`` px images: every (vision) config's ``image_size`` (position embeddings and
     patch grids follow it). False where no config names one."""
@@ -1962,6 +2087,35 @@ def _one_line(fn):
                              f"{explain(exc, cls, 'making its training step')}") from None
 
     return wrapper
+
+
+class _NoInputs(TraceError):
+    """The head class's forward takes no input traincast can make (a composite that only generates with its
+    parts: Qwen2.5-Omni's thinker and talker)."""
+
+
+def _trainable_part(cfg, model_type: str, cls, where: str):
+    """Where the head class ``cls`` of ``model_type`` is a composite whose forward takes nothing traincast can make:
+    the one part it holds that trains for the same task, (the sub-config's field, the sub-config, its head class),
+    that is the one direct sub-config whose model type has a head class in a task mapping that lists ``cls`` too
+    (Qwen2.5-Omni, ``multimodal-lm``: its thinker; its talker and vocoder have none); else None."""
+    own = [t for t, c in task_classes(model_type).items() if c == cls.__name__ and t != "base"]
+    found = []
+    for k, sub in vars(cfg).items():
+        sub_type = getattr(sub, "model_type", None) if hasattr(sub, "to_dict") else None
+        if k.startswith("_") or not isinstance(sub_type, str) or sub_type == model_type:
+            continue
+        heads = task_classes(sub_type)
+        task = next((t for t in own if t in heads), None)
+        if task is not None:
+            found.append((k, sub, task))
+    if len(found) != 1:
+        return None
+    k, sub, task = found[0]
+    try:
+        return k, sub, choose_class(sub, sub.model_type, None, task, where)
+    except TraincastError:
+        return None
 
 
 class _Repairable(TraceError):
@@ -2081,12 +2235,13 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
         # a clamp whose bound the config leaves None, a head of another width than its backbone: one dry run shows
         # whether the forward stops on it
         exc, _rows = _dry_run(model, kw)
-        fix = _unbound_clamp_fix(exc, cfg) or _backbone_width_fix(exc, cfg)
+        fix = _unbound_clamp_fix(exc, cfg) or _backbone_width_fix(exc, cfg) or _unused_window_fix(exc, cfg) \
+            or _family_token_fix(exc, cfg)
         if fix is not None:
             raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}", fix)
     if not kw:
         need = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in ("self", "kwargs")]
-        raise TraceError(f"{name}: {cls.__name__}.forward takes no input traincast knows how to make "
+        raise _NoInputs(f"{name}: {cls.__name__}.forward takes no input traincast knows how to make "
                          f"({', '.join(need or list(params)[:6])}); choose another head with --task "
                          f"({', '.join(task_classes(_get(cfg, 'model_type', '')))}) or pass an nn.Module with its inputs")
     if device.type == "meta" and not settled and (multimodal or "pixel_values" in kw or "input_features" in kw or "bbox" in kw
@@ -2133,6 +2288,7 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
         if "pixel_values" in kw and "pixel_mask" in params and "pixel_mask" not in kw:
             forms.append(frozenset({"pixel-mask"}))  # last: the pixels' mask with its values (ViLT selects by it)
         rope_fix = None  # a repair of the multimodal RoPE sections, from the first form that stops on them
+        window_fix = None  # a window for a sliding-window mask no layer uses, a token id the config lacks, likewise
         for variant in forms:
             kw, kind = inputs(image_tokens, variant)
             exc, rows = _dry_run(model, kw)
@@ -2140,10 +2296,30 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
                     and any(m in kw for m in _FEATURE_MASKS):  # a form to try later: the feature mask as booleans
                 forms.append(variant | {"bool-mask"})
             rope_fix = rope_fix or _rope_sections_fix(exc, cfg)
+            window_fix = window_fix or _unused_window_fix(exc, cfg) or _family_token_fix(exc, cfg)
             m = _FEATURE_MISMATCH.search(str(exc)) if exc is not None else None
             if exc is not None and not m and not rows:  # a count check it passed over, then stopped before scattering
                 m = next(filter(None, map(_FEATURE_MISMATCH.search, getattr(exc, "failed_checks", ()))), None)
             n = (int(m.group(1)) if m else rows[0] if rows else 0) // max(1, batch_size) if multimodal else 0
+            first_other = (exc is None and not _LAST_CHECKS and multimodal and image_tokens and len(rows) > 1
+                           and rows[0] != image_tokens * max(1, batch_size) and image_tokens * max(1, batch_size)
+                           in rows[1:])
+            if first_other:
+                # it ran, every count check passed, and a later scatter filled the guessed placeholders: the guess
+                # stands; the first scatter put another modality's features in (Qwen2.5-Omni: its audio before
+                # its images). Where it takes audio too, as many audio placeholders as that scatter's rows
+                n = image_tokens
+                if "pixel_values" in kw and "input_features" in kw and not ctx.audio_tokens:
+                    ctx.audio_tokens = rows[0] // max(1, batch_size)
+                    kw2, kind2 = inputs(image_tokens, variant)
+                    exc2, rows2 = _dry_run(model, kw2)
+                    if exc2 is None and not _LAST_CHECKS and rows2 == rows:
+                        kw, kind = kw2, kind2
+                        notes.append(f"{name}: its forward puts the audio's features in before the images' ({rows[0]} "
+                                     f"rows for {batch_size} examples): {ctx.audio_tokens} audio placeholders per "
+                                     f"example after the {image_tokens} image ones")
+                    else:
+                        ctx.audio_tokens = 0
             if n and n != image_tokens:  # the projector makes another number of features than guessed
                 kw, kind = inputs(n, variant)
                 exc, _rows = _dry_run(model, kw)
@@ -2206,9 +2382,9 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
                                   "widths, e.g. vision_config.out_hidden_size != text_config.hidden_size); make "
                                   "them equal in the config.json", functools.partial(_align_widths, *exc.widths))
         else:
-            if rope_fix is not None:
+            if rope_fix is not None or window_fix is not None:
                 raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}",
-                                  rope_fix)
+                                  rope_fix or window_fix)
             if snap:  # no form runs, resized or not: the vision tower's own size does not fit the projector
                 why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if exc is not None else "no form runs"
                 raise _Repairable(f"cannot trace {name}: {cls.__name__}: {snap[2]}, and no other image size runs "
@@ -2451,6 +2627,18 @@ def hf_config_step(source, *, batch_size, device, optimizer, precision, freeze, 
                              precision=precision, freeze=freeze, seq_len=seq_len)
     try:
         return step(cfg, cls)
+    except _NoInputs:
+        # a composite that only generates with its parts (Qwen2.5-Omni): the part that trains for the same task
+        part = _trainable_part(cfg, data["model_type"], cls, str(path))
+        if part is None:
+            raise
+        field_, sub, sub_cls = part
+        at = len(current_options().notes)
+        built = step(sub, sub_cls)
+        current_options().notes.insert(at, 
+            f"{name}: {cls.__name__}.forward takes no input to train on (it generates with its parts); its part "
+            f"that trains for the same task, {sub_cls.__name__} ({field_}), is forecast")
+        return built
     except BuildError as exc:
         if archs or task is not None:  # the user named the head: theirs or nothing
             raise
