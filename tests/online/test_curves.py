@@ -144,7 +144,8 @@ def test_exponent_prior_gives_way_to_the_data(monkeypatch):
 
 def test_a_target_few_curves_reach_gets_their_median_step_and_its_reach_probability(monkeypatch):
     """3 of 10 sampled curves reach the target (at steps 300, 500, 700): the answer is 500 "if reached", p = 0.3;
-    with COND_MEDIAN off it is "not reached" (the median of all draws is infinite)."""
+    with COND_MEDIAN off it is "not reached" (the median of all draws is infinite). With 3 of 20 the band's
+    low end of all draws (700) lies above that median: the band is widened down to it."""
     import traincast.online.curves as C
     from traincast.cli.online import converge_line
 
@@ -161,3 +162,8 @@ def test_a_target_few_curves_reach_gets_their_median_step_and_its_reach_probabil
     assert "if it is reached at all" in converge_line(fc) and "30% reach it" in converge_line(fc)
     monkeypatch.setattr(C, "COND_MEDIAN", 0)
     assert not math.isfinite(C.forecast_from_draws(draws, 1.0).steps)
+    monkeypatch.setattr(C, "COND_MEDIAN", 1)
+    twenty = C.CurveDraws(steps, np.vstack([curves, np.full((10, 10), 2.0)]), ("power",) * 20, {"power": 1.0}, {},
+                          100, 0.01, trend=10.0, fall=0.5, last_loss=2.0)
+    fc20 = C.forecast_from_draws(twenty, 1.0)
+    assert fc20.steps == 500.0 and fc20.low == 500.0 and fc20.reach_probability == pytest.approx(0.15)

@@ -608,6 +608,7 @@ def forecast_from_draws(draws: CurveDraws, target_loss: float, schedule: Schedul
     if COND_MEDIAN and not math.isfinite(med) and p_reach >= 0.1:
         # "if it is reached at all, about then": the reach probability says how likely that is
         med = float(np.median(first[np.isfinite(first)]))
+        lo = min(lo, med)  # the band's low end is of all draws: it may lie above the median of those that reach
         notes.append(f"only {p_reach:.0%} of the sampled curves reach the target; the step given is theirs")
     fl, fl_lo, fl_hi = (float(np.quantile(floors, p)) for p in (0.5, q_lo, q_hi))
     status = "ok"
