@@ -1415,3 +1415,60 @@ def test_a_composite_that_only_generates_forecasts_its_part_that_trains(capsys, 
                for n in f["notes"]), f["notes"]
     q = _write(tmp_path, "qwen2_5_omni_thinker", thinker, None)
     assert f["parameters"] == _expected_parameters(q, None, None)[0]
+
+
+def test_an_empty_size_read_through_a_config_alias_is_named():
+    """Dots1's experts are built as ``torch.empty(self.num_experts, 2 * d, h)`` with ``self.num_experts =
+    config.num_local_experts``, an alias (``attribute_map``) of ``n_routed_experts``, which the default config leaves
+    None; ``torch.empty`` then says only that it takes 1 positional argument. The refusal names the field behind
+    the alias, not another empty one elsewhere in the code."""
+    import torch
+    from transformers import PretrainedConfig
+
+    from traincast.workload.hf import explain
+
+    class AliasConfig(PretrainedConfig):
+        attribute_map = {"num_local_experts": "n_routed_experts"}
+
+    class Experts(torch.nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.num_experts = config.num_local_experts
+            self.shared = config.n_shared_experts
+            self.weight = torch.nn.Parameter(torch.empty(self.num_experts, 4, 2))
+
+    cfg = AliasConfig(n_routed_experts=None, n_shared_experts=None)
+    try:
+        Experts(cfg)
+    except TypeError as exc:
+        msg = explain(exc, "Experts", "building", cfg)
+    assert "needs config fields this config leaves empty (None): n_routed_experts;" in msg, msg
+
+
+def test_a_none_list_made_a_tensor_and_indexed_on_meta_is_named():
+    """PP-DocLayout V2's forward makes ``torch.tensor(self.config.class_thresholds, device=logits.device)`` of a list
+    the default config leaves None (on meta: a 0-d tensor) and indexes it by class: ``too many indices for tensor of
+    dimension 0``, raised through traincast's own modes. The refusal names the field, read in the model's frames."""
+    import torch
+    from transformers import PretrainedConfig
+
+    from traincast.workload.hf import _MixedDevices, explain
+    from traincast.workload.selections import ExpectedSelections
+
+    class Head(torch.nn.Module):
+        def __init__(self, config):
+            super().__init__()
+            self.config = config
+
+        def forward(self, logits):
+            class_ids = logits.argmax(-1)
+            class_thresholds = torch.tensor(self.config.class_thresholds, dtype=torch.float32, device=logits.device)
+            return class_thresholds[class_ids]
+
+    cfg = PretrainedConfig(class_thresholds=None)
+    try:
+        with _MixedDevices(quiet=True), ExpectedSelections(), _MixedDevices(quiet=True):  # modes as in a trace
+            Head(cfg)(torch.empty(2, 8, 3, device="meta"))
+    except IndexError as exc:
+        msg = explain(exc, "Head", "running its forward", cfg)
+    assert "needs config fields this config leaves empty (None): class_thresholds;" in msg, msg

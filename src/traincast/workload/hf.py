@@ -294,6 +294,9 @@ def _empty_fields_used(exc: BaseException, cfg) -> list[str]:
     import traceback
 
     frames = list(traceback.walk_tb(exc.__traceback__))
+    # the model's own frames: not those of traincast's modes or torch's dispatch that the failing call went through
+    skip = (str(Path(__file__).parent.parent), str(Path(torch.__file__).parent))
+    frames = [f for f in frames if not f[0].f_code.co_filename.startswith(skip)] or frames
     if not frames:
         return []
     frame, line_no = frames[-1]
@@ -319,6 +322,8 @@ def _empty_fields_used(exc: BaseException, cfg) -> list[str]:
             return []
         fields = {m.group(1) for a in set(re.findall(r"self\.(\w+)", line))
                   for m in [re.search(rf"self\.{a}\s*=\s*(?:\w+\.)*config\.(\w+)\b", init)] if m}
+        # read through a config's alias (``attribute_map``: Dots1's num_local_experts for n_routed_experts)
+        fields |= {getattr(type(c), "attribute_map", {}).get(f) for c in [cfg, *_subconfigs(cfg)] for f in fields}
         return [f for f in empty if f.split(".")[-1] in fields]
 
     on_line, in_code = used(line), used("\n".join(sources))
@@ -333,7 +338,11 @@ def explain(exc: BaseException, cls_name: str, doing: str, cfg=None) -> str:
     """One line saying what stopped ``cls_name`` while ``doing`` (building / tracing), and what to do
     (``cfg``: the config, to name the fields left empty that the failing code read)."""
     msg = _first_line(exc)
-    if cfg is not None and "NoneType" in msg:
+    # (a None size among a factory's positional sizes: ``torch.empty(None, 2 * d, h)`` reads as too many arguments;
+    # a None list made a tensor, ``torch.tensor(config.class_thresholds)`` on meta, then indexed: a 0-d tensor)
+    if cfg is not None and ("NoneType" in msg or isinstance(exc, TypeError)
+                            and re.match(r"(empty|zeros|ones|full|rand|randn)\(\) takes \d+ positional argument", msg)
+                            or isinstance(exc, IndexError) and "tensor of dimension 0" in msg):
         fields = _empty_fields_used(exc, cfg)
         if fields:
             return (f"{cls_name} needs config fields this config leaves empty (None): {', '.join(fields)}; set them "
