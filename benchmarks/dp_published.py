@@ -20,7 +20,15 @@ Protocol (written 2026-11-27 before any forecast of these rows was looked at; no
   error (forecast vs published samples/s) as a second check of the single-GPU model.
 Goal (issue 18): data-parallel speed-ups within 5%.
 
-    python benchmarks/dp_published.py [--only MODEL] [--json out.json]
+Revision (2026-11-27, after the first run had been seen; that run is ``--memory-format-by contiguous``): the first
+run forecast every case with PyTorch's default NCHW activations, while the PyTorch ConvNets READMEs benchmark AMP
+with ``--memory-format nhwc`` (their "Training performance benchmark" commands); traincast had no way to say so.
+``traincast predict --memory-format channels_last`` was added (workload/layout.py), and by default
+(``--memory-format-by recipe``) each case runs in the memory format its README's commands give: PyTorch CNN AMP
+cases channels_last, every other case contiguous (the TensorFlow and MXNet READMEs as read name no layout). The
+sensitivity ``amp-nhwc`` runs every AMP CNN case channels_last (TensorFlow's GPU convolutions are NHWC with XLA).
+
+    python benchmarks/dp_published.py [--only MODEL] [--json out.json] [--memory-format-by recipe|contiguous|amp-nhwc]
 """
 
 from __future__ import annotations
@@ -69,18 +77,27 @@ def load_cases(only: str | None = None) -> list[dict]:
     return [c for c in cases.values() if 1 in c["k"] and len(c["k"]) > 1]
 
 
-def forecast_case(c: dict, families: dict) -> dict:
+def memory_format(c: dict, by: str) -> str:
+    """The memory format case ``c`` is forecast in (the docstring's revision)."""
+    cnn = not c["model"].startswith("bert")
+    if by == "contiguous" or not cnn or c["precision"] != "AMP":
+        return "contiguous"
+    return "channels_last" if by == "amp-nhwc" or c["framework"] == "PyTorch" else "contiguous"
+
+
+def forecast_case(c: dict, families: dict, by: str = "recipe") -> dict:
     from traincast.predict import WorkloadFamily, forecast
 
     name, seq, opt = MODELS[c["model"]]
     prec = PRECISION[c["precision"]]
-    fkey = (name, seq, prec, opt)
+    fmt = memory_format(c, by)
+    fkey = (name, seq, prec, opt, fmt)
     if fkey not in families:
-        families[fkey] = WorkloadFamily(name, precision=prec, optimizer=opt, seq_len=seq)
+        families[fkey] = WorkloadFamily(name, precision=prec, optimizer=opt, seq_len=seq, memory_format=fmt)
     out = {}
     for k in sorted(c["k"]):
         f = forecast(name, gpu=c["gpu"], gpus=k, batch_size=c["batch"], per_gpu_batch=True, precision=prec,
-                     optimizer=opt, family=families[fkey], seq_len=seq)
+                     optimizer=opt, family=families[fkey], seq_len=seq, memory_format=fmt)
         out[k] = dict(samples_per_s=k * c["batch"] / f.iteration_s, iteration_s=f.iteration_s,
                       exposed_comm_s=getattr(f, "communication_s", 0.0), straggler_s=getattr(f, "straggler_s", 0.0))
     return out
@@ -90,6 +107,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=None, help="models whose name contains this")
     ap.add_argument("--json", default=None, help="write the per-case rows here")
+    ap.add_argument("--memory-format-by", default="recipe", choices=("recipe", "contiguous", "amp-nhwc"),
+                    help="recipe: as each README's benchmark commands (default); contiguous: the first run; "
+                         "amp-nhwc: every AMP CNN case channels_last (sensitivity)")
     args = ap.parse_args()
     t0 = time.time()
     cases = load_cases(args.only)
@@ -101,7 +121,7 @@ def main() -> None:
         def _track(x, **_):
             return x
     for c in _track(cases, description="forecasting", disable=not sys.stderr.isatty()):
-        fc = forecast_case(c, fams)
+        fc = forecast_case(c, fams, args.memory_format_by)
         t1 = c["k"][1]
         for k, tk in sorted(c["k"].items()):
             if k == 1:
@@ -113,7 +133,8 @@ def main() -> None:
                              naive=100 * (k / meas - 1), one_gpu_err=100 * (fc[1]["samples_per_s"] / t1 - 1),
                              exposed_ms=1e3 * fc[k]["exposed_comm_s"], step_ms=1e3 * fc[k]["iteration_s"],
                              source=c["source"]))
-    print(f"{len(cases)} cases, {len(rows)} (case, GPU count) speed-ups; protocol in the docstring\n")
+    print(f"{len(cases)} cases, {len(rows)} (case, GPU count) speed-ups; memory format by {args.memory_format_by}; "
+          "protocol in the docstring\n")
     print(f"{'model':26} {'framework':18} {'gpu':15} {'prec':5} {'b':>4} {'k':>3} {'published':>9} {'forecast':>9} "
           f"{'err':>7} {'1-GPU err':>9}")
     for r in rows:

@@ -118,6 +118,65 @@ def test_nchw_tensor_core_convolutions_pay_two_more_passes_over_their_bytes():
     assert mi.times(p)[0] == pytest.approx(mi.times(q)[0])
 
 
+def test_channels_last_convolutions_pay_no_layout_transposes():
+    """--memory-format channels_last marks a trace's convolutions NHWC: the same fp16 convolution on A100 tensor
+    cores then costs what nchw_transpose 0 gives; the forecast of a traced CNN drops by exactly its convolutions'
+    2 x bytes at the copy bandwidth, says so, and a bad format is refused."""
+    from traincast.errors import ConfigError
+    from traincast.predict import WorkloadFamily, forecast
+    from traincast.workload.layout import apply_memory_format, check_memory_format
+
+    a100 = get_catalog().device("A100-SXM4-80GB")
+    p = RooflineParams.for_device(a100).with_values({**OFF, "nchw_transpose": 1.0})
+    op = conv(dtype="fp16")
+    nhwc = replace(op, layout="nhwc")
+    c, d = compile_ops([op], a100, "amp-fp16", p), compile_ops([nhwc], a100, "amp-fp16", p)
+    copy_bw = a100.memory_bandwidth_bytes_per_s * p.memory["copy"] * p.memory_scale
+    assert c.times(p)[0] - d.times(p)[0] == pytest.approx(2 * op.bytes_total / copy_bw, rel=1e-9)
+    assert d.times(p)[0] == pytest.approx(c.times(p.with_values({"nchw_transpose": 0.0}))[0], rel=1e-12)
+
+    fams = {f: WorkloadFamily("resnet18", precision="amp-fp16", memory_format=f) for f in ("contiguous", "nhwc")}
+    wl = fams["contiguous"].trace(64)  # a GPU-bound step: the host issues its ops faster than they run
+    cl = fams["nhwc"].trace(64)
+    assert cl.memory_format == "channels_last" and wl.memory_format == "contiguous"
+    convs = [o for o in cl.ops if o.op_class.startswith("conv")]
+    assert convs and all(o.layout == "nhwc" for o in convs)
+    assert all(o.layout == "" for o in cl.ops if not o.op_class.startswith("conv"))
+    assert apply_memory_format(cl, "channels_last") is cl
+    fc = {f: forecast("resnet18", gpu="A100-SXM4-80GB", batch_size=64, precision="amp-fp16", family=fam,
+                      predictor=__import__("traincast.predict.analytical", fromlist=["x"]).AnalyticalPredictor())
+          for f, fam in fams.items()}
+    q = RooflineParams.for_device(a100)
+    tconv = sum(o.bytes_total for o in wl.ops if o.op_class == "conv"
+                and compile_ops([o], a100, "amp-fp16", q).transpose_bytes[0] > 0)
+    assert tconv > 0
+    saved = fc["contiguous"].iteration_s - fc["nhwc"].iteration_s
+    assert saved == pytest.approx(q.nchw_transpose * 2 * tconv / (a100.memory_bandwidth_bytes_per_s * q.memory["copy"]
+                                                                  * q.memory_scale), rel=0.02)
+    assert any("channels_last" in n for n in fc["nhwc"].notes)
+    assert not any("channels_last" in n for n in fc["contiguous"].notes)
+    assert check_memory_format("NHWC") == "channels_last" and check_memory_format("nchw") == "contiguous"
+    with pytest.raises(ConfigError, match="--memory-format must be one of"):
+        check_memory_format("nchwx")
+
+
+def test_cli_memory_format_channels_last_is_faster_for_an_amp_cnn_and_a_bad_one_is_one_line(capsys):
+    import json
+
+    from traincast.cli.main import _register_all, run
+
+    _register_all()
+    out = {}
+    for f in ("contiguous", "channels_last"):
+        assert run(["predict", "resnet18", "--gpu", "A100-SXM4-80GB", "-b", "64", "--precision", "amp-fp16",
+                    "--memory-format", f, "--json"]) == 0
+        out[f] = json.loads(capsys.readouterr().out)
+    assert out["channels_last"]["iteration_s"] < out["contiguous"]["iteration_s"]
+    code = run(["predict", "resnet18", "--gpu", "A100-SXM4-80GB", "-b", "8", "--memory-format", "nchwx"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--memory-format must be one of" in err and "Traceback" not in err
+
+
 def test_new_parameters_round_trip_through_the_yaml_form_and_are_bounded():
     from traincast.errors import SpecError
     from traincast.predict.roofline import check_table

@@ -208,6 +208,10 @@ def register(app: typer.Typer) -> None:
                                                      help="data-loader worker processes per GPU decoding images "
                                                           "(default: from --instance's vCPUs; else not counted)"),
         kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
+        memory_format: str = typer.Option("contiguous", "--memory-format",
+                                          help="contiguous (PyTorch's default NCHW) | channels_last (NHWC: "
+                                               "model.to(memory_format=torch.channels_last), as mixed-precision CNN "
+                                               "recipes run; no layout transposes around tensor-core convolutions)"),
         task: Optional[str] = typer.Option(None, "--task", help=HF_TASK_HELP),
         image_size: Optional[int] = typer.Option(None, "--image-size", help="image side in pixels of a Hugging "
                                                  "Face vision model (default: its config's image_size)"),
@@ -230,7 +234,7 @@ def register(app: typer.Typer) -> None:
                                   cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather, fp8_attention=fp8_attention,
                                   tp_comm_overlap=tp_comm_overlap,
                                   loader_workers=loader_workers, inputs=_inputs(input_shape), kernels=kernels,
-                                  task=task, image_size=image_size, audio_seconds=audio_seconds,
+                                  memory_format=memory_format, task=task, image_size=image_size, audio_seconds=audio_seconds,
                                   num_frames=num_frames)
         if as_json:
             print_json(f.to_dict())

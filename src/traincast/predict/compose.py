@@ -181,13 +181,15 @@ class WorkloadFamily:
     """Traces of one model configuration at any per-device batch, with a cache."""
 
     def __init__(self, model, *, optimizer="sgd", precision="fp32", seq_len=None, freeze=None, inputs=None,
-                 fp8_attention: bool = False, kernels: str = "eager"):
+                 fp8_attention: bool = False, kernels: str = "eager", memory_format: str = "contiguous"):
         from traincast.workload.fusion import check_kernels
+        from traincast.workload.layout import check_memory_format
 
         self.model = model
         self.kw = dict(optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze, inputs=inputs)
         self.fp8_attention = fp8_attention  # FP8 precisions: the attention kernels in FP8 too
         self.kernels = check_kernels(kernels)  # eager | compiled (workload/fusion.py)
+        self.memory_format = check_memory_format(memory_format)  # contiguous | channels_last (workload/layout.py)
         self._traces: dict[int, Workload] = {}
         self._interpolated: dict[int, Workload] = {}
 
@@ -200,7 +202,10 @@ class WorkloadFamily:
 
             # compiled kernels: element-wise chains fused (on the traced data flow, so before anything rewrites
             # the ops); FP8 precisions: the linear layers' GEMMs, casts and amax work as Transformer Engine runs them
+            from traincast.workload.layout import apply_memory_format
+
             wl = apply_kernels(trace(self.model, batch_size=batch, **self.kw), self.kernels)
+            wl = apply_memory_format(wl, self.memory_format)
             self._traces[batch] = apply_fp8(wl, fp8_attention=self.fp8_attention)
         return self._traces[batch]
 
@@ -470,6 +475,7 @@ def forecast(
     fp8_attention: bool = False,
     loader_workers: int | None = None,
     kernels: str = "eager",
+    memory_format: str = "contiguous",
 ) -> Forecast:
     """Forecast a training job: step, epoch, total time, cost, memory.
 
@@ -484,6 +490,8 @@ def forecast(
     the input pipeline is not counted and a note says how many cores would keep up).
     ``kernels``: ``eager`` (every op its own kernel) or ``compiled`` (element-wise chains between GEMMs fused,
     as ``torch.compile`` and Megatron/Transformer Engine run them; :mod:`traincast.workload.fusion`). With
+    ``memory_format``: ``contiguous`` (PyTorch's default NCHW) or ``channels_last`` (convolutions on NHWC
+    activations, no layout transposes around tensor-core convolutions; :mod:`traincast.workload.layout`). With
     ``exact_trace=False`` the workload may be interpolated from a ``family``'s
     traces at other batch sizes (exact in FLOPs and bytes; used by planning).
     """
@@ -517,7 +525,11 @@ def forecast(
             notes.append(f"global batch {batch_size} does not divide over {gpus} GPUs; {b} per GPU assumed")
     global_batch = b * gpus
     family = family or WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len,
-                                      freeze=freeze, inputs=inputs, fp8_attention=fp8_attention, kernels=kernels)
+                                      freeze=freeze, inputs=inputs, fp8_attention=fp8_attention, kernels=kernels,
+                                      memory_format=memory_format)
+    if getattr(family, "memory_format", "contiguous") == "channels_last":
+        notes.append("memory format channels_last: convolutions on NHWC activations, no layout transposes around "
+                     "tensor-core convolutions")
     predictor = predictor or default_predictor()
     exact = exact_trace or predictor.needs_shapes_on(device)
     wl = None if parallel else family.trace(b) if exact else family.at(b)

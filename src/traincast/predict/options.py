@@ -50,7 +50,8 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                           network_gbit: float | None = None, device: str | None = None, profile: str | None = None,
                           predictor: str | None = None, adaptation: str = "none", catalog: Catalog | None = None,
                           family: WorkloadFamily | None = None, loader_workers: int | None = None, inputs=None,
-                          fp8_attention: bool = False, kernels: str = "eager", task: str | None = None,
+                          fp8_attention: bool = False, kernels: str = "eager", memory_format: str = "contiguous",
+                          task: str | None = None,
                           image_size: int | None = None, audio_seconds: float | None = None,
                           num_frames: int | None = None, **layout) -> Forecast:
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
@@ -59,7 +60,7 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
     exclude ``gpu``, ``instance`` and another predictor). ``family``: reuse the traces of an earlier call.
     ``loader_workers``: data-loader worker processes per GPU (the image input pipeline, predict/inputs.py).
     ``kernels``: ``eager`` or ``compiled`` (element-wise chains fused, as ``torch.compile`` runs them;
-    workload/fusion.py).
+    workload/fusion.py). ``memory_format``: ``contiguous`` or ``channels_last`` (workload/layout.py).
     ``layout``: the parallel options (``tp``, ``pp``, ``dp``, ``ep``, ``zero``, ``fsdp``, ``micro_batch``,
     ``schedule``, ``recompute``, ``sequence_parallel``, ``offload_optimizer``: :func:`strategy_from_options`).
     ``task``, ``image_size``, ``audio_seconds``, ``num_frames``: the head and inputs of a Hugging Face model
@@ -85,7 +86,8 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                      per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size, precision=precision,
                      optimizer=optimizer, instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap,
                      freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=family, strategy=strategy,
-                     fp8_attention=fp8_attention, loader_workers=loader_workers, inputs=inputs, kernels=kernels)
+                     fp8_attention=fp8_attention, loader_workers=loader_workers, inputs=inputs, kernels=kernels,
+                     memory_format=memory_format)
     warnings = list(warnings) + list(dict.fromkeys(hf_notes))
     return replace(f, notes=tuple(warnings) + f.notes) if warnings else f
 

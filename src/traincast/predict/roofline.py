@@ -721,7 +721,7 @@ def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineP
         dmin=[gemm_min_dim(o) for o in ops], n_tensors=[0 if o.fusion == 2 else o.n_tensors for o in ops],
         light=[is_light(o) for o in ops],
         winograd=[winograd_eligible(o) for o in ops],
-        conv_bytes=[o.bytes_total if o.op_class == "conv" else 0.0 for o in ops],
+        conv_bytes=[o.bytes_total if o.op_class == "conv" and o.layout != "nhwc" else 0.0 for o in ops],
         taps=taps, slow_wgrad_flops=[depthwise_wgrad_flops(o) for o in ops],
         dw_call=[(2 if o.aten == "convolution_backward" else 1) if t else 0 for o, t in zip(ops, taps)],
         fresh_bytes=[fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, min_bytes, o.dtype) if min_bytes

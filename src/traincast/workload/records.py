@@ -56,6 +56,8 @@ class OpRecord:
     # 0: a kernel of its own; 1: the first op of a fused kernel; 2: an op inside a fused kernel (no launch of
     # its own; its bytes are those the fused kernel moves for it)
     fusion: int = 0
+    # a convolution's activation layout: "" (the model's, PyTorch's default NCHW) or "nhwc" (channels_last)
+    layout: str = ""
 
     @property
     def bytes_total(self) -> int:
@@ -174,6 +176,7 @@ class Workload:
     interpolated_from: tuple[int, int] | None = None  # the two traced batch sizes this one is interpolated from
     kernels: str = "eager"  # workload/fusion.py: "compiled" when element-wise chains run as fused kernels
     fused_pointwise: tuple[int, int] = (0, 0)  # compiled: (ops run inside fused kernels, fused kernels)
+    memory_format: str = "contiguous"  # workload/layout.py: "channels_last" when convolutions run NHWC
 
     # --- aggregates -----------------------------------------------------
     def flops(self, phase: str | None = None) -> int:
