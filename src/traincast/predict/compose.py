@@ -489,10 +489,10 @@ def forecast(
     processes per GPU decoding and augmenting images (default: from a named ``instance``'s vCPUs; with neither,
     the input pipeline is not counted and a note says how many cores would keep up).
     ``kernels``: ``eager`` (every op its own kernel) or ``compiled`` (element-wise chains between GEMMs fused,
-    as ``torch.compile`` and Megatron/Transformer Engine run them; :mod:`traincast.workload.fusion`). With
+    as ``torch.compile`` and Megatron/Transformer Engine run them; :mod:`traincast.workload.fusion`).
     ``memory_format``: ``contiguous`` (PyTorch's default NCHW) or ``channels_last`` (convolutions on NHWC
-    activations, no layout transposes around tensor-core convolutions; :mod:`traincast.workload.layout`). With
-    ``exact_trace=False`` the workload may be interpolated from a ``family``'s
+    activations, no layout transposes around tensor-core convolutions; :mod:`traincast.workload.layout`); a
+    ``family`` given carries its own, which must agree. With ``exact_trace=False`` the workload may be interpolated from a ``family``'s
     traces at other batch sizes (exact in FLOPs and bytes; used by planning).
     """
     cat = catalog or get_catalog()
@@ -527,7 +527,12 @@ def forecast(
     family = family or WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len,
                                       freeze=freeze, inputs=inputs, fp8_attention=fp8_attention, kernels=kernels,
                                       memory_format=memory_format)
-    if getattr(family, "memory_format", "contiguous") == "channels_last":
+    from traincast.workload.layout import check_memory_format
+
+    want, fam_fmt = check_memory_format(memory_format), getattr(family, "memory_format", "contiguous")
+    if want != "contiguous" and fam_fmt != want:  # a family given carries its own format
+        raise ConfigError(f"--memory-format {want} differs from the given traces' ({fam_fmt})")
+    if fam_fmt == "channels_last":
         notes.append("memory format channels_last: convolutions on NHWC activations, no layout transposes around "
                      "tensor-core convolutions")
     predictor = predictor or default_predictor()
