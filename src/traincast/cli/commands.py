@@ -13,6 +13,9 @@ from traincast.errors import png_path
 Catalogs = Optional[list[Path]]
 KERNELS_HELP = ("eager (every op its own kernel, as eager PyTorch) | compiled (element-wise, cast, norm and reduction "
                 "chains between GEMMs fused: torch.compile, Megatron/Transformer Engine fused kernels)")
+MEMORY_FORMAT_HELP = ("contiguous (PyTorch's default NCHW) | channels_last (NHWC: model.to(memory_format="
+                      "torch.channels_last), as mixed-precision CNN recipes run; no layout transposes around "
+                      "tensor-core convolutions)")
 HF_TASK_HELP = ("the head of a Hugging Face model where its type has several: causal-lm | masked-lm | seq2seq | "
                 "image-classification | contrastive | ctc | audio-classification | speech-seq2seq | "
                 "image-text-to-text | sequence-classification | ... (one per transformers auto mapping; "
@@ -208,10 +211,7 @@ def register(app: typer.Typer) -> None:
                                                      help="data-loader worker processes per GPU decoding images "
                                                           "(default: from --instance's vCPUs; else not counted)"),
         kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
-        memory_format: str = typer.Option("contiguous", "--memory-format",
-                                          help="contiguous (PyTorch's default NCHW) | channels_last (NHWC: "
-                                               "model.to(memory_format=torch.channels_last), as mixed-precision CNN "
-                                               "recipes run; no layout transposes around tensor-core convolutions)"),
+        memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
         task: Optional[str] = typer.Option(None, "--task", help=HF_TASK_HELP),
         image_size: Optional[int] = typer.Option(None, "--image-size", help="image side in pixels of a Hugging "
                                                  "Face vision model (default: its config's image_size)"),
@@ -374,6 +374,7 @@ def register(app: typer.Typer) -> None:
         layouts: str = typer.Option("auto", "--layouts", help="auto (the fastest parallel layout where replicas do "
                                     "not fit or the model has >= 1B parameters) | data-parallel | search (always)"),
         kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
+        memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
         catalog: Catalogs = typer.Option(None, "--catalog"),
         as_json: bool = typer.Option(False, "--json"),
     ):
@@ -392,7 +393,7 @@ def register(app: typer.Typer) -> None:
                    deadline_s=parse_duration_s(deadline) if deadline else None, budget_usd=budget,
                    precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog),
                    predictor=predictor_name.strip().lower(), adaptation=adaptation.strip().lower(),
-                   layouts=layouts.strip().lower(), kernels=kernels.strip().lower())
+                   layouts=layouts.strip().lower(), kernels=kernels.strip().lower(), memory_format=memory_format)
         if plot_path:
             plot(res, str(plot_path))
         if as_json:

@@ -116,10 +116,12 @@ def plan(
     adaptation: str | None = "none",
     layouts: str = "auto",
     kernels: str = "eager",
+    memory_format: str = "contiguous",
 ) -> PlanResult:
     """Forecast every priced (instance type x instance count) whose GPU total is in ``gpus``.
 
     ``kernels``: ``eager`` or ``compiled`` (element-wise chains fused: :mod:`traincast.workload.fusion`).
+    ``memory_format``: ``contiguous`` or ``channels_last`` (convolutions NHWC: :mod:`traincast.workload.layout`).
 
     ``layouts``: ``data-parallel`` (replicas only), ``search`` (the fastest layout that fits of every
     configuration: tensor, pipeline and data degrees, ZeRO, micro-batch, recomputation; see
@@ -190,7 +192,7 @@ def plan(
     if layouts not in ("auto", "data-parallel", "search"):
         raise ConfigError(f"layouts must be auto, data-parallel or search, got {layouts!r}")
     family = WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze,
-                            kernels=kernels)
+                            kernels=kernels, memory_format=memory_format)
     models: dict = {}
     rows: list[Config] = []
     for inst in insts:
