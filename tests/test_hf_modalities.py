@@ -1331,13 +1331,16 @@ def test_a_config_class_without_num_key_value_heads_takes_the_attention_heads(ca
 
 
 def test_integers_a_model_writes_onto_its_device_keep_their_values():
-    """During a trace, ``torch.tensor(python ints, device=meta)`` (Step 3.7's vision grid, read back with
-    ``.tolist()``) is made on the CPU with its values; floating values and data the CPU refuses stay on meta."""
+    """During the trace of a model that reads them back (Step 3.7's vision grid, ``.tolist()``),
+    ``torch.tensor(python ints, device=meta)`` is made on the CPU with its values; floating values stay on meta. Of
+    any other model, they stay on meta (where meeting meta tensors costs no copy from the CPU)."""
     import torch
 
     from traincast.workload.hf import _MixedDevices
 
-    with _MixedDevices(quiet=True):
+    with _MixedDevices():
+        assert torch.tensor([[1, 4, 4]], device="meta").is_meta
+    with _MixedDevices(real_tensors=True):
         x = torch.empty(2, 8, device="meta")
         grid = torch.tensor([[1, 4, 4]], device=x.device)
         assert grid.device.type == "cpu" and grid.tolist() == [[1, 4, 4]]
@@ -1367,7 +1370,7 @@ def test_a_sliding_window_mask_no_layer_uses_and_a_vision_grid_written_from_pyth
     notes = json.loads(out)["notes"]
     assert any("leaves text_config.sliding_window None and names no sliding layer" in n
                and "text_config.sliding_window = 512" in n for n in notes), notes
-    assert any("integer tensors the model writes from Python values onto its device" in n for n in notes), notes
+    assert any("the forward reads back integers it writes onto its device" in n for n in notes), notes
 
 
 def test_audio_scattered_before_the_images_and_a_token_id_from_the_model_family(capsys, tmp_path):
@@ -1467,8 +1470,43 @@ def test_a_none_list_made_a_tensor_and_indexed_on_meta_is_named():
 
     cfg = PretrainedConfig(class_thresholds=None)
     try:
-        with _MixedDevices(quiet=True), ExpectedSelections(), _MixedDevices(quiet=True):  # modes as in a trace
+        with _MixedDevices(), ExpectedSelections(), _MixedDevices():  # modes as in a trace
             Head(cfg)(torch.empty(2, 8, 3, device="meta"))
     except IndexError as exc:
         msg = explain(exc, "Head", "running its forward", cfg)
     assert "needs config fields this config leaves empty (None): class_thresholds;" in msg, msg
+
+
+def test_a_robot_policy_gets_its_state_and_the_actions_it_learns(capsys, tmp_path):
+    """PI0's forward takes the robot's ``state`` and, in training, the chunk of ``actions`` it learns to predict
+    (flow matching: its own loss): a state vector of the config's ``max_state_dim`` and ``chunk_size`` actions of
+    ``max_action_dim``; its camera images as ``batch x cameras x C x H x W`` with the mask of the real cameras (one)."""
+    text = dict(model_type="gemma", vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+    vision = dict(model_type="siglip_vision_model", hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                  num_attention_heads=2, image_size=32, patch_size=8, projection_dim=64)
+    fields = dict(chunk_size=4, max_state_dim=8, max_action_dim=6,
+                  vlm_config=dict(model_type="paligemma", image_token_index=999, vocab_size=1000, projection_dim=64,
+                                  hidden_size=64, text_config=text, vision_config=vision),
+                  dit_config=dict(text, hidden_size=32, intermediate_size=64))
+    wl, fwd, p = _trace(capsys, tmp_path, "pi0", fields, None, "--seq-len", "32")
+    d = wl["input_description"]
+    assert "robot state of 8, 4 actions of 6 as targets" in d and "(16 image placeholders)" in d, d
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+    assert ([2, 8] in [s for o in fwd for s in o["input_shapes"]])
+    assert _own_loss(capsys, p, "--seq-len", "32")
+
+
+def test_a_task_conditioned_segmenter_gets_its_task_prompt(capsys, tmp_path):
+    """OneFormer's forward needs ``task_inputs``, the tokenized task prompt ("the task is panoptic") its processor
+    makes ``task_seq_len`` long: ids of its text vocabulary, with the images."""
+    fields = dict(num_queries=10, task_seq_len=8, text_encoder_width=32, text_encoder_context_length=8,
+                  text_encoder_num_layers=1, text_encoder_vocab_size=1000, conv_dim=32, mask_dim=32, hidden_dim=32,
+                  encoder_feedforward_dim=64, encoder_layers=1, decoder_layers=2, num_attention_heads=2,
+                  dim_feedforward=64, query_dec_layers=1,
+                  backbone_config=dict(model_type="swin", embed_dim=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 1, 1],
+                                       image_size=64, window_size=4,
+                                       out_features=["stage1", "stage2", "stage3", "stage4"]))
+    wl, fwd, p = _trace(capsys, tmp_path, "oneformer", fields, None, "--image-size", "64")
+    assert wl["input_description"] == "2 x (3x64x64 images, a task prompt of 8 tokens)", wl["input_description"]
+    assert wl["parameters"] == _expected_parameters(p, None, None)[0]

@@ -973,6 +973,26 @@ def _time_series(ctx: _Ctx, cls, kw: dict) -> str:
     return "none"
 
 
+def _robot_state(ctx: _Ctx, kw: dict) -> str | None:
+    """A robot policy's batch (a forward taking ``state`` and the ``actions`` it learns: PI0): the state vector of
+    the config's ``max_state_dim`` (or ``state_dim``) and a chunk of ``chunk_size`` actions of ``max_action_dim``
+    (or ``action_dim``) as its targets, both sizes the config's own; None (nothing made) where it names them not."""
+    cfg, B = ctx.cfg, ctx.batch
+
+    def size(*names):
+        v = find(cfg, *names)
+        return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+    state, action, chunk = size("max_state_dim", "state_dim"), size("max_action_dim", "action_dim"), \
+        size("chunk_size", "n_action_steps")
+    if state is None or action is None or chunk is None:
+        return None
+    kw["state"] = torch.randn(B, state)
+    kw["actions"] = torch.randn(B, chunk, action)
+    ctx.desc.append(f"robot state of {state}, {chunk} actions of {action} as targets")
+    return "own"
+
+
 def _no_tower(ctx: _Ctx, field_: str, name: str) -> bool:
     """Whether the model takes the optional input ``name`` (``pixel_values``, ``input_features``) for a tower its
     config leaves out (``field_``, a ``vision_config`` or ``audio_config``, None: the model builds no such tower,
@@ -1076,6 +1096,17 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
                 kw["visual_pos"] = torch.rand(B, _REGIONS, pos)
     if "past_values" in p and not kw:
         kind = _time_series(ctx, cls, kw)
+    if "state" in p and "actions" in p:  # a robot policy: its state, and the chunk of actions it learns to predict
+        kind = _robot_state(ctx, kw) or kind
+    task_len = find(cfg, "task_seq_len")
+    if "task_inputs" in p and "pixel_values" in kw and isinstance(task_len, int) and not isinstance(task_len, bool) \
+            and task_len > 0:
+        # the tokenized task prompt of a task-conditioned segmenter ("the task is panoptic": OneFormer), as long as
+        # the config's task_seq_len, ids of its text vocabulary
+        vocab = find(cfg, "text_encoder_vocab_size", "vocab_size")
+        vocab = int(vocab) if isinstance(vocab, int) and vocab > 0 else 2
+        kw["task_inputs"] = torch.randint(0, vocab, (B, task_len), device=ctx.idev)
+        ctx.desc.append(f"a task prompt of {task_len} tokens")
     encoder_input = getattr(getattr(ctx.model, "encoder", None), "main_input_name", None)
     if "input_features" in p and not no_audio and not ("input_values" in p and encoder_input == "input_values"):
         # (a speech encoder-decoder takes whichever its encoder does: wav2vec2's raw audio, ...)
@@ -1645,28 +1676,32 @@ _SHAPED_LIKE = {torch.Tensor.expand_as: torch.Tensor.expand, torch.Tensor.view_a
                 torch.Tensor.reshape_as: torch.Tensor.reshape}
 
 
-_REAL_VALUES_NOTE = ("integer tensors the model writes from Python values onto its device (grids, sizes: "
-                     "torch.tensor(..., device=...)) were made on the CPU with those values, so that what the model "
-                     "reads back from them (.tolist()) is what training reads")
+# set on a config (by :func:`_real_tensors_fix`) whose model reads back integers it wrote onto its device
+_REAL_TENSORS = "_traincast_real_tensors"
+
+
+def _wants_real_tensors(cfg) -> bool:
+    return cfg is not None and bool(vars(cfg).get(_REAL_TENSORS))
 
 
 class _MixedDevices(torch.overrides.TorchFunctionMode):
     """A call that meets meta tensors and CPU tensors (positions a model computes on the CPU from values it
     read, e.g. Qwen2-VL's patch grid; anchors made from numpy) runs on meta: the CPU ones are moved there
-    (before autograd records them, so the backward agrees). ``quiet``: add no notes (the dry run's).
+    (before autograd records them, so the backward agrees).
 
-    Integer tensors a model makes from Python values on its own device (``torch.tensor([[1, h, w]],
-    device=x.device)``) are made on the CPU, with their values, and a note says so (unless ``quiet``)."""
+    With ``real_tensors`` (a model that reads back what it wrote: :func:`_real_tensors_fix`), integer tensors it
+    makes from Python values on its own device (``torch.tensor([[1, h, w]], device=x.device)``) are made on the
+    CPU, with their values."""
 
-    def __init__(self, quiet: bool = False):
+    def __init__(self, real_tensors: bool = False):
         super().__init__()
-        self.quiet = quiet
+        self.real_tensors = real_tensors
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         from torch.utils._pytree import tree_leaves, tree_map
 
         kwargs = kwargs or {}
-        if func is torch.tensor and _is_meta(kwargs.get("device")) and args \
+        if self.real_tensors and func is torch.tensor and _is_meta(kwargs.get("device")) and args \
                 and not any(isinstance(t, torch.Tensor) for t in tree_leaves(args[0])):
             # integers a model writes from Python values onto its own device (Step 3.7's vision tower:
             # ``torch.tensor([[1, grid_h, grid_w]], device=hidden.device)``, then read with ``.tolist()``): made on
@@ -1677,10 +1712,6 @@ class _MixedDevices(torch.overrides.TorchFunctionMode):
             except Exception:  # noqa: BLE001 - data the CPU refuses (None): as on meta, where it was asked for
                 made = None
             if made is not None and not (made.is_floating_point() or made.is_complex()):
-                if not self.quiet:
-                    notes = current_options().notes
-                    if _REAL_VALUES_NOTE not in notes:
-                        notes.append(_REAL_VALUES_NOTE)
                 return made
             return func(*args, **kwargs)
         if func in (torch.Tensor.to, torch.Tensor.cpu) and args and isinstance(args[0], torch.Tensor) \
@@ -1821,7 +1852,8 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
     _LAST_CHECKS.clear()
     failed: list[str] = []
     try:
-        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(quiet=True), ExpectedSelections(), _checks_off() as failed:
+        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(_wants_real_tensors(getattr(model, "config", None))), \
+                ExpectedSelections(), _checks_off() as failed:
             model(**kw)
     except Exception as exc:  # noqa: BLE001 - judged by the caller
         if mode.widths is None:
@@ -2028,6 +2060,27 @@ def _family_token_fix(exc, cfg):
         setattr(c, field_, value)
         return (f"the config's {type(c).__name__} has no {field_}, which its forward reads: it takes {value}, the "
                 f"default its model family's {other} declares (a token id: it sizes nothing)")
+
+    return repair
+
+
+_META_VALUES = "cannot copy out of meta tensor"
+
+
+def _real_tensors_fix(exc, cfg):
+    """Where a forward reads the values of a tensor on meta (``Cannot copy out of meta tensor``: Step 3.7's vision
+    tower writes its patch grid with ``torch.tensor([[1, h, w]], device=hidden.device)`` and reads it back with
+    ``.tolist()``): the repair that has integer tensors the model makes from Python values on its device made on
+    the CPU with those values (:class:`_MixedDevices`), or None (done already, or another stop). Only then: a
+    model that never reads them back keeps them on meta, where using them costs no copy from the CPU."""
+    if exc is None or _META_VALUES not in str(exc).lower() or _wants_real_tensors(cfg):
+        return None
+
+    def repair(cfg):
+        setattr(cfg, _REAL_TENSORS, True)
+        return ("the forward reads back integers it writes onto its device (torch.tensor(..., device=...) of Python "
+                "values: grids, sizes), which meta tensors do not hold: they were made on the CPU with those values, "
+                "what training reads")
 
     return repair
 
@@ -2245,7 +2298,7 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
         # whether the forward stops on it
         exc, _rows = _dry_run(model, kw)
         fix = _unbound_clamp_fix(exc, cfg) or _backbone_width_fix(exc, cfg) or _unused_window_fix(exc, cfg) \
-            or _family_token_fix(exc, cfg)
+            or _family_token_fix(exc, cfg) or _real_tensors_fix(exc, cfg)
         if fix is not None:
             raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}", fix)
     if not kw:
@@ -2297,7 +2350,8 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
         if "pixel_values" in kw and "pixel_mask" in params and "pixel_mask" not in kw:
             forms.append(frozenset({"pixel-mask"}))  # last: the pixels' mask with its values (ViLT selects by it)
         rope_fix = None  # a repair of the multimodal RoPE sections, from the first form that stops on them
-        window_fix = None  # a window for a sliding-window mask no layer uses, a token id the config lacks, likewise
+        window_fix = None  # a window for a sliding-window mask no layer uses, a token id the config lacks, integers
+        # made with their values: likewise
         for variant in forms:
             kw, kind = inputs(image_tokens, variant)
             exc, rows = _dry_run(model, kw)
@@ -2305,7 +2359,8 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
                     and any(m in kw for m in _FEATURE_MASKS):  # a form to try later: the feature mask as booleans
                 forms.append(variant | {"bool-mask"})
             rope_fix = rope_fix or _rope_sections_fix(exc, cfg)
-            window_fix = window_fix or _unused_window_fix(exc, cfg) or _family_token_fix(exc, cfg)
+            window_fix = window_fix or _unused_window_fix(exc, cfg) or _family_token_fix(exc, cfg) \
+                or _real_tensors_fix(exc, cfg)
             m = _FEATURE_MISMATCH.search(str(exc)) if exc is not None else None
             if exc is not None and not m and not rows:  # a count check it passed over, then stopped before scattering
                 m = next(filter(None, map(_FEATURE_MISMATCH.search, getattr(exc, "failed_checks", ()))), None)
@@ -2487,7 +2542,7 @@ def _text_forms(name, model, kw, kind, ctx: _Ctx, cls, image_tokens, inputs, fix
 
 
 @contextlib.contextmanager
-def _on_meta(phase: str, device):
+def _on_meta(phase: str, device, real_tensors: bool = False):
     """On the meta device: CPU tensors a model makes (positions from values it read, anchors from numpy) meet
     meta ones on meta, and in the backward a boolean-mask index (whose forward ran) takes every element, as the
     tracer answers value reads for a dense batch. (Selections in the forward take their expected sizes:
@@ -2499,7 +2554,7 @@ def _on_meta(phase: str, device):
 
     with contextlib.ExitStack() as stack:
         if phase in ("forward", "backward"):
-            stack.enter_context(_MixedDevices())
+            stack.enter_context(_MixedDevices(real_tensors))
         if phase == "backward":
             stack.enter_context(fx_config.patch(meta_nonzero_assume_all_nonzero=True))
         yield
@@ -2512,7 +2567,7 @@ def _guarded(fn, name, cls_name, phase, device, cfg=None):
 
     def run():
         try:
-            with _on_meta(phase, device):
+            with _on_meta(phase, device, _wants_real_tensors(cfg)):
                 fn()
         except TraincastError:
             raise
