@@ -177,6 +177,16 @@ def test_cli_memory_format_channels_last_is_faster_for_an_amp_cnn_and_a_bad_one_
     assert code == 2 and "--memory-format must be one of" in err and "Traceback" not in err
 
 
+def test_plan_takes_the_memory_format():
+    from traincast.plan.pareto import plan
+
+    res = {f: plan("resnet18", epochs=1, dataset_size=10000, batch_size=64, per_gpu_batch=True, gpus=[8],
+                   gpu_types=["A100-SXM4-80GB"], precision="amp-fp16", memory_format=f)
+           for f in ("contiguous", "channels_last")}
+    t = {f: min(c.total_s for c in r.configs if c.feasible) for f, r in res.items()}
+    assert t["channels_last"] < t["contiguous"]
+
+
 def test_new_parameters_round_trip_through_the_yaml_form_and_are_bounded():
     from traincast.errors import SpecError
     from traincast.predict.roofline import check_table
