@@ -1494,7 +1494,11 @@ def test_a_robot_policy_gets_its_state_and_the_actions_it_learns(capsys, tmp_pat
     assert "robot state of 8, 4 actions of 6 as targets" in d and "(16 image placeholders)" in d, d
     assert wl["parameters"] == _expected_parameters(p, None, None)[0]
     assert ([2, 8] in [s for o in fwd for s in o["input_shapes"]])
-    assert _own_loss(capsys, p, "--seq-len", "32")
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("a robot policy: trained on a state of 8 values and a chunk of 4 actions of 6" in n for n in notes), notes
+    assert not any("stand-in" in n for n in notes), notes  # its own loss
 
 
 def test_a_task_conditioned_segmenter_gets_its_task_prompt(capsys, tmp_path):
@@ -1510,3 +1514,6 @@ def test_a_task_conditioned_segmenter_gets_its_task_prompt(capsys, tmp_path):
     wl, fwd, p = _trace(capsys, tmp_path, "oneformer", fields, None, "--image-size", "64")
     assert wl["input_description"] == "2 x (3x64x64 images, a task prompt of 8 tokens)", wl["input_description"]
     assert wl["parameters"] == _expected_parameters(p, None, None)[0]
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--image-size", "64", "--json")
+    assert code == 0, err
+    assert any("each image with a task prompt of 8 token ids (task_seq_len)" in n for n in json.loads(out)["notes"])

@@ -990,6 +990,11 @@ def _robot_state(ctx: _Ctx, kw: dict) -> str | None:
     kw["state"] = torch.randn(B, state)
     kw["actions"] = torch.randn(B, chunk, action)
     ctx.desc.append(f"robot state of {state}, {chunk} actions of {action} as targets")
+    note = (f"{_get(cfg, 'model_type', 'the model')}: a robot policy: trained on a state of {state} values and a chunk "
+            f"of {chunk} actions of {action} as its targets, the config's sizes (max_state_dim, chunk_size, "
+            "max_action_dim)")
+    if note not in ctx.notes:
+        ctx.notes.append(note)
     return "own"
 
 
@@ -1107,6 +1112,10 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         vocab = int(vocab) if isinstance(vocab, int) and vocab > 0 else 2
         kw["task_inputs"] = torch.randint(0, vocab, (B, task_len), device=ctx.idev)
         ctx.desc.append(f"a task prompt of {task_len} tokens")
+        note = (f"{_get(cfg, 'model_type', 'the model')}: each image with a task prompt of {task_len} token ids "
+                "(task_seq_len), as its processor tokenizes \"the task is ...\"")
+        if note not in ctx.notes:
+            ctx.notes.append(note)
     encoder_input = getattr(getattr(ctx.model, "encoder", None), "main_input_name", None)
     if "input_features" in p and not no_audio and not ("input_values" in p and encoder_input == "input_values"):
         # (a speech encoder-decoder takes whichever its encoder does: wav2vec2's raw audio, ...)
