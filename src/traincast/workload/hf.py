@@ -1861,8 +1861,8 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
     _LAST_CHECKS.clear()
     failed: list[str] = []
     try:
-        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(_wants_real_tensors(getattr(model, "config", None))), \
-                ExpectedSelections(), _checks_off() as failed:
+        real = _wants_real_tensors(getattr(model, "config", None))
+        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(real), ExpectedSelections(), _checks_off() as failed:
             model(**kw)
     except Exception as exc:  # noqa: BLE001 - judged by the caller
         if mode.widths is None:
@@ -2313,8 +2313,8 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
     if not kw:
         need = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in ("self", "kwargs")]
         raise _NoInputs(f"{name}: {cls.__name__}.forward takes no input traincast knows how to make "
-                         f"({', '.join(need or list(params)[:6])}); choose another head with --task "
-                         f"({', '.join(task_classes(_get(cfg, 'model_type', '')))}) or pass an nn.Module with its inputs")
+                        f"({', '.join(need or list(params)[:6])}); choose another head with --task "
+                        f"({', '.join(task_classes(_get(cfg, 'model_type', '')))}) or pass an nn.Module with its inputs")
     if device.type == "meta" and not settled and (multimodal or "pixel_values" in kw or "input_features" in kw or "bbox" in kw
                                   or "input_values" in kw or (_get(cfg, "num_codebooks", 0) or 0) > 1):
         # the forms the model takes (image_sizes or not, a frame axis or not), and how many placeholders its
@@ -2359,7 +2359,7 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
         if "pixel_values" in kw and "pixel_mask" in params and "pixel_mask" not in kw:
             forms.append(frozenset({"pixel-mask"}))  # last: the pixels' mask with its values (ViLT selects by it)
         rope_fix = None  # a repair of the multimodal RoPE sections, from the first form that stops on them
-        window_fix = None  # a window for a sliding-window mask no layer uses, a token id the config lacks, integers
+        other_fix = None  # a window for a sliding-window mask no layer uses, a token id the config lacks, integers
         # made with their values: likewise
         for variant in forms:
             kw, kind = inputs(image_tokens, variant)
@@ -2368,7 +2368,7 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
                     and any(m in kw for m in _FEATURE_MASKS):  # a form to try later: the feature mask as booleans
                 forms.append(variant | {"bool-mask"})
             rope_fix = rope_fix or _rope_sections_fix(exc, cfg)
-            window_fix = window_fix or _unused_window_fix(exc, cfg) or _family_token_fix(exc, cfg) \
+            other_fix = other_fix or _unused_window_fix(exc, cfg) or _family_token_fix(exc, cfg) \
                 or _real_tensors_fix(exc, cfg)
             m = _FEATURE_MISMATCH.search(str(exc)) if exc is not None else None
             if exc is not None and not m and not rows:  # a count check it passed over, then stopped before scattering
@@ -2455,9 +2455,9 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
                                   "widths, e.g. vision_config.out_hidden_size != text_config.hidden_size); make "
                                   "them equal in the config.json", functools.partial(_align_widths, *exc.widths))
         else:
-            if rope_fix is not None or window_fix is not None:
+            if rope_fix is not None or other_fix is not None:
                 raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}",
-                                  rope_fix or window_fix)
+                                  rope_fix or other_fix)
             if snap:  # no form runs, resized or not: the vision tower's own size does not fit the projector
                 why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}" if exc is not None else "no form runs"
                 raise _Repairable(f"cannot trace {name}: {cls.__name__}: {snap[2]}, and no other image size runs "
