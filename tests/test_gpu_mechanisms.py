@@ -188,6 +188,15 @@ def test_plan_takes_the_memory_format():
     assert t["channels_last"] < t["contiguous"]
 
 
+def test_parallelize_takes_the_memory_format():
+    from traincast.predict.parallel.search import parallelize
+
+    best = {f: parallelize("resnet50", gpu="A100-SXM4-80GB", gpus=8, batch_size=512, precision="amp-fp16",
+                           optimizer="sgd", memory_format=f, top=1).best.iteration_s
+            for f in ("contiguous", "channels_last")}
+    assert best["channels_last"] < best["contiguous"]
+
+
 def test_new_parameters_round_trip_through_the_yaml_form_and_are_bounded():
     from traincast.errors import SpecError
     from traincast.predict.roofline import check_table

@@ -36,6 +36,8 @@ def register(app: typer.Typer) -> None:
         cp_kinds: str = typer.Option("ring", "--cp-kinds", help="context parallelism to consider: ring, all-to-all"),
         kernels: str = typer.Option("eager", "--kernels", help="eager (every op its own kernel) | compiled "
                                     "(element-wise chains fused: torch.compile, Megatron/Transformer Engine)"),
+        memory_format: str = typer.Option("contiguous", "--memory-format", help="contiguous (PyTorch's default "
+                                          "NCHW) | channels_last (convolutions on NHWC activations)"),
         tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap", help="layouts with sequence parallelism "
                                              "overlap its all-gathers and reduce-scatters with the GEMMs "
                                              "(Megatron-Core / Transformer Engine userbuffers)"),
@@ -78,6 +80,7 @@ def register(app: typer.Typer) -> None:
                       precision=precision, optimizer=optimizer, instance=instance, network_gbit_per_s=network,
                       catalog=get_catalog(catalog or ()), top=top, progress=progress, shardings=shs, recomputes=rcs,
                       micro_batches=mbs, max_tp=max_tp, context=ctx, cp_kinds=kinds, kernels=kernels,
+                      memory_format=memory_format,
                       tp_comm_overlap=tp_comm_overlap)
         finally:
             if prog is not None:
