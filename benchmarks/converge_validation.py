@@ -187,8 +187,9 @@ def dense_runs(sets: tuple[str, ...]):
     Validation-loss extracts (group ``public-llm-val``) are left out: the protocol scores the training loss."""
     out = []
     for man_p in sorted(DENSE.glob("*/manifest.json")):
+        man = json.loads(man_p.read_text())
         for run in public_runs(man_p.parent):
-            m = json.loads(man_p.read_text())[run["name"]]
+            m = man[run["name"]]
             if m.get("set") in sets and run["group"] != "public-llm-val":
                 out.append(run | {"set": m["set"]})
     return out

@@ -50,6 +50,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from rich.progress import track
+
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "dp_published" / "dle_scaling.csv"
 CONFIGS = ROOT / "data" / "dp_published" / "dle_configs_batch.csv"
@@ -129,7 +131,7 @@ def forecast_case(c: dict, families: dict, by: str = "recipe") -> dict:
         f = forecast(name, gpu=c["gpu"], gpus=k, batch_size=c["batch"], per_gpu_batch=True, precision=prec,
                      optimizer=opt, family=families[fkey], seq_len=seq, memory_format=fmt)
         out[k] = dict(samples_per_s=k * c["batch"] / f.iteration_s, iteration_s=f.iteration_s,
-                      exposed_comm_s=getattr(f, "communication_s", 0.0), straggler_s=getattr(f, "straggler_s", 0.0))
+                      exposed_comm_s=f.communication_s)
     return out
 
 
@@ -147,14 +149,10 @@ def main() -> None:
     cases = load_cases(args.only, with_configs=not args.no_configs)
     fams: dict = {}
     rows = []
-    try:
-        from rich.progress import track as _track
-    except ImportError:  # pragma: no cover
-        def _track(x, **_):
-            return x
-    for c in _track(cases, description="forecasting", disable=not sys.stderr.isatty()):
+    for c in track(cases, description="forecasting", disable=not sys.stderr.isatty()):
         fc = forecast_case(c, fams, args.memory_format_by)
         t1 = c["k"][1]
+        c["one_gpu_err"] = 100 * (fc[1]["samples_per_s"] / t1 - 1)
         for k, tk in sorted(c["k"].items()):
             if k == 1:
                 continue
@@ -162,7 +160,7 @@ def main() -> None:
             pred = fc[k]["samples_per_s"] / fc[1]["samples_per_s"]
             rows.append(dict(model=c["model"], framework=c["framework"], gpu=c["gpu"], precision=c["precision"],
                              batch=c["batch"], k=k, measured=meas, forecast=pred, err=100 * (pred / meas - 1),
-                             naive=100 * (k / meas - 1), one_gpu_err=100 * (fc[1]["samples_per_s"] / t1 - 1),
+                             naive=100 * (k / meas - 1), one_gpu_err=c["one_gpu_err"],
                              exposed_ms=1e3 * fc[k]["exposed_comm_s"], step_ms=1e3 * fc[k]["iteration_s"],
                              source=c["source"], batch_from=c["batch_from"]))
     print(f"{len(cases)} cases, {len(rows)} (case, GPU count) speed-ups; memory format by {args.memory_format_by}; "
@@ -192,18 +190,14 @@ def main() -> None:
     summary([r for r in rows if r["batch_from"] == "table"], "all, batch printed in the table")
     summary([r for r in rows if r["batch_from"] != "table"], "all, batch from configs.yml")
     summary(rows, "all")
-    ones = {}
-    for r in rows:
-        ones[(r["model"], r["framework"], r["gpu"], r["precision"], r["batch"], r["source"], r["batch_from"])] = \
-            r["one_gpu_err"]
     print()
     for label, keep in (("all frameworks", lambda fw: True), ("PyTorch", lambda fw: fw == "PyTorch"),
                         ("TensorFlow / MXNet (forecast as PyTorch eager)", lambda fw: fw != "PyTorch")):
-        v = [e for key, e in ones.items() if keep(key[1]) and key[6] == "table"]
+        v = [c["one_gpu_err"] for c in cases if keep(c["framework"]) and c["batch_from"] == "table"]
         if v:
             print(f"1-GPU throughput, {label}, {len(v)} cases (batch printed): MAPE {statistics.mean(map(abs, v)):.1f}%, "
                   f"median signed {statistics.median(v):+.1f}% (+ = forecast faster)")
-    v = [e for key, e in ones.items() if key[6] != "table"]
+    v = [c["one_gpu_err"] for c in cases if c["batch_from"] != "table"]
     if v:
         print(f"1-GPU throughput, PyTorch, {len(v)} cases (batch from configs.yml): MAPE "
               f"{statistics.mean(map(abs, v)):.1f}%, median signed {statistics.median(v):+.1f}%")

@@ -124,6 +124,7 @@ def test_channels_last_convolutions_pay_no_layout_transposes():
     2 x bytes at the copy bandwidth, says so, and a bad format is refused."""
     from traincast.errors import ConfigError
     from traincast.predict import WorkloadFamily, forecast
+    from traincast.predict.analytical import AnalyticalPredictor
     from traincast.workload.layout import apply_memory_format, check_memory_format
 
     a100 = get_catalog().device("A100-SXM4-80GB")
@@ -144,7 +145,7 @@ def test_channels_last_convolutions_pay_no_layout_transposes():
     assert all(o.layout == "" for o in cl.ops if not o.op_class.startswith("conv"))
     assert apply_memory_format(cl, "channels_last") is cl
     fc = {f: forecast("resnet18", gpu="A100-SXM4-80GB", batch_size=64, precision="amp-fp16", family=fam,
-                      predictor=__import__("traincast.predict.analytical", fromlist=["x"]).AnalyticalPredictor())
+                      predictor=AnalyticalPredictor())
           for f, fam in fams.items()}
     q = RooflineParams.for_device(a100)
     tconv = sum(o.bytes_total for o in wl.ops if o.op_class == "conv"
