@@ -2131,6 +2131,12 @@ def _unused_window_fix(exc, cfg):
     return repair
 
 
+def _config_fix(exc, cfg):
+    """The first repair a forward's stop ``exc`` shows for the config as a whole: a window for a sliding-window
+    mask no layer uses, a token id the config class lacks, integers made with their values; else None."""
+    return _unused_window_fix(exc, cfg) or _family_token_fix(exc, cfg) or _real_tensors_fix(exc, cfg)
+
+
 def _set_image_size(cfg, size: int) -> bool:
     """The model built for ``size`` px images: every (vision) config's ``image_size`` (position embeddings and
     patch grids follow it). False where no config names one."""
@@ -2306,8 +2312,7 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
         # a clamp whose bound the config leaves None, a head of another width than its backbone: one dry run shows
         # whether the forward stops on it
         exc, _rows = _dry_run(model, kw)
-        fix = _unbound_clamp_fix(exc, cfg) or _backbone_width_fix(exc, cfg) or _unused_window_fix(exc, cfg) \
-            or _family_token_fix(exc, cfg) or _real_tensors_fix(exc, cfg)
+        fix = _unbound_clamp_fix(exc, cfg) or _backbone_width_fix(exc, cfg) or _config_fix(exc, cfg)
         if fix is not None:
             raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}", fix)
     if not kw:
@@ -2368,8 +2373,7 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
                     and any(m in kw for m in _FEATURE_MASKS):  # a form to try later: the feature mask as booleans
                 forms.append(variant | {"bool-mask"})
             rope_fix = rope_fix or _rope_sections_fix(exc, cfg)
-            other_fix = other_fix or _unused_window_fix(exc, cfg) or _family_token_fix(exc, cfg) \
-                or _real_tensors_fix(exc, cfg)
+            other_fix = other_fix or _config_fix(exc, cfg)
             m = _FEATURE_MISMATCH.search(str(exc)) if exc is not None else None
             if exc is not None and not m and not rows:  # a count check it passed over, then stopped before scattering
                 m = next(filter(None, map(_FEATURE_MISMATCH.search, getattr(exc, "failed_checks", ()))), None)
