@@ -1,0 +1,112 @@
+"""Training steps measured on a GPU by ``benchmarks/gpu_campaign.py`` against ``traincast predict``'s forecast.
+
+Protocol, written before the first campaign was measured (2026-11-27):
+
+1. Rows: every row of the campaign's JSON lines without an ``error``. The device they were measured on is named
+   by ``--gpu`` (a catalog name; the script prints the measured board's own name beside it).
+2. Forecast: ``traincast predict MODEL --gpu GPU -b B --precision P --optimizer O [--seq-len S]`` with every other
+   option at its default (``forecast_from_options``), its iteration time against the measured median step; its
+   peak memory per GPU against the allocator's peak (``torch.cuda.max_memory_allocated``; the forecast counts
+   the framework's reserved overhead too, so it is printed, not scored).
+3. Figures: MAPE and the median signed error (forecast/measured - 1) with its IQR and the share of rows forecast
+   too fast, over all rows and per group (vision AMP, vision FP32, text AMP, text FP32, and the small-batch
+   pass), each with its row count. Worst rows are listed.
+4. Split: each row is ``dev`` or ``held`` by the parity of the first byte of sha256(key). A change to the
+   predictor made after these rows were seen is chosen on ``dev`` rows only and reported once on ``held`` rows
+   beside the figure before the change (``--split dev|held``). Nothing is fitted to these rows.
+
+Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_measured.py benchmarks/data/gpu_campaign/h100_2026-11-27.jsonl
+       --gpu H100-SXM5-80GB [--split all|dev|held] [--predictor NAME] [--worst 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from traincast.predict.options import forecast_from_options  # noqa: E402
+
+
+def split_of(key: str) -> str:
+    return "dev" if hashlib.sha256(key.encode()).digest()[0] % 2 == 0 else "held"
+
+
+def group_of(r: dict) -> str:
+    kind = "text" if r["seq_len"] else "vision"
+    if r["precision"] == "fp32":
+        return f"{kind} fp32"
+    small = (kind == "vision" and r["batch_size"] == 32) or r.get("pass") == 3
+    return f"{kind} amp" + (" 2nd batch" if small else "")
+
+
+def model_path(m: str) -> str:
+    p = ROOT / "benchmarks" / "data" / "gpu_campaign" / Path(m).name
+    return str(p) if m.endswith(".json") and p.exists() else m
+
+
+def load(path: Path) -> list[dict]:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text_first = {}
+    for r in rows:  # the text models' first (amp) batch: a later amp row of another batch is the second pass
+        if r["seq_len"] and r["precision"] != "fp32":
+            text_first.setdefault(r["model"], r["batch_size"])
+            r["pass"] = 1 if text_first[r["model"]] == r["batch_size"] else 3
+    return rows
+
+
+def stats(err: list[float]) -> str:
+    e = np.asarray(err)
+    q1, q3 = np.percentile(e, [25, 75])
+    return (f"n={len(e):3d}  MAPE {100 * np.mean(np.abs(e)):5.1f}%  median {100 * np.median(e):+6.1f}% "
+            f"(IQR {100 * q1:+.1f}..{100 * q3:+.1f}%)  too fast {100 * np.mean(e < 0):3.0f}%")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("rows", type=Path)
+    ap.add_argument("--gpu", default="H100-SXM5-80GB")
+    ap.add_argument("--split", choices=("all", "dev", "held"), default="all")
+    ap.add_argument("--predictor", default=None, help="predictor name (default: predict's default)")
+    ap.add_argument("--worst", type=int, default=8)
+    a = ap.parse_args(argv)
+    rows = load(a.rows)
+    bad = [r for r in rows if "error" in r]
+    rows = [r for r in rows if "error" not in r and (a.split == "all" or split_of(r["key"]) == a.split)]
+    boards = sorted({r["fingerprint"].get("gpu_name") or "?" for r in rows})
+    print(f"{len(rows)} rows measured on {', '.join(boards)} (torch "
+          f"{', '.join(sorted({r['fingerprint'].get('torch_version', '?') for r in rows}))}); "
+          f"forecast for {a.gpu}; split {a.split}; {len(bad)} rows failed to measure")
+    out = []
+    for r in rows:
+        f = forecast_from_options(model_path(r["model"]), gpu=a.gpu, batch_size=r["batch_size"],
+                                  precision=r["precision"], optimizer=r["optimizer"], seq_len=r["seq_len"],
+                                  predictor=a.predictor)
+        meas = r["step"]["median_ms"] / 1e3
+        mem = r.get("peak_allocated_bytes")
+        out.append(dict(key=r["key"], group=group_of(r), meas=meas, fc=f.iteration_s, err=f.iteration_s / meas - 1,
+                        mem_err=(f.peak_memory_bytes / mem - 1) if mem else None))
+    groups = sorted({o["group"] for o in out})
+    print(f"{'all':22s} {stats([o['err'] for o in out])}")
+    for g in groups:
+        print(f"{g:22s} {stats([o['err'] for o in out if o['group'] == g])}")
+    mem = [o["mem_err"] for o in out if o["mem_err"] is not None]
+    if mem:
+        print(f"{'memory (vs allocated)':22s} {stats(mem)}")
+    print("worst rows (forecast / measured):")
+    for o in sorted(out, key=lambda o: -abs(o["err"]))[: a.worst]:
+        print(f"  {o['key']:45s} {1e3 * o['fc']:9.2f} / {1e3 * o['meas']:9.2f} ms  {100 * o['err']:+6.1f}%")
+    for r in bad:
+        print(f"  failed: {r['key']}: {r['error'][:120]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
