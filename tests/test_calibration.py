@@ -296,3 +296,40 @@ def test_calibration_models_cover_the_kinds_of_op_of_the_models_to_forecast(caps
     assert "--models and --for" in capsys.readouterr().err
     assert run(["calibrate", "--for", "gpt-3"]) == 2
     assert "unknown model 'gpt-3'" in capsys.readouterr().err
+
+
+def _steps_with_host(params, wls, dev, precision="fp32"):
+    """Step seconds of ``wls`` on a GPU under ``params``: the roofline's op times with the host's issue cost
+    overlapped (predict/host.py), as the forecast times a GPU step."""
+    from traincast.predict.host import host_seconds, issue_bound
+
+    out = []
+    for w in wls:
+        t = compile_ops(w.ops, dev, precision, params).times(params)
+        h = host_seconds(w.ops, params.host_forward_us, params.host_backward_us)
+        out.append(float(issue_bound(t, h).sum()) + params.step_overhead_ms * 1e-3)
+    return out
+
+
+def test_gpu_calibration_fits_the_hosts_issue_cost_through_the_overlap():
+    """A GPU whose host issues ops 4x slower than the catalog says: small models are host-bound, large ones are
+    not. Calibration fits the host's cost as the forecast applies it (overlapped with the kernels), so the
+    profile forecasts a large model it never measured as the truth does; a serial per-op gap fitted to the
+    small models instead (what calibration did before) would charge the large model the host's full cost."""
+    dev = get_catalog().device("H100")
+    wls = [trace(m, batch_size=b) for m, b in (("bert-tiny", 8), ("bert-tiny", 64), ("resnet18", 8),
+                                                ("resnet18", 128), ("mobilenet_v2", 32))]
+    base = base_params(dev)
+    true = base.with_values({"host_forward_us": 4 * base.host_forward_us, "host_backward_us": 4 * base.host_backward_us})
+    y = _steps_with_host(true, wls, dev)
+    fit = fit_parameters(wls, y, dev)  # the default weak prior: five steps cannot tell every efficiency apart
+    assert {"host_forward_us", "host_backward_us"} <= set(fit.free)
+    assert fit.rms_log_error < 0.03
+    assert fit.params.host_forward_us == pytest.approx(true.host_forward_us, rel=0.3)
+    assert fit.params.op_overhead_us < 10.0  # the host's cost did not turn into a serial gap per op
+    big = [trace("resnet50", batch_size=128)]
+    want = _steps_with_host(true, big, dev)[0]
+    assert _steps_with_host(fit.params, big, dev)[0] == pytest.approx(want, rel=0.1)
+    serial = base.with_values({"op_overhead_us": base.op_overhead_us + 4 * base.host_forward_us,
+                               "host_forward_us": 0.0, "host_backward_us": 0.0})
+    assert _steps_with_host(serial, big, dev)[0] > 1.2 * want  # what a serial gap would have forecast

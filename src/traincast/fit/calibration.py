@@ -49,17 +49,19 @@ _EFF_LOW = {"matmul": 0.02, "conv": 0.02, "attention": 0.02, "other": 0.02, "con
             "conv_depthwise": 0.0005, "norm": 0.002,
             "reduction": 0.002, "pool": 0.0005}
 _SCALAR_BOUNDS = {"memory_scale": (0.05, 16.0), "op_overhead_us": (0.0, 500.0), "light_overhead_us": (0.0, 500.0),
+                  "host_forward_us": (0.0, 500.0), "host_backward_us": (0.0, 500.0),
                   "step_overhead_ms": (0.0, 500.0), "gemm_half_dim": (0.0, 1024.0), "conv_half_dim": (0.0, 1024.0),
                   "dram_factor": (0.1, 2.0), "warm_cache": (0.5, 8.0)}
 # parameters that may be 0 are fitted as log(x + offset)
-_LOG_OFFSET = {"op_overhead_us": 1.0, "light_overhead_us": 1.0, "step_overhead_ms": 0.1, "gemm_half_dim": 1.0,
-               "conv_half_dim": 1.0}
+_LOG_OFFSET = {"op_overhead_us": 1.0, "light_overhead_us": 1.0, "host_forward_us": 1.0, "host_backward_us": 1.0,
+               "step_overhead_ms": 0.1, "gemm_half_dim": 1.0, "conv_half_dim": 1.0}
 # three starting points of the least squares, per parameter (the best fit of the three is kept)
 _STARTS = {"matmul": (0.5, 0.2, 0.8), "conv": (0.3, 0.6, 0.8), "conv_grouped": (0.05, 0.02, 0.2),
            "conv_depthwise": (0.02, 0.005, 0.1),
            "attention": (0.3, 0.1, 0.5), "other": (0.3, 0.1, 0.5), "pool": (0.05, 0.005, 0.3),
            "norm": (0.1, 0.03, 0.3), "reduction": (0.1, 0.02, 0.4), "memory_scale": (0.5, 1.0, 0.3),
            "op_overhead_us": (20.0, 5.0, 50.0), "light_overhead_us": (20.0, 5.0, 50.0),
+           "host_forward_us": (15.0, 40.0, 5.0), "host_backward_us": (8.0, 25.0, 3.0),
            "step_overhead_ms": (1.0, 5.0, 0.5), "gemm_half_dim": (16.0, 4.0, 64.0), "conv_half_dim": (16.0, 4.0, 64.0),
            "dram_factor": (1.0, 0.5, 1.5), WARM: (1.0, 2.0, 4.0)}
 
@@ -105,6 +107,8 @@ def free_parameters(compiled: list[CompiledOps], base: RooflineParams) -> list[s
     names += ["memory_scale", "op_overhead_us", "step_overhead_ms"]
     if base.light_overhead_us is not None:
         names.append("light_overhead_us")
+    if base.host_forward_us or base.host_backward_us:  # GPUs: the host's issue cost, overlapped (predict/host.py)
+        names += ["host_forward_us", "host_backward_us"]
     names += [n for g, n in ((1, "gemm_half_dim"), (2, "conv_half_dim")) if g in gemm]
     if base.cache_bytes:
         names.append("dram_factor")
@@ -283,6 +287,18 @@ def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Devi
     base = base_params(dev, fixed)
     arrs = [compile_ops(w.ops, dev, precision, base) for w in workloads]
     phase_of = [np.array([o.phase for o in w.ops]) for w in workloads]
+    # On a GPU the host issues kernels while earlier ones run: each op waits for the host only where the host is
+    # behind (predict/host.py), so the host's cost is fitted through that overlap, as the forecast applies it, not
+    # as a serial gap per op (which a set of small, host-bound calibration models would inflate and every large
+    # model would then pay). Host time per op is linear in (forward, backward) microseconds: two fixed vectors.
+    host_vec = None
+    if base.host_forward_us or base.host_backward_us:
+        from traincast.predict.host import host_seconds, issue_bound
+
+        def rec(w):
+            return frozenset(c.module for c in getattr(w, "recurrent_calls", ()) or ())
+
+        host_vec = [(host_seconds(w.ops, 1.0, 0.0, rec(w)), host_seconds(w.ops, 0.0, 1.0, rec(w))) for w in workloads]
     layers = _sample_arrays(layer_samples, dev, base) if layer_samples else None
     free = free_parameters(arrs + ([layers[0]] if layers and len(layers[0]) else []), base)
     names = free + ([WARM] if layers and len(layers[0]) else [])
@@ -311,6 +327,9 @@ def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Devi
         x = unpack(z)
         p = params_of(x)
         times = [a.times(p) for a in arrs]
+        if host_vec is not None:
+            times = [issue_bound(t, p.host_forward_us * hf + p.host_backward_us * hb)
+                     for t, (hf, hb) in zip(times, host_vec)]
         step = p.step_overhead_ms * 1e-3
         r = [np.log(t.sum() + step) - yy for t, yy in zip(times, y)]
         if with_phases and prior_weight:
@@ -416,7 +435,12 @@ def calibrate(models=CALIBRATION_POOL, batch_sizes=(2, 8, 16), *, device="cpu",
     pred = prof.predictor()
     rows = []
     for m, w in zip(meas, wls):
-        p = pred.predict(w, dev).total_s()
+        ot = pred.predict(w, dev)
+        if dev.kind == "gpu":  # as the forecast times it: the host's issue cost overlapped (predict/host.py)
+            from traincast.predict.host import host_costs, with_host
+
+            ot = with_host(ot, w, *host_costs(pred, dev))
+        p = ot.total_s()
         rows.append({"model": m.model, "batch_size": m.batch_size, "measured_s": m.measured_s, "predicted_s": p})
     return DeviceProfile(
         name=name, device=asdict(dev), overrides=prof.overrides, fingerprint=fp, date=prof.date,
