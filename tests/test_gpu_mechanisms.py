@@ -142,7 +142,9 @@ def test_channels_last_convolutions_pay_no_layout_transposes():
     assert cl.memory_format == "channels_last" and wl.memory_format == "contiguous"
     convs = [o for o in cl.ops if o.op_class.startswith("conv")]
     assert convs and all(o.layout == "nhwc" for o in convs)
-    assert all(o.layout == "" for o in cl.ops if not o.op_class.startswith("conv"))
+    bns = [o for o in cl.ops if o.aten in ("native_batch_norm", "native_batch_norm_backward")]
+    assert bns and all(o.layout == "nhwc" for o in bns)  # channels-last batch-norm kernels too
+    assert all(o.layout == "" for o in cl.ops if not o.op_class.startswith("conv") and o not in bns)
     assert apply_memory_format(cl, "channels_last") is cl
     fc = {f: forecast("resnet18", gpu="A100-SXM4-80GB", batch_size=64, precision="amp-fp16", family=fam,
                       predictor=AnalyticalPredictor())
@@ -274,3 +276,67 @@ def test_generations_without_kernel_data_take_their_gemm_efficiency_from_public_
     for unit, tol in (("tensor", 0.06), ("simt", 0.04)):
         for gen, got in g.leave_one_generation_out(df, unit).items():
             assert abs(got - g.matmul_efficiency(gen, unit)) < tol, (unit, gen)
+
+
+def bn(aten="native_batch_norm", dtype="bf16", n=128, c=64, hw=56, layout="", flops=None):
+    """A traced-looking training batch norm (forward or backward) of an (n, c, hw, hw) activation."""
+    x = (n, c, hw, hw)
+    item = 4 if dtype == "fp32" else 2
+    numel = n * c * hw * hw
+    fwd = aten == "native_batch_norm"
+    shapes = (x, (c,), (c,)) if fwd else (x, x, (c,))
+    return OpRecord(aten=aten, phase="forward" if fwd else "backward", module="bn", op_class="norm",
+                    flops=8 * numel if flops is None else flops,
+                    bytes_read=item * numel * (1 if fwd else 2), bytes_written=item * numel, dtype=dtype,
+                    input_shapes=shapes, output_shapes=(x,), layout=layout)
+
+
+def test_which_batch_norms_run_pytorchs_per_channel_kernels():
+    from traincast.predict.roofline import native_batch_norm_passes as passes
+
+    numel = 128 * 64 * 56 * 56
+    assert passes(bn(), "amp-bf16") == (1, 64, numel)  # BF16: no cuDNN batch norm
+    assert passes(bn(aten="native_batch_norm_backward"), "amp-bf16") == (2, 64, numel)  # the fused backward: 2 passes
+    assert passes(bn(dtype="fp32"), "fp32") == (0, 0, 0.0)  # cuDNN's
+    assert passes(bn(dtype="fp16"), "amp-fp16") == (0, 0, 0.0)  # FP16 input, FP32 weights: cuDNN's
+    assert passes(bn(dtype="fp16"), "fp16") == (1, 64, numel)  # a model in FP16: FP16 weights, PyTorch's own
+    assert passes(bn(layout="nhwc"), "amp-bf16") == (0, 0, 0.0)  # channels_last: other (parallel) kernels
+    assert passes(conv(dtype="bf16"), "amp-bf16") == (0, 0, 0.0)
+
+
+def test_native_batch_norm_time_by_hand():
+    """H100: 132 SMs, 4 resident 512-thread blocks each. A BF16 forward batch norm of 64 channels adds its
+    statistics pass, elements / (64 blocks x rate); its backward takes two such passes and no other traffic.
+    With 2,048 channels the blocks are capped at 528 and 528 x 0.83e9 x 2 bytes is still under the bandwidth."""
+    h100 = get_catalog().device("H100")
+    p = RooflineParams.for_device(h100).with_values(OFF)
+    rate = p.bn_native_gelems_per_block * 1e9
+    assert rate == pytest.approx(0.83e9)
+    off = p.with_values({"bn_native_gelems_per_block": 0.0})
+    for c, blocks in ((64, 64), (2048, 528)):
+        hw = 56 if c == 64 else 7
+        numel = 128 * c * hw * hw
+        f, b = bn(c=c, hw=hw), bn(aten="native_batch_norm_backward", c=c, hw=hw, flops=0)
+        ops = compile_ops([f, b], h100, "amp-bf16", p)
+        t, t0 = ops.times(p), ops.times(off)
+        assert t[0] - t0[0] == pytest.approx(numel / (blocks * rate), rel=1e-9)
+        # the backward (no FLOPs here): the kernel floor, its two passes, the launch overhead; none of its bytes
+        fixed = p.kernel_floor_us * 1e-6 + p.op_overhead_us * 1e-6
+        assert t[1] == pytest.approx(2 * numel / (blocks * rate) + fixed, rel=1e-9)
+        assert t0[1] > t0[0] > fixed  # without the mechanism its bytes are timed at the bandwidth
+    # FP32 (cuDNN's batch norm) and channels_last are timed as before
+    ops = compile_ops([bn(dtype="fp32"), bn(layout="nhwc")], h100, "amp-bf16", p)
+    assert np.allclose(ops.times(p), ops.times(off))
+    # not an NVIDIA GPU (AMD's MIOpen, CPUs): no such kernels
+    amd = next(d for d in get_catalog().devices.values() if d.kind == "gpu" and d.vendor.lower() == "amd")
+    assert compile_ops([bn()], amd, "amp-bf16", RooflineParams.for_device(amd)).bn_passes is None
+
+
+def test_bf16_batch_norm_slows_an_amp_cnn_forecast_but_not_fp32_or_channels_last():
+    from traincast.predict.compose import forecast
+
+    f = {m: forecast("resnet18", gpu="H100", batch_size=64, precision=m).iteration_s for m in ("amp-bf16", "amp-fp16")}
+    assert f["amp-bf16"] > 1.3 * f["amp-fp16"]  # the same kernels but the batch norms
+    # channels_last: the convolutions lose their layout transposes and the batch norms take the parallel kernels
+    cl = forecast("resnet18", gpu="H100", batch_size=64, precision="amp-bf16", memory_format="channels_last")
+    assert cl.iteration_s < 0.8 * f["amp-bf16"]

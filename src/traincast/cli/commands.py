@@ -15,7 +15,7 @@ KERNELS_HELP = ("eager (every op its own kernel, as eager PyTorch) | compiled (e
                 "chains between GEMMs fused: torch.compile, Megatron/Transformer Engine fused kernels)")
 MEMORY_FORMAT_HELP = ("contiguous (PyTorch's default NCHW) | channels_last (NHWC: model.to(memory_format="
                       "torch.channels_last), as mixed-precision CNN recipes run; no layout transposes around "
-                      "tensor-core convolutions)")
+                      "tensor-core convolutions, BF16 batch norms on PyTorch's channels-last kernels)")
 HF_TASK_HELP = ("the head of a Hugging Face model where its type has several: causal-lm | masked-lm | seq2seq | "
                 "image-classification | contrastive | ctc | audio-classification | speech-seq2seq | "
                 "image-text-to-text | sequence-classification | ... (one per transformers auto mapping; "

@@ -50,6 +50,14 @@ Per op::
   its size (on this project's CPU about 50 and 100 us, against 5-20 us for a dense convolution).
 - layout transposes: a convolution on NVIDIA tensor cores with NCHW activations moves its tensors twice more in
   NCHW<->NHWC transpose kernels, at the copy bandwidth, times ``nchw_transpose`` (1: NCHW, 0: channels_last).
+- PyTorch's native batch norm (``bn_native_gelems_per_block`` > 0; :func:`native_batch_norm_passes`): on NVIDIA
+  GPUs a training batch norm whose input is BF16 (or FP16 with FP16 weights) does not go to cuDNN
+  (``_select_batch_norm_backend``) but to PyTorch's own kernels, which, on NCHW tensors, reduce each channel
+  with one thread block of 512 threads: the statistics pass of the forward and both passes of the fused
+  backward kernel run at ``min(bandwidth, blocks x rate per block)``, ``blocks = min(channels, 4 x SMs)``
+  resident, ``rate`` = ``bn_native_gelems_per_block`` elements/s per block (latency-bound loads: 512 in flight
+  per block). The forward's normalisation pass is an ordinary element-wise kernel (the roofline's time of the
+  op); the backward's traffic is all in its two per-channel passes.
 
 Use: ``params = RooflineParams.for_device(device)``; ``c = compile_ops(workload.ops, device, precision,
 params)`` turns the ops into arrays once (dtype routing, GEMM dimensions, launch counts, fresh bytes);
@@ -74,6 +82,7 @@ from pydantic import Field
 from traincast.hardware.catalog import efficiency_table
 from traincast.hardware.records import Device
 from traincast.schema import Document, NonNegativeFloat, PositiveFloat, parse
+from traincast.workload.layout import BATCH_NORM_BACKWARD, BATCH_NORM_FORWARD
 from traincast.workload.precision import get_precision
 from traincast.workload.records import OP_CLASSES
 
@@ -87,7 +96,7 @@ _SCALARS = ("memory_scale", "kernel_floor_us", "op_overhead_us", "light_overhead
             "foreach_chunk", "gemm_half_dim", "conv_half_dim", "fresh_alloc_min_bytes", "fresh_alloc_gb_per_s",
             "cache_bytes", "dram_factor", "winograd_speedup", "sustained_clock_per_base", "shared_lane_fp32_share",
             "nchw_transpose", "host_forward_us", "host_backward_us", "depthwise_tap_ref", "depthwise_wgrad_gflops",
-            "depthwise_call_us", "depthwise_grad_call_us")
+            "depthwise_call_us", "depthwise_grad_call_us", "bn_native_gelems_per_block")
 
 ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
             "uint8": 1, "bool": 1}
@@ -168,6 +177,7 @@ class RooflineTable(Document):
     depthwise_wgrad_gflops: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
     depthwise_call_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
     depthwise_grad_call_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    bn_native_gelems_per_block: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
 
 
 def check_table(table, where: str) -> dict:
@@ -216,6 +226,7 @@ class RooflineParams:
     depthwise_wgrad_gflops: float = 0.0
     depthwise_call_us: float = 0.0
     depthwise_grad_call_us: float = 0.0
+    bn_native_gelems_per_block: float = 0.0
     _arrays: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -266,6 +277,7 @@ class RooflineParams:
             depthwise_wgrad_gflops=float(table.get("depthwise_wgrad_gflops", 0.0)),
             depthwise_call_us=float(table.get("depthwise_call_us", 0.0)),
             depthwise_grad_call_us=float(table.get("depthwise_grad_call_us", 0.0)),
+            bn_native_gelems_per_block=float(table.get("bn_native_gelems_per_block", 0.0)),
         )
 
     @classmethod
@@ -287,7 +299,8 @@ class RooflineParams:
              "shared_lane_fp32_share": self.shared_lane_fp32_share, "nchw_transpose": self.nchw_transpose,
              "host_forward_us": self.host_forward_us, "host_backward_us": self.host_backward_us,
              "depthwise_tap_ref": self.depthwise_tap_ref, "depthwise_wgrad_gflops": self.depthwise_wgrad_gflops,
-             "depthwise_call_us": self.depthwise_call_us, "depthwise_grad_call_us": self.depthwise_grad_call_us}
+             "depthwise_call_us": self.depthwise_call_us, "depthwise_grad_call_us": self.depthwise_grad_call_us,
+             "bn_native_gelems_per_block": self.bn_native_gelems_per_block}
         if self.light_overhead_us is not None:
             d["light_overhead_us"] = self.light_overhead_us
         if self.fresh_alloc_min_bytes or self.fresh_alloc_gb_per_s:
@@ -435,6 +448,26 @@ def depthwise_wgrad_flops(op) -> float:
         return float(2 * math.prod(op.input_shapes[0]) * taps)
     except (IndexError, TypeError):
         return 0.0
+
+
+_HALF_MODEL_PRECISIONS = ("fp16", "bf16")  # the model's own weights in half precision
+
+
+def native_batch_norm_passes(op, precision: str) -> tuple[int, int, float]:
+    """(passes, channels, elements) of a training batch norm that PyTorch runs with its own per-channel CUDA
+    kernels on an NVIDIA GPU: a BF16 input (cuDNN's batch norm is not used for BF16), or an FP16 input whose
+    weights are FP16 too (a model in half precision); NCHW layout (channels-last tensors take other kernels).
+    ``passes``: 1 for the forward (its statistics pass; the normalisation pass is element-wise), 2 for the
+    backward (one fused kernel: a reduction pass, then the input gradient). (0, 0, 0) for every other op."""
+    fwd, bwd = op.aten in BATCH_NORM_FORWARD, op.aten in BATCH_NORM_BACKWARD
+    if not (fwd or bwd) or op.layout == "nhwc" or not op.input_shapes:
+        return 0, 0, 0.0
+    if not (op.dtype == "bf16" or (op.dtype == "fp16" and precision in _HALF_MODEL_PRECISIONS)):
+        return 0, 0, 0.0
+    x = op.input_shapes[0]
+    if not isinstance(x, (tuple, list)) or len(x) < 2:
+        return 0, 0, 0.0
+    return (1 if fwd else 2), int(x[1]), float(math.prod(x))
 
 
 def key_of_class(op_class: str) -> str:
@@ -591,6 +624,10 @@ class CompiledOps:
     taps: np.ndarray | None = None  # kernel area of depthwise convolutions (0: other ops)
     slow_wgrad_flops: np.ndarray | None = None  # FLOPs of depthwise weight gradients of kernels above 3x3
     dw_call: np.ndarray | None = None  # 1: a depthwise convolution, 2: its backward, 0: other ops
+    bn_passes: np.ndarray | None = None  # passes of PyTorch's per-channel batch-norm kernels (1 fwd, 2 bwd, 0)
+    bn_elems: np.ndarray | None = None  # elements of their input
+    bn_blocks: np.ndarray | None = None  # their resident thread blocks: min(channels, 4 x SMs)
+    bn_itemsize: float = 2.0  # bytes per element of those inputs (BF16/FP16)
 
     def __len__(self) -> int:
         return len(self.flops)
@@ -599,14 +636,16 @@ class CompiledOps:
     def from_arrays(cls, flops, nbytes, op_class: Iterable[str], device: Device, *, precision: str = "fp32",
                     dtype="fp32", key: Iterable[str] | None = None, dmin=None, n_tensors=None, light=None,
                     fresh_bytes=None, fresh_min_bytes: float = 0.0, winograd=None,
-                    conv_bytes=None, taps=None, slow_wgrad_flops=None, dw_call=None) -> "CompiledOps":
+                    conv_bytes=None, taps=None, slow_wgrad_flops=None, dw_call=None,
+                    bn=None) -> "CompiledOps":
         """From per-op arrays (canonical op rows, layer-campaign samples): ``op_class`` per op, ``dtype`` one
         for all or per op, ``key`` the efficiency key where it is not the class's; ``winograd`` (bool per op):
         the convolutions :func:`winograd_eligible` (counted only where they run in fp32 on the vector units);
         ``conv_bytes``: each convolution's bytes (read and written), of which an NCHW convolution on NVIDIA
         tensor cores moves twice again in its layout transposes (0 elsewhere); ``taps`` and ``slow_wgrad_flops``:
         :func:`depthwise_taps` and :func:`depthwise_wgrad_flops` per op; ``dw_call``: 1 for a depthwise
-        convolution's forward, 2 for its backward, 0 for other ops."""
+        convolution's forward, 2 for its backward, 0 for other ops; ``bn``: :func:`native_batch_norm_passes` per
+        op (counted on NVIDIA GPUs only; a backward's own bytes are then in its passes, not in ``nbytes``)."""
         flops = np.asarray(flops, dtype=float)
         n = len(flops)
         classes = list(op_class)
@@ -625,6 +664,12 @@ class CompiledOps:
                   else np.zeros(n))
         lanes = device.fp32_lanes_per_sm
         base = device.base_clock_mhz
+        bn_passes = bn_elems = bn_blocks = None
+        if bn is not None and nvidia_gpu and device.sm_count:
+            passes = np.array([b[0] for b in bn], dtype=float)
+            if passes.any():
+                bn_passes, bn_elems = passes, np.array([b[2] for b in bn], dtype=float)
+                bn_blocks = np.minimum(np.array([b[1] for b in bn], dtype=float), 4.0 * device.sm_count)
         return cls(
             flops=flops, bytes=np.asarray(nbytes, dtype=float), peak_flops_per_s=peaks, unit=units,
             key=np.array([COMPUTE_KEYS.index(k) for k in keys], dtype=int),
@@ -641,6 +686,7 @@ class CompiledOps:
             taps=np.zeros(n) if taps is None else np.asarray(taps, dtype=float),
             slow_wgrad_flops=np.zeros(n) if slow_wgrad_flops is None else np.asarray(slow_wgrad_flops, dtype=float),
             dw_call=np.zeros(n, dtype=int) if dw_call is None else np.asarray(dw_call, dtype=int),
+            bn_passes=bn_passes, bn_elems=bn_elems, bn_blocks=bn_blocks,
         )
 
     def clock_factor(self, params: RooflineParams) -> float:
@@ -695,6 +741,13 @@ class CompiledOps:
         if (params.depthwise_call_us or params.depthwise_grad_call_us) and self.dw_call is not None:
             per_call = np.array([0.0, params.depthwise_call_us, params.depthwise_grad_call_us]) * 1e-6
             fresh_s = fresh_s + per_call[self.dw_call]
+        nbytes = self.bytes
+        if params.bn_native_gelems_per_block > 0 and self.bn_passes is not None:
+            # PyTorch's per-channel batch-norm passes: one resident block per channel, each bound by its loads'
+            # latency, at most the op's bandwidth (module doc); a backward's traffic is all in its two passes
+            rate = np.minimum(bw / self.bn_itemsize, self.bn_blocks * params.bn_native_gelems_per_block * 1e9)
+            fresh_s = fresh_s + self.bn_passes * self.bn_elems / np.maximum(rate, 1e-30)
+            nbytes = np.where(self.bn_passes == 2, 0.0, nbytes)
         slow = self.slow_wgrad_flops
         if ((params.depthwise_wgrad_gflops > 0 or params.depthwise_tap_ref > 0) and slow is not None
                 and slow.any()):
@@ -705,7 +758,7 @@ class CompiledOps:
             rate = (params.depthwise_wgrad_gflops * 1e9 if params.depthwise_wgrad_gflops > 0
                     else scale * eff0)
             fresh_s = fresh_s + slow / rate
-        return roofline_s(flops, self.bytes, peak, bw, params.kernel_floor_us * 1e-6, launches, over, fresh_s,
+        return roofline_s(flops, nbytes, peak, bw, params.kernel_floor_us * 1e-6, launches, over, fresh_s,
                           with_bound=with_bound)
 
 
@@ -724,6 +777,7 @@ def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineP
         conv_bytes=[o.bytes_total if o.op_class == "conv" and o.layout != "nhwc" else 0.0 for o in ops],
         taps=taps, slow_wgrad_flops=[depthwise_wgrad_flops(o) for o in ops],
         dw_call=[(2 if o.aten == "convolution_backward" else 1) if t else 0 for o, t in zip(ops, taps)],
+        bn=[native_batch_norm_passes(o, precision) for o in ops],
         fresh_bytes=[fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, min_bytes, o.dtype) if min_bytes
                      else 0.0 for o in ops],
         fresh_min_bytes=min_bytes,

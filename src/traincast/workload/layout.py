@@ -5,7 +5,9 @@ NCHW format pays a transpose kernel before and after each such convolution (the 
 predict/roofline.py), which ``model.to(memory_format=torch.channels_last)`` and channels-last inputs remove.
 Mixed-precision CNN recipes run that way: NVIDIA DeepLearningExamples' ConvNets (``--memory-format nhwc`` in
 their AMP commands), timm's ``--channels-last``, TensorFlow's NHWC default on GPUs. ``channels_last`` marks every
-convolution of a trace (forward and backward) as NHWC; nothing else in the step changes cost in this model.
+convolution and batch norm of a trace (forward and backward) as NHWC: PyTorch's own batch-norm kernels (the ones
+BF16 inputs get) have channels-last versions that do not reduce one channel per thread block
+(predict/roofline.py, ``native_batch_norm_passes``); nothing else in the step changes cost in this model.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from traincast.errors import ConfigError
 
 MEMORY_FORMATS = {"contiguous": "PyTorch's default: NCHW activations (tensor-core convolutions pay layout transposes)",
                   "channels_last": "NHWC activations (model and inputs .to(memory_format=torch.channels_last))"}
+# the training batch norms of a trace (aten names)
+BATCH_NORM_FORWARD = ("native_batch_norm", "_native_batch_norm_legit")
+BATCH_NORM_BACKWARD = ("native_batch_norm_backward",)
 _ALIASES = {"nchw": "contiguous", "channels_first": "contiguous", "nhwc": "channels_last", "channels-last": "channels_last"}
 
 
@@ -32,5 +37,6 @@ def apply_memory_format(wl, fmt: str = "contiguous"):
     fmt = check_memory_format(fmt)
     if fmt == "contiguous" or wl.memory_format == fmt:
         return wl
-    ops = tuple(replace(o, layout="nhwc") if o.op_class.startswith("conv") else o for o in wl.ops)
+    bn = BATCH_NORM_FORWARD + BATCH_NORM_BACKWARD
+    ops = tuple(replace(o, layout="nhwc") if o.op_class.startswith("conv") or o.aten in bn else o for o in wl.ops)
     return replace(wl, ops=ops, memory_format=fmt)
