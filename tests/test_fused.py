@@ -91,8 +91,21 @@ def test_sdpa_in_a_trace_is_the_fused_kernel_with_gqa_and_causal_halving():
     assert att[0].input_shapes[1] == (2, 2, 32, 16)  # grouped-query keys stay at their 2 heads
     assert att[0].flops == 2 * (2 * 4) * (32 * 33 // 2) * (16 + 16)
     assert att[1].flops == 2 * (2 * 4) * (32 * 33 // 2) * (3 * 16 + 2 * 16)
+    # FP32: no flash; the memory-efficient kernel takes no grouped-query heads (PyTorch's sdp_utils.cpp), so SDPA
+    # runs its math path: the 2 x 4 x 32 x 32 scores are materialised and soft-maxed, keys repeated to 4 heads
     fp32 = trace(Attn(), batch_size=2, inputs=(32, 64))
-    assert {o.aten for o in fp32.ops if o.op_class == "attention"} == {
+    assert not [o for o in fp32.ops if o.aten.startswith("_scaled_dot_product")]
+    soft = [o for o in fp32.ops if o.aten in ("_softmax", "_safe_softmax")]
+    assert soft and soft[0].output_shapes[0] == (2, 4, 32, 32) and soft[0].dtype == "fp32"
+    # equal heads in FP32: the memory-efficient kernel
+    class Mha(Attn):
+        def forward(self, x):
+            b, s, _ = x.shape
+            q = self.q(x).view(b, s, 4, 16).transpose(1, 2)
+            return F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+    mha = trace(Mha(), batch_size=2, inputs=(32, 64))
+    assert {o.aten for o in mha.ops if o.op_class == "attention"} == {
         "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward"}
 
 

@@ -12,7 +12,8 @@ while a step is traced, the way the real run chooses them:
 
 - **attention** (``F.scaled_dot_product_attention``): PyTorch's CUDA choice, flash first (fp16/bf16, no explicit
   mask, head dims equal and at most 256, grouped-query attention natively), else memory-efficient (fp32, masks,
-  other head dims; grouped-query keys repeated first); causal masks halve the work; any number of batch dims;
+  other head dims), except for grouped-query heads, which the memory-efficient kernel does not take: PyTorch's math
+  path then (scores materialised); causal masks halve the work; any number of batch dims;
 - **selective scan** and **causal conv1d** of Mamba layers (Hugging Face ``transformers`` Mamba and the hybrids
   built on its ``mamba_selective_scan`` / ``causal_conv1d_fn``): the ``mamba_ssm`` / ``causal-conv1d`` CUDA
   kernels, which every Mamba training run installs (without them transformers falls back to a Python loop over
@@ -246,10 +247,13 @@ def fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     kind = attention_kernel(query, key, value, attn_mask)
     if kind == "flash":
         return flash_attention(query, key, value, bool(is_causal), scale)[0]
-    if key.shape[-3] != query.shape[-3]:  # grouped-query attention: the memory-efficient kernel needs all heads
-        rep = query.shape[-3] // key.shape[-3]
-        key = key.repeat_interleave(rep, dim=-3)
-        value = value.repeat_interleave(rep, dim=-3)
+    if key.shape[-3] != query.shape[-3]:
+        # grouped-query heads (enable_gqa) where flash cannot run (FP32, a mask, other head dims): PyTorch's
+        # memory-efficient kernel takes no grouped-query heads (sdp_utils.cpp, its dense constraints:
+        # check_batch_size_and_num_heads_dense<false /*supports_grouped_query_attention*/>), so SDPA falls back
+        # to its math path: scores materialised, softmax, dropout and the second product as separate kernels
+        return torch.ops.aten._scaled_dot_product_attention_math(
+            query, key, value, attn_mask, dropout_p, bool(is_causal), None, scale=scale, enable_gqa=True)[0]
     if attn_mask is not None:
         attn_mask = attn_mask.to(query.dtype)
     return efficient_attention(query, key, value, attn_mask, bool(is_causal), scale)[0]
