@@ -16,7 +16,10 @@ Protocol, written before the first campaign was measured (2026-11-27):
    beside the figure before the change (``--split dev|held``). Nothing is fitted to these rows.
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_measured.py benchmarks/data/gpu_campaign/h100_2026-11-27.jsonl
-       --gpu H100-SXM5-80GB [--split all|dev|held] [--predictor NAME] [--worst 8]
+       --gpu H100-SXM5-80GB [--split all|dev|held] [--predictor NAME | --profile FILE] [--worst 8]
+``--profile``: the profile ``traincast calibrate --device cuda`` fitted on the measured machine in the same lease
+(its own five calibration models at batch 32 and 128; two of them, resnet18 and mobilenet_v2, are campaign models
+too) -- the figure a user who calibrates on their own GPU gets.
 """
 
 from __future__ import annotations
@@ -62,6 +65,29 @@ def load(path: Path) -> list[dict]:
     return rows
 
 
+def refit(path: Path) -> str:
+    """The profile at ``path`` fitted again from the (model, batch, measured step) rows it stores, by
+    ``traincast.fit.calibration.fit_parameters`` as it is now; saved in a temporary folder, its path
+    returned. The steps were measured in FP32 (``calibrate``'s precision), with the device's fused attention."""
+    import tempfile
+
+    from traincast.fit.calibration import Measured, _trace_measured, fit_parameters, fused_attention_for
+    from traincast.predict.profile import DeviceProfile, find_profile
+
+    prof = find_profile(str(path))
+    dev = prof.device_record()
+    meas = [Measured(s["model"], s["batch_size"], s["measured_s"], 0.0, 0.0, {}) for s in prof.fit["steps"]]
+    wls = [_trace_measured(m, fused_attention_for("cuda")) for m in meas]
+    fitted = fit_parameters(wls, [m.measured_s for m in meas], dev)
+    new = DeviceProfile(name=prof.name + "-refit", device=prof.device, overrides=fitted.params.to_table(),
+                        fingerprint=prof.fingerprint, date=prof.date)
+    out = Path(tempfile.mkdtemp()) / f"{new.name}.yaml"
+    new.save(out)
+    print("refit: " + ", ".join(f"{n}={fitted.params.value(n):.3g}" for n in fitted.free) +
+          f"; rms log error {fitted.rms_log_error:.3f}")
+    return str(out)
+
+
 def stats(err: list[float]) -> str:
     e = np.asarray(err)
     q1, q3 = np.percentile(e, [25, 75])
@@ -75,20 +101,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", default="H100-SXM5-80GB")
     ap.add_argument("--split", choices=("all", "dev", "held"), default="all")
     ap.add_argument("--predictor", default=None, help="predictor name (default: predict's default)")
+    ap.add_argument("--profile", default=None, help="a device profile (`traincast calibrate --device cuda` on the "
+                    "measured machine): forecast with it instead of the catalog GPU")
+    ap.add_argument("--refit", action="store_true", help="with --profile: fit its parameters again from the steps "
+                    "it stores, with this checkout's calibration code, and forecast with that fit")
+    ap.add_argument("--exclude", default="", help="comma-separated row keys left out (say why where they are)")
     ap.add_argument("--worst", type=int, default=8)
     a = ap.parse_args(argv)
+    if a.refit:
+        if not a.profile:
+            ap.error("--refit needs --profile")
+        a.profile = refit(Path(a.profile))
     rows = load(a.rows)
+    drop = set(filter(None, a.exclude.split(",")))
+    rows = [r for r in rows if (a.split == "all" or split_of(r["key"]) == a.split) and r["key"] not in drop]
     bad = [r for r in rows if "error" in r]
-    rows = [r for r in rows if "error" not in r and (a.split == "all" or split_of(r["key"]) == a.split)]
+    rows = [r for r in rows if "error" not in r]
     boards = sorted({r["fingerprint"].get("gpu_name") or "?" for r in rows})
     print(f"{len(rows)} rows measured on {', '.join(boards)} (torch "
           f"{', '.join(sorted({r['fingerprint'].get('torch_version', '?') for r in rows}))}); "
-          f"forecast for {a.gpu}; split {a.split}; {len(bad)} rows failed to measure")
+          f"forecast for {a.profile or a.gpu}; split {a.split}; {len(bad)} rows failed to measure")
     out = []
     for r in rows:
-        f = forecast_from_options(model_path(r["model"]), gpu=a.gpu, batch_size=r["batch_size"],
-                                  precision=r["precision"], optimizer=r["optimizer"], seq_len=r["seq_len"],
-                                  predictor=a.predictor)
+        where = dict(profile=a.profile) if a.profile else dict(gpu=a.gpu, predictor=a.predictor)
+        f = forecast_from_options(model_path(r["model"]), batch_size=r["batch_size"], precision=r["precision"],
+                                  optimizer=r["optimizer"], seq_len=r["seq_len"], **where)
         meas = r["step"]["median_ms"] / 1e3
         mem = r.get("peak_allocated_bytes")
         out.append(dict(key=r["key"], group=group_of(r), meas=meas, fc=f.iteration_s, err=f.iteration_s / meas - 1,
