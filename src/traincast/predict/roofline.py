@@ -58,6 +58,8 @@ Per op::
   resident, ``rate`` = ``bn_native_gelems_per_block`` elements/s per block (latency-bound loads: 512 in flight
   per block). The forward's normalisation pass is an ordinary element-wise kernel (the roofline's time of the
   op); the backward's traffic is all in its two per-channel passes.
+- FP8 GEMMs on tensor cores: their efficiency is the tensor matmul efficiency x ``fp8_matmul_ratio`` (FP8 GEMMs
+  reach a smaller share of their datasheet peak than BF16 ones; 1 where not measured).
 
 Use: ``params = RooflineParams.for_device(device)``; ``c = compile_ops(workload.ops, device, precision,
 params)`` turns the ops into arrays once (dtype routing, GEMM dimensions, launch counts, fresh bytes);
@@ -96,7 +98,7 @@ _SCALARS = ("memory_scale", "kernel_floor_us", "op_overhead_us", "light_overhead
             "foreach_chunk", "gemm_half_dim", "conv_half_dim", "fresh_alloc_min_bytes", "fresh_alloc_gb_per_s",
             "cache_bytes", "dram_factor", "winograd_speedup", "sustained_clock_per_base", "shared_lane_fp32_share",
             "nchw_transpose", "host_forward_us", "host_backward_us", "depthwise_tap_ref", "depthwise_wgrad_gflops",
-            "depthwise_call_us", "depthwise_grad_call_us", "bn_native_gelems_per_block")
+            "depthwise_call_us", "depthwise_grad_call_us", "bn_native_gelems_per_block", "fp8_matmul_ratio")
 
 ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
             "uint8": 1, "bool": 1}
@@ -178,6 +180,7 @@ class RooflineTable(Document):
     depthwise_call_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
     depthwise_grad_call_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
     bn_native_gelems_per_block: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    fp8_matmul_ratio: Annotated[float, Field(gt=0, le=2, allow_inf_nan=False)] = 1.0
 
 
 def check_table(table, where: str) -> dict:
@@ -227,6 +230,7 @@ class RooflineParams:
     depthwise_call_us: float = 0.0
     depthwise_grad_call_us: float = 0.0
     bn_native_gelems_per_block: float = 0.0
+    fp8_matmul_ratio: float = 1.0
     _arrays: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -278,6 +282,7 @@ class RooflineParams:
             depthwise_call_us=float(table.get("depthwise_call_us", 0.0)),
             depthwise_grad_call_us=float(table.get("depthwise_grad_call_us", 0.0)),
             bn_native_gelems_per_block=float(table.get("bn_native_gelems_per_block", 0.0)),
+            fp8_matmul_ratio=float(table.get("fp8_matmul_ratio", 1.0)),
         )
 
     @classmethod
@@ -300,7 +305,8 @@ class RooflineParams:
              "host_forward_us": self.host_forward_us, "host_backward_us": self.host_backward_us,
              "depthwise_tap_ref": self.depthwise_tap_ref, "depthwise_wgrad_gflops": self.depthwise_wgrad_gflops,
              "depthwise_call_us": self.depthwise_call_us, "depthwise_grad_call_us": self.depthwise_grad_call_us,
-             "bn_native_gelems_per_block": self.bn_native_gelems_per_block}
+             "bn_native_gelems_per_block": self.bn_native_gelems_per_block,
+             "fp8_matmul_ratio": self.fp8_matmul_ratio}
         if self.light_overhead_us is not None:
             d["light_overhead_us"] = self.light_overhead_us
         if self.fresh_alloc_min_bytes or self.fresh_alloc_gb_per_s:
@@ -628,6 +634,7 @@ class CompiledOps:
     bn_elems: np.ndarray | None = None  # elements of their input
     bn_blocks: np.ndarray | None = None  # their resident thread blocks: min(channels, 4 x SMs)
     bn_itemsize: float = 2.0  # bytes per element of those inputs (BF16/FP16)
+    fp8_gemm: np.ndarray | None = None  # bool: an FP8 GEMM on tensor cores
 
     def __len__(self) -> int:
         return len(self.flops)
@@ -658,6 +665,8 @@ class CompiledOps:
             units[i], peaks[i] = UNITS.index(unit), device.peak_flops_per_s(pdt)
             fp32_simt[i] = unit == "simt" and pdt == "fp32"
         wino = fp32_simt & (np.zeros(n, dtype=bool) if winograd is None else np.asarray(winograd, dtype=bool))
+        fp8_gemm = (units == UNITS.index("tensor")) & np.array([dt == "fp8" and c == "matmul"
+                                                               for c, dt in zip(classes, dtypes)], dtype=bool)
         tensor_conv = (units == UNITS.index("tensor")) & np.array([c == "conv" for c in classes], dtype=bool)
         nvidia_gpu = device.kind == "gpu" and device.vendor.lower() == "nvidia"
         tbytes = (2.0 * np.asarray(conv_bytes, dtype=float) * tensor_conv if conv_bytes is not None and nvidia_gpu
@@ -687,6 +696,7 @@ class CompiledOps:
             slow_wgrad_flops=np.zeros(n) if slow_wgrad_flops is None else np.asarray(slow_wgrad_flops, dtype=float),
             dw_call=np.zeros(n, dtype=int) if dw_call is None else np.asarray(dw_call, dtype=int),
             bn_passes=bn_passes, bn_elems=bn_elems, bn_blocks=bn_blocks,
+            fp8_gemm=fp8_gemm if fp8_gemm.any() else None,
         )
 
     def clock_factor(self, params: RooflineParams) -> float:
@@ -717,6 +727,8 @@ class CompiledOps:
         peak = scale * eff
         if self.winograd is not None and params.winograd_speedup != 1.0:
             peak = np.where(self.winograd, peak * params.winograd_speedup, peak)
+        if self.fp8_gemm is not None and params.fp8_matmul_ratio != 1.0:
+            peak = np.where(self.fp8_gemm, peak * params.fp8_matmul_ratio, peak)
         if self.shared_lane_frac and params.shared_lane_fp32_share < 1.0:
             # FP32 lanes shared with INT32 do FP32 math a share of their cycles (address and loop arithmetic of
             # the kernel take the rest): the vector units reach (1 - shared x (1 - share)) of the datasheet peak
