@@ -97,6 +97,8 @@ def test_sdpa_in_a_trace_is_the_fused_kernel_with_gqa_and_causal_halving():
     assert not [o for o in fp32.ops if o.aten.startswith("_scaled_dot_product")]
     soft = [o for o in fp32.ops if o.aten in ("_softmax", "_safe_softmax")]
     assert soft and soft[0].output_shapes[0] == (2, 4, 32, 32) and soft[0].dtype == "fp32"
+    assert dict(fp32.fused_kernels).get("sdpa_math") == 1
+    assert any("math path, 1 per step" in n for n in fp32.kernel_notes())
     # equal heads in FP32: the memory-efficient kernel
     class Mha(Attn):
         def forward(self, x):

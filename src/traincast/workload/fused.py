@@ -252,6 +252,7 @@ def fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
         # memory-efficient kernel takes no grouped-query heads (sdp_utils.cpp, its dense constraints:
         # check_batch_size_and_num_heads_dense<false /*supports_grouped_query_attention*/>), so SDPA falls back
         # to its math path: scores materialised, softmax, dropout and the second product as separate kernels
+        _TRACING.math_attention += 1
         return torch.ops.aten._scaled_dot_product_attention_math(
             query, key, value, attn_mask, dropout_p, bool(is_causal), None, scale=scale, enable_gqa=True)[0]
     if attn_mask is not None:
@@ -649,6 +650,7 @@ class _Tracing(threading.local):
     def __init__(self):
         self.kernels = False  # this thread is tracing: Mamba functions run as the fused kernels
         self.attention = False  # ... and SDPA as the fused attention kernel
+        self.math_attention = 0  # SDPA calls that took PyTorch's math path instead (grouped-query heads, no flash)
 
 
 _TRACING = _Tracing()
@@ -712,8 +714,9 @@ class FusedKernels:
         with _PATCH_LOCK:
             _patch_loaded_modules()
             _PATCH_USERS += 1
-        self._was = (_TRACING.kernels, _TRACING.attention)
-        _TRACING.kernels, _TRACING.attention = True, self.attention
+        self._was = (_TRACING.kernels, _TRACING.attention, _TRACING.math_attention)
+        _TRACING.kernels, _TRACING.attention, _TRACING.math_attention = True, self.attention, 0
+        self.math_attention_calls = 0
         if self.attention:  # calls through names bound at import (from torch.nn.functional import ...)
             self._mode = _SdpaMode()
             self._mode.__enter__()
@@ -724,7 +727,8 @@ class FusedKernels:
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
-        _TRACING.kernels, _TRACING.attention = self._was
+        self.math_attention_calls = _TRACING.math_attention
+        _TRACING.kernels, _TRACING.attention, _TRACING.math_attention = self._was
         with _PATCH_LOCK:
             _PATCH_USERS -= 1
             if _PATCH_USERS == 0:
@@ -750,6 +754,10 @@ def nothing():
     yield
 
 
+# the name under which a trace counts SDPA calls that ran PyTorch's math path (Workload.fused_kernels)
+MATH_ATTENTION = "sdpa_math"
+
+
 def kernel_notes(counts: dict[str, int]) -> list[str]:
     """Forecast notes naming the fused kernels a trace ran (``counts``: recorded op name -> calls per step)."""
     by: dict[str, set[str]] = {}
@@ -759,6 +767,10 @@ def kernel_notes(counts: dict[str, int]) -> list[str]:
             if k.implementation != "PyTorch":
                 by.setdefault(k.family, set()).add(k.implementation)
     notes = []
+    if counts.get(MATH_ATTENTION):
+        notes.append(f"attention: PyTorch's math path, {counts[MATH_ATTENTION]} per step: grouped-query heads "
+                     "where flash cannot run (FP32, a mask, other head dims) and the memory-efficient kernel takes "
+                     "no grouped-query heads, so the scores are materialised (memory grows with the sequence squared)")
     if "attention" in by:
         notes.append(f"attention: {', '.join(sorted(by.pop('attention')))}, fused (the kernel PyTorch's "
                      "scaled_dot_product_attention picks on CUDA)")

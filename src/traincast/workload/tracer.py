@@ -423,6 +423,9 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
 
     if half is not None:  # autocast runs the recurrent layers in half precision
         rnn_calls = [replace(c, dtype=dtype_name(half)) for c in rnn_calls]
+    fused_counts = dict(recorder.fused)
+    if modes[0].math_attention_calls:  # SDPA calls on PyTorch's math path (workload/fused.py)
+        fused_counts[fused.MATH_ATTENTION] = modes[0].math_attention_calls
     ops = tuple(recorder.ops)
     transient = max((o.bytes_written for o in ops if o.phase != "optimizer"), default=0)
     memory = MemoryFootprint(
@@ -451,7 +454,7 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
         routed_selections=selections.routed,
         dense_selections=selections.dense,
         data_dependent_reads=recorder.data_dependent,
-        fused_kernels=tuple(sorted(recorder.fused.items())),
+        fused_kernels=tuple(sorted(fused_counts.items())),
         unregistered_ops=tuple(sorted(recorder.unregistered.items())),
         param_tensors=len(trainable),
         trace_s=round(time.perf_counter() - t0, 3),
