@@ -56,7 +56,8 @@ class OpRecord:
     # 0: a kernel of its own; 1: the first op of a fused kernel; 2: an op inside a fused kernel (no launch of
     # its own; its bytes are those the fused kernel moves for it)
     fusion: int = 0
-    # a convolution's activation layout: "" (the model's, PyTorch's default NCHW) or "nhwc" (channels_last)
+    # a convolution's or batch norm's activation layout: "" (the model's, PyTorch's default NCHW) or "nhwc"
+    # (channels_last)
     layout: str = ""
 
     @property
