@@ -146,6 +146,23 @@ def test_calibration_bad_input(capsys, tmp_path, monkeypatch):
     assert "--layer-samples" in capsys.readouterr().err  # refused before any step is timed
     assert run(["predict", "resnet18", "--device", "local", "--batch-size", "2"]) == 2
     assert "run `traincast calibrate`" in capsys.readouterr().err
+    assert run(["calibrate", "--host-only"]) == 2  # on a CPU the host is the device
+    assert "--host-only measures the host that issues a GPU's kernels" in capsys.readouterr().err
+
+
+def test_host_cost_per_traced_op_of_the_tiny_models():
+    """measure/host.py on this CPU (the same code times a GPU's host): each phase's wall time over the ops
+    traincast traces for it; a positive, plausible figure per op (a microsecond to a few milliseconds), the ops
+    those of the traced tiny model."""
+    from traincast.measure.host import measure_host_costs, tiny_model, traced_ops
+
+    _, _, path = tiny_model("llama")
+    n = traced_ops(path)
+    assert n["forward"] > 50 and n["backward"] > 50
+    hc = measure_host_costs("cpu", models=("llama",), steps=5, repeats=2)
+    assert hc.per_model["llama"]["ops"] == [n["forward"], n["backward"]]
+    assert len(hc.per_model["llama"]["forward_us"]) == 2
+    assert 1.0 < hc.forward_us < 5000.0 and 1.0 < hc.backward_us < 5000.0
 
 
 def test_layer_sum_of_a_small_cnn_and_its_correction():
@@ -333,3 +350,27 @@ def test_gpu_calibration_fits_the_hosts_issue_cost_through_the_overlap():
     serial = base.with_values({"op_overhead_us": base.op_overhead_us + 4 * base.host_forward_us,
                                "host_forward_us": 0.0, "host_backward_us": 0.0})
     assert _steps_with_host(serial, big, dev)[0] > 1.2 * want  # what a serial gap would have forecast
+
+
+def test_host_only_profile_carries_the_measured_host_and_slows_a_host_bound_forecast(tmp_path, monkeypatch):
+    """``calibrate --device cuda --host-only`` without a GPU here: the measurement and the device lookup stand in
+    (the CUDA run itself needs a GPU); the profile it saves overrides the host's two costs alone, and a host-bound
+    forecast with it is slower than the catalog's."""
+    import traincast.hardware.local as local
+    import traincast.measure.fingerprint as fpm
+    import traincast.measure.host as host
+    from traincast.cli.calibrate import _host_only
+    from traincast.predict.options import forecast_from_options
+
+    h100 = get_catalog().device("H100")
+    monkeypatch.setattr(local, "local_device", lambda device, threads=None, **kw: h100)
+    monkeypatch.setattr(fpm, "fingerprint", lambda device, n=None: type("F", (), {"as_dict": lambda self: {}})())
+    monkeypatch.setattr(host, "measure_host_costs", lambda device, progress=None: host.HostCosts(
+        60.0, 30.0, device, {"llama": {"ops": [207, 316], "forward_us": [60.0], "backward_us": [30.0]}}))
+    out = tmp_path / "h.yaml"
+    _host_only("cuda", "h", out, as_json=False)
+    prof = DeviceProfile.load(out)
+    assert prof.overrides == {"host_forward_us": 60.0, "host_backward_us": 30.0}
+    kw = dict(batch_size=2, seq_len=64, precision="amp-bf16", optimizer="adamw")
+    slow = forecast_from_options("bert-tiny", profile=str(out), **kw).iteration_s
+    assert slow > 2 * forecast_from_options("bert-tiny", gpu="H100", **kw).iteration_s

@@ -45,6 +45,40 @@ def _isolate_option():
                         "training job runs (the heap an earlier model left changes the next)")
 
 
+def _host_only(device: str, name: str, out, as_json: bool) -> None:
+    """``calibrate --host-only``: the host's issue cost measured here (measure/host.py), saved as a profile of this
+    machine's GPU whose only overrides are ``host_forward_us`` and ``host_backward_us``."""
+    import datetime as _dt
+    from dataclasses import asdict
+
+    from traincast.errors import ConfigError
+    from traincast.hardware.local import local_device
+    from traincast.measure.fingerprint import fingerprint
+    from traincast.measure.host import MODEL_FIELDS, measure_host_costs
+    from traincast.predict.profile import DeviceProfile
+
+    if not str(device).startswith("cuda"):
+        raise ConfigError("--host-only measures the host that issues a GPU's kernels: it needs --device cuda "
+                          "(on a CPU the host is the device; calibrate it without --host-only)")
+    dev = local_device(device, None)
+    prog, tick = _progress("timing the host", 3 * len(MODEL_FIELDS))
+    with prog:
+        hc = measure_host_costs(device, progress=tick)
+    prof = DeviceProfile(name=name, device=asdict(dev), fingerprint=fingerprint(device, None).as_dict(),
+                         overrides={"host_forward_us": round(hc.forward_us, 2),
+                                    "host_backward_us": round(hc.backward_us, 2)},
+                         date=_dt.datetime.now().isoformat(timespec="seconds"),
+                         fit={"host_only": True, "host": {"forward_us": hc.forward_us, "backward_us": hc.backward_us,
+                                                          "per_model": hc.per_model}})
+    path = prof.save(out)
+    if as_json:
+        print_json({"profile": str(path), "overrides": prof.overrides, "fit": prof.fit})
+        return
+    console.print(f"host of {dev.name}: {hc.forward_us:.1f} us per forward op, {hc.backward_us:.1f} us per backward "
+                  "op (the catalog's default: 15.7 / 8.5)")
+    console.print(f"profile saved: {path}  (use: traincast predict MODEL --device local ...)")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def calibrate(
@@ -63,6 +97,10 @@ def register(app: typer.Typer) -> None:
         isolate: bool = _isolate_option(),
         name: str = typer.Option("local", "--name", help="profile name (`--profile NAME` uses it)"),
         out: Optional[Path] = typer.Option(None, "--out", help="write the profile here instead"),
+        host_only: bool = typer.Option(False, "--host-only", help="GPUs: measure only the host's cost of issuing "
+                                       "one eager op (tiny GPT-2/Llama/BERT steps, about a minute) and save a profile "
+                                       "with the catalog's GPU and this host (the host differs between machines "
+                                       "with the same GPU)"),
         as_json: bool = typer.Option(False, "--json"),
     ):
         """Time real steps here, fit the analytical predictor to them, save a device profile."""
@@ -78,6 +116,9 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             writable_file(out)
         check_device(device)
+        if host_only:
+            _host_only(device, name, out, as_json)
+            return
         from traincast.fit.calibration import calibration_models
 
         if models is not None and for_models is not None:
