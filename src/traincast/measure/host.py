@@ -59,11 +59,12 @@ def tiny_model(model_type: str, device: str = "cpu") -> tuple[torch.nn.Module, C
     return model, (lambda: model(**kw).loss), path
 
 
-def traced_ops(config_path: str) -> dict[str, int]:
-    """Ops traincast traces in the forward and the backward of the tiny model (batch 1, 4 tokens, AdamW)."""
+def traced_ops(config_path: str, fused_attention: bool = False) -> dict[str, int]:
+    """Ops traincast traces in the forward and the backward of the tiny model (batch 1, 4 tokens, AdamW); with
+    ``fused_attention`` its attention as the one kernel a CUDA run picks (as forecasts for GPUs trace it)."""
     from traincast.workload import trace
 
-    wl = trace(config_path, batch_size=1, optimizer="adamw", seq_len=4)
+    wl = trace(config_path, batch_size=1, optimizer="adamw", seq_len=4, fused_attention=fused_attention)
     out = {"forward": 0, "backward": 0}
     for o in wl.ops:
         if o.phase in out:
@@ -105,7 +106,7 @@ def measure_host_costs(device: str = "cpu", *, models: Iterable[str] = ("gpt2", 
         if name not in MODEL_FIELDS:
             raise ConfigError(f"no tiny host-measurement model {name!r}; known: {', '.join(MODEL_FIELDS)}")
         model, loss_fn, path = tiny_model(name, device)
-        n = traced_ops(path)
+        n = traced_ops(path, fused_attention=str(device).startswith("cuda"))
         f_us, b_us = [], []
         for _ in range(repeats):
             f, b = time_phases(model, loss_fn, steps)
