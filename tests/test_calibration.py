@@ -365,7 +365,7 @@ def test_host_only_profile_carries_the_measured_host_and_slows_a_host_bound_fore
     h100 = get_catalog().device("H100")
     monkeypatch.setattr(local, "local_device", lambda device, threads=None, **kw: h100)
     monkeypatch.setattr(fpm, "fingerprint", lambda device, n=None: type("F", (), {"as_dict": lambda self: {}})())
-    monkeypatch.setattr(host, "measure_host_costs", lambda device, progress=None: host.HostCosts(
+    monkeypatch.setattr(host, "measure_host_costs", lambda device, repeats=3, progress=None: host.HostCosts(
         60.0, 30.0, device, {"llama": {"ops": [207, 316], "forward_us": [60.0], "backward_us": [30.0]}}))
     out = tmp_path / "h.yaml"
     _host_only("cuda", "h", out, as_json=False)

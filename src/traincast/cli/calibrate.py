@@ -61,9 +61,10 @@ def _host_only(device: str, name: str, out, as_json: bool) -> None:
         raise ConfigError("--host-only measures the host that issues a GPU's kernels: it needs --device cuda "
                           "(on a CPU the host is the device; calibrate it without --host-only)")
     dev = local_device(device, None)
-    prog, tick = _progress("timing the host", 3 * len(MODEL_FIELDS))
+    repeats = 3
+    prog, tick = _progress("timing the host", repeats * len(MODEL_FIELDS))
     with prog:
-        hc = measure_host_costs(device, progress=tick)
+        hc = measure_host_costs(device, repeats=repeats, progress=tick)
     prof = DeviceProfile(name=name, device=asdict(dev), fingerprint=fingerprint(device, None).as_dict(),
                          overrides={"host_forward_us": round(hc.forward_us, 2),
                                     "host_backward_us": round(hc.backward_us, 2)},

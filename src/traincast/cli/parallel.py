@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from traincast.cli.commands import KERNELS_HELP, MEMORY_FORMAT_HELP
 from traincast.cli.render import console, dur, print_json, size, split_list, table
 
 MODEL_HELP = ("the model: a zoo name, a Hugging Face config.json or a folder holding one, or a .yaml/.json layer "
@@ -34,10 +35,8 @@ def register(app: typer.Typer) -> None:
         cps: Optional[str] = typer.Option(None, "--cp", help="context-parallel degrees to consider, e.g. 1,2,4,8 "
                                           "(default: 1, and powers of two up to a node for sequences >= 8K)"),
         cp_kinds: str = typer.Option("ring", "--cp-kinds", help="context parallelism to consider: ring, all-to-all"),
-        kernels: str = typer.Option("eager", "--kernels", help="eager (every op its own kernel) | compiled "
-                                    "(element-wise chains fused: torch.compile, Megatron/Transformer Engine)"),
-        memory_format: str = typer.Option("contiguous", "--memory-format", help="contiguous (PyTorch's default "
-                                          "NCHW) | channels_last (convolutions on NHWC activations)"),
+        kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
+        memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
         tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap", help="layouts with sequence parallelism "
                                              "overlap its all-gathers and reduce-scatters with the GEMMs "
                                              "(Megatron-Core / Transformer Engine userbuffers)"),

@@ -33,7 +33,7 @@ def check_memory_format(fmt: str) -> str:
 
 
 def apply_memory_format(wl, fmt: str = "contiguous"):
-    """``wl`` with its convolutions in memory format ``fmt``."""
+    """``wl`` with its convolutions and batch norms in memory format ``fmt``."""
     fmt = check_memory_format(fmt)
     if fmt == "contiguous" or wl.memory_format == fmt:
         return wl

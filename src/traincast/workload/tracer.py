@@ -393,7 +393,8 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
     rnn_calls: list[RecurrentCall] = []
     hooks = [mod.register_forward_hook(_rnn_recorder(name, rnn_calls))
              for mod, name in names.items() if isinstance(mod, torch.nn.RNNBase)]
-    modes = [fused.FusedKernels(attention=fused_attention)]  # attention, Mamba scans: the kernels CUDA runs
+    kernels_mode = fused.FusedKernels(attention=fused_attention)  # attention, Mamba scans: the kernels CUDA runs
+    modes = [kernels_mode]
     half = autocast_dtype(precision)
     amp = _ForwardAutocast(half) if half is not None else None
 
@@ -424,8 +425,8 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
     if half is not None:  # autocast runs the recurrent layers in half precision
         rnn_calls = [replace(c, dtype=dtype_name(half)) for c in rnn_calls]
     fused_counts = dict(recorder.fused)
-    if modes[0].math_attention_calls:  # SDPA calls on PyTorch's math path (workload/fused.py)
-        fused_counts[fused.MATH_ATTENTION] = modes[0].math_attention_calls
+    if kernels_mode.math_attention_calls:  # SDPA calls on PyTorch's math path (workload/fused.py)
+        fused_counts[fused.MATH_ATTENTION] = kernels_mode.math_attention_calls
     ops = tuple(recorder.ops)
     transient = max((o.bytes_written for o in ops if o.phase != "optimizer"), default=0)
     memory = MemoryFootprint(
