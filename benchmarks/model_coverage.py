@@ -65,7 +65,7 @@ def sources(which: list[str], diffusers_dir: str | None) -> list[str]:
         elif s == "torchvision":
             from traincast.workload import zoo
 
-            out += list(zoo.torchvision_names())
+            out += list(zoo.all_torchvision_names())
         elif s == "diffusers":
             if not diffusers_dir:
                 sys.exit("--sources diffusers needs --diffusers-configs DIR (a folder of diffusers config .json files)")

@@ -21,7 +21,13 @@ HF_TASK_HELP = ("the head of a Hugging Face model where its type has several: ca
                 "image-text-to-text | sequence-classification | ... (one per transformers auto mapping; "
                 "default: the config's architectures)")
 
-MODEL_HELP = ("the model: a zoo name or any torchvision classification model (see `traincast models`), "
+IMAGE_SIZE_HELP = ("image side in pixels of a Hugging Face vision model or a torchvision segmentation, video, "
+                   "optical-flow or quantized model (default: the config's image_size; torchvision: its recipe's "
+                   "crop)")
+NUM_FRAMES_HELP = ("frames per clip of a Hugging Face or torchvision video model (default: the config's "
+                   "num_frames; torchvision: the clip length its Kinetics-400 weights document)")
+
+MODEL_HELP = ("the model: a zoo name or any torchvision model (see `traincast models`), "
               "timm:NAME (any timm model), package.module:factory (your own nn.Module; see --input-shape), a "
               "diffusers config (JSON with _class_name), a Hugging Face config.json or a folder holding one, or a "
               ".yaml/.json layer spec")
@@ -213,12 +219,10 @@ def register(app: typer.Typer) -> None:
         kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
         memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
         task: Optional[str] = typer.Option(None, "--task", help=HF_TASK_HELP),
-        image_size: Optional[int] = typer.Option(None, "--image-size", help="image side in pixels of a Hugging "
-                                                 "Face vision model (default: its config's image_size)"),
+        image_size: Optional[int] = typer.Option(None, "--image-size", help=IMAGE_SIZE_HELP),
         audio_seconds: Optional[float] = typer.Option(None, "--audio-seconds", help="seconds of audio per sample "
                                                       "of a Hugging Face speech model (default: 10; Whisper: 30)"),
-        num_frames: Optional[int] = typer.Option(None, "--num-frames", help="frames per clip of a Hugging Face "
-                                                 "video model (default: its config's num_frames)"),
+        num_frames: Optional[int] = typer.Option(None, "--num-frames", help=NUM_FRAMES_HELP),
     ):
         """Forecast iteration, epoch and total time, cost and memory of a training job."""
         from traincast.predict.options import forecast_from_options
@@ -254,12 +258,10 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", help="write the workload JSON to this file"),
         as_json: bool = typer.Option(False, "--json"),
         task: Optional[str] = typer.Option(None, "--task", help=HF_TASK_HELP),
-        image_size: Optional[int] = typer.Option(None, "--image-size", help="image side in pixels of a Hugging "
-                                                 "Face vision model (default: its config's image_size)"),
+        image_size: Optional[int] = typer.Option(None, "--image-size", help=IMAGE_SIZE_HELP),
         audio_seconds: Optional[float] = typer.Option(None, "--audio-seconds", help="seconds of audio per sample "
                                                       "of a Hugging Face speech model (default: 10; Whisper: 30)"),
-        num_frames: Optional[int] = typer.Option(None, "--num-frames", help="frames per clip of a Hugging Face "
-                                                 "video model (default: its config's num_frames)"),
+        num_frames: Optional[int] = typer.Option(None, "--num-frames", help=NUM_FRAMES_HELP),
     ):
         """Trace one training step on the meta device: ops, FLOPs, bytes, memory."""
         from traincast.predict.options import hf_inputs
@@ -297,19 +299,25 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def models(as_json: bool = typer.Option(False, "--json")):
-        """The model zoo, and every torchvision classification model."""
-        from traincast.workload import zoo
+        """The model zoo, and every torchvision model."""
+        from traincast.workload import tvtasks, zoo
 
         rows = [[e.name, e.family, e.description] for e in zoo.ZOO.values()]
         tv = [n for n in zoo.torchvision_names() if n not in zoo.ZOO]
+        tasks = tvtasks.task_names()
         if as_json:
             print_json([dict(name=r[0], family=r[1], description=r[2]) for r in rows]
-                       + [dict(name=n, family="vision", description=f"{n} (torchvision)") for n in tv])
+                       + [dict(name=n, family="vision", description=f"{n} (torchvision)") for n in tv]
+                       + [dict(name=n, family="vision", description=tvtasks.description(n)) for n in tasks])
             return
         console.print(table("models", ["name", "family", "description"], rows, justify_right_from=9))
         console.print("aliases: " + ", ".join(f"{a} -> {b}" for a, b in zoo.ALIASES.items()))
         console.print(f"and every torchvision classification model ({len(tv)} more, ImageNet-1k input): "
                       + ", ".join(tv))
+        for task in dict.fromkeys(tasks.values()):
+            names_ = [n for n, t in tasks.items() if t == task]
+            console.print(f"torchvision {task} ({len(names_)}" + (", named but not supported yet)"
+                                                               if task == "detection" else ")") + ": " + ", ".join(names_))
         from traincast.workload.sources import SOURCES
 
         console.print("model sources (recognised in this order): " + "; ".join(

@@ -355,7 +355,7 @@ def _parse_class(row: _ClassRow, where: str, gpu_names: set[str], estimate: Esti
     if not durations and (estimate is None or estimate.gflops(model) is None) and not _known_model(model):
         from traincast.workload import zoo
 
-        raise UnknownNameError(f"model (job class {name})", model, list(zoo.ZOO) + list(zoo.torchvision_names()))
+        raise UnknownNameError(f"model (job class {name})", model, list(zoo.ZOO) + list(zoo.all_torchvision_names()))
     return JobClass(name=name, model=model, dataset_size=row.dataset_size, epochs=float(row.epochs),
                     batch_size=row.batch_size, share=float(row.share), framework=row.framework,
                     precision=row.precision, durations_s=tuple(durations))

@@ -16,7 +16,8 @@ source         the text                              the step
 ``hf-config``  a Hugging Face ``config.json`` (or     the model's head and loss (``workload.zoo``)
                a folder holding one)
 ``spec``       a ``.yaml``/``.json`` layer spec       ``workload.spec``
-``zoo``        a zoo name or any torchvision model    ``workload.zoo``
+``zoo``        a zoo name or any torchvision model    ``workload.zoo`` (other tasks than classification:
+                                                     ``workload.tvtasks``)
 ============== ===================================== ==================================================
 
 A source is a :class:`ModelSource`: ``matches(text)``, ``build(text, **step options)``, and whether attention in
@@ -294,10 +295,11 @@ def _zoo_fused(text: str) -> bool:
 def _zoo_names() -> list[str]:
     from traincast.workload import zoo
 
-    return list(zoo.ZOO) + [n for n in zoo.torchvision_names() if n not in zoo.ZOO]
+    return list(zoo.ZOO) + [n for n in zoo.all_torchvision_names() if n not in zoo.ZOO]
 
 
-_add("zoo", "a zoo name or any torchvision classification model (`traincast models`)",
+_add("zoo", "a zoo name or any torchvision model: classification, segmentation, video, optical flow, "
+     "quantization-aware (`traincast models`)",
      matches=lambda _t: True, build=_zoo_build, fused_attention=_zoo_fused, example="resnet50", listing=_zoo_names)
 
 

@@ -411,8 +411,23 @@ def torchvision_names() -> tuple[str, ...]:
     return tuple(torchvision.models.list_models(module=torchvision.models))
 
 
+def all_torchvision_names() -> tuple[str, ...]:
+    """Every torchvision model: classification, then segmentation, video, optical flow, quantization and
+    detection (``workload.tvtasks``)."""
+    from traincast.workload import tvtasks
+
+    return torchvision_names() + tuple(tvtasks.task_names())
+
+
+def _task_builder(entry: ZooEntry, **kw):
+    from traincast.workload import tvtasks
+
+    return tvtasks.build(entry.name, **kw)
+
+
 def get(name: str) -> ZooEntry:
-    """A zoo entry by name or alias, or any torchvision classification model (ImageNet-1k input)."""
+    """A zoo entry by name or alias, or any torchvision model (classification: ImageNet-1k input; the other
+    tasks: ``workload.tvtasks``)."""
     key = ALIASES.get(name.lower(), name.lower())
     if key in ZOO:
         return ZOO[key]
@@ -420,7 +435,13 @@ def get(name: str) -> ZooEntry:
     if tv in torchvision_names():
         _BUILDERS.setdefault(tv, _torchvision)
         return ZooEntry(tv, "vision", f"{tv} (torchvision)", 1281167, input_hw=299 if tv == "inception_v3" else 224)
-    raise UnknownNameError("model", name, list(ZOO) + list(ALIASES) + list(torchvision_names()))
+    from traincast.workload import tvtasks
+
+    task = tvtasks.task_names().get(tv)
+    if task is not None:
+        _BUILDERS.setdefault(tv, _task_builder)
+        return ZooEntry(tv, "vision", tvtasks.description(tv), tvtasks.DATASET_SIZE[task])
+    raise UnknownNameError("model", name, list(ZOO) + list(ALIASES) + list(all_torchvision_names()))
 
 
 def names() -> list[str]:
