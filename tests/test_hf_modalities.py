@@ -1517,3 +1517,54 @@ def test_a_task_conditioned_segmenter_gets_its_task_prompt(capsys, tmp_path):
     code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--image-size", "64", "--json")
     assert code == 0, err
     assert any("each image with a task prompt of 8 token ids (task_seq_len)" in n for n in json.loads(out)["notes"])
+
+
+def test_multimodal_rope_sections_the_config_leaves_out_are_split_evenly(capsys, tmp_path):
+    """transformers' default HunYuan-VL config names no ``mrope_section`` and its forward needs three: split
+    evenly over the rotary half-dimensions (a cost-neutral repair, said in a note), after its placeholders are
+    counted from what its projector makes (each image's merged patches plus a row-end token per row)."""
+    fields = dict(text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                                   num_key_value_heads=2),
+                  vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                                     num_key_value_heads=2, out_hidden_size=64, text_hidden_size=64))
+    wl, fwd, p = _trace(capsys, tmp_path, "hunyuan_vl", fields, None, "--seq-len", "64")
+    # 224 px in 16 px patches: 14 x 14, merged 2 x 2: 7 rows of 7, plus one token closing each row and two more
+    assert "(58 image placeholders)" in wl["input_description"]
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100", "-b", "2", "--seq-len", "64", "--json")
+    assert code == 0, err
+    assert any("mrope_section [6, 5, 5]" in n for n in json.loads(out)["notes"])
+
+
+def test_images_and_audio_with_their_chunk_lengths_and_both_placeholder_counts(capsys, tmp_path):
+    """Dots 3 Note: mel bins first for its 2-d conv stem, ``chunk_sample_lengths`` of its features, one-frame
+    patches, and its count check that names no modality sizing the audio placeholders after the images'."""
+    fields = dict(text_config=dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=2, index_n_heads=2,
+                                   shared_experts_intermediate_size=32),
+                  vision_config=dict(hidden_size=64, intermediate_size=128, num_attention_heads=2,
+                                     moe_intermediate_size=32, adapter_in_dim=64, adapter_out_dim=64),
+                  audio_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                                    num_key_value_heads=2, adapter_input_size=64, adapter_out_dim=64))
+    wl, fwd, _ = _trace(capsys, tmp_path, "dots3_note", fields, None, "--seq-len", "64")
+    assert "64 image and 125 audio placeholders" in wl["input_description"]
+    assert "10 s of 128 log-mel features" in wl["input_description"]
+
+
+def test_value_reads_of_masks_made_from_real_inputs_get_their_real_answer(capsys, tmp_path):
+    """Longformer asks ``is_index_global_attn.any().item()`` of a mask computed (on meta) from the all-local
+    attention mask traincast made: the tracer follows those values and answers False, so the global-attention
+    path (its own query/key/value projections) is not traced; before, a dense-batch True ran it and failed."""
+    fields = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, attention_window=32)
+    wl, fwd, _ = _trace(capsys, tmp_path, "longformer", fields, None, "--seq-len", "64")
+    assert fwd and not any("global" in o["module"] for o in wl["ops"])
+    assert any(o["module"].endswith(".query") for o in fwd)
+
+
+def test_reversible_layers_recompute_their_forward_in_the_backward(capsys, tmp_path):
+    """Reformer runs its layers inside a custom autograd Function with grad off and recomputes them in the
+    backward: traced with the module names kept, the backward costs about three forwards (recompute + 2x)."""
+    wl, fwd, _ = _trace(capsys, tmp_path, "reformer", {})
+    f = sum(o["flops"] for o in fwd)
+    b = sum(o["flops"] for o in wl["ops"] if o["phase"] == "backward")
+    assert 2.5 * f < b < 3.5 * f
+    assert any("attention" in o["module"] for o in fwd)

@@ -544,6 +544,7 @@ def _first_conv1d_in(model: nn.Module) -> int | None:
 
 
 _FEATURE_MASKS = ("input_features_mask", "feature_attention_mask")  # which audio frames are real: all of them
+_SAMPLE_LENGTHS = ("chunk_sample_lengths", "audio_sample_lengths")  # waveform samples per chunk of features
 _MEL_FIELDS = ("num_mel_bins", "feature_size", "n_mels", "input_feat_per_channel", "num_mel_filters", "input_feat_size",
                "feature_projection_input_dim")
 
@@ -722,11 +723,12 @@ def _grid(ctx: _Ctx) -> tuple[int, int, int, int, int]:
     return patch, tps, merge, gh, gw
 
 
-def _grid_patches(ctx: _Ctx, images):
+def _grid_patches(ctx: _Ctx, images, frames: int | None = None):
     """Qwen2-VL-style inputs: the images cut into ``temporal x patch x patch`` patches, flattened to one row
     each (``sum(t*h*w) x C*temporal*patch^2``), with their grid ``image_grid_thw`` (one (t, h, w) per image);
-    h and w a multiple of the spatial merge."""
+    h and w a multiple of the spatial merge. ``frames``: the temporal patch size where the model's inputs fix it."""
     patch, tps, merge, gh, gw = _grid(ctx)
+    tps = frames or tps
     b, c, h, w = images.shape
     ctx.desc[-1] = f"{c}x{gh * patch}x{gw * patch} images in {patch}px patches"
     rows = torch.randn(b * gh * gw, c * tps * patch * patch)
@@ -1054,6 +1056,10 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         elif cls.__name__.endswith("ForKeypointMatching") and kw["pixel_values"].dim() == 4:  # pairs of images
             kw["pixel_values"] = torch.stack([kw["pixel_values"]] * 2, 1)
             ctx.desc[-1] = "pairs of " + ctx.desc[-1]
+        elif "image_grid_hw" in p and "image_grid_thw" not in p and kw["pixel_values"].dim() == 4:
+            # the same rows with a (rows, columns) grid per image, one frame each (Nemotron-H Omni)
+            kw["pixel_values"], grid = _grid_patches(ctx, kw["pixel_values"], frames=1)
+            kw["image_grid_hw"] = grid[:, 1:].contiguous()
         elif "image_grid_thw" in p and kw["pixel_values"].dim() == 4:
             kw["pixel_values"], kw["image_grid_thw"] = _grid_patches(ctx, kw["pixel_values"])
             if "per-image" in variant:  # each image's rows in a batch axis, padded to the longest (ColQwen2)
@@ -1128,6 +1134,14 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             if mask in p:  # (booleans where the model inverts them with ``~``: variant ``bool-mask``, Gemma 3n)
                 kw[mask] = torch.ones(B, frames, dtype=torch.bool if "bool-mask" in variant else torch.long,
                                       device=ctx.idev)
+        lens = [n for n in _SAMPLE_LENGTHS if n in p]
+        if lens and kw["input_features"].dim() == 3:
+            # how many waveform samples each chunk of features holds (Dots 3 Note's ``chunk_sample_lengths``): all of
+            # its frames real, a hop of the config's hop_length (10 ms at 16 kHz where it names none)
+            hop = find(cfg, "hop_length", prefer=_SUB_AUDIO)
+            hop = int(hop) if isinstance(hop, int) and not isinstance(hop, bool) and hop > 0 else 160
+            kw[lens[0]] = torch.full((kw["input_features"].shape[0],), frames * hop, dtype=torch.long,
+                                     device=ctx.idev)
     elif "input_values" in p and ("input_ids" not in p or encoder_input == "input_values"):
         kw["input_values"] = _input_values(ctx)
         if "channel" in variant and kw["input_values"].dim() == 2:  # raw audio with its channel axis (B x 1 x T)
@@ -1848,6 +1862,7 @@ def _checks_off():
 
 
 _LAST_CHECKS: list[str] = []  # the checks the last dry run that ran to its end passed over (:func:`_checks_off`)
+_NO_PLACEHOLDERS = re.compile(r"tokens:? 0\b.*?features:? (\d+)", re.I)  # a count check naming no modality
 _AUDIO_MISMATCH = re.compile(r"audio (?:features and audio )?tokens?.*?tokens:? 0\b.*?features:? (\d+)", re.I)
 
 
@@ -1935,6 +1950,36 @@ def _rebuild_at(snap, cfg) -> str | None:
 _SECTIONS = re.compile(r"split_with_sizes expects split_sizes to sum exactly to (\d+).*?split_sizes=\[([\d, ]+)\]")
 
 
+_NO_SECTIONS = re.compile(r"expects at least (\d+) multimodal RoPE axes, got 0")
+
+
+def _rope_sections_missing(exc, cfg):
+    """Where a forward needs ``k`` multimodal RoPE sections and the config names none (transformers' default
+    HunYuan-VL config: no ``mrope_section`` at all), the repair that splits the rotary half-dimensions (``head_dim
+    // 2``, what the sections must sum to) into ``k`` near-equal sections, or None. As above, how the rotary
+    dimensions are split between the axes does not change the step's cost."""
+    m = _NO_SECTIONS.search(str(exc)) if exc is not None else None
+    if not m:
+        return None
+    k = int(m.group(1))
+
+    def repair(cfg):
+        for c in [*_subconfigs(cfg, _SUB_TEXT), cfg]:
+            rp = _get(c, "rope_parameters")
+            heads, width = _get(c, "num_attention_heads"), _get(c, "hidden_size")
+            head_dim = _get(c, "head_dim") or (width // heads if isinstance(width, int) and heads else None)
+            if isinstance(rp, dict) and "mrope_section" not in rp and isinstance(head_dim, int) and head_dim >= 2 * k:
+                half = head_dim // 2
+                sections = [half // k + (1 if i < half % k else 0) for i in range(k)]
+                c.rope_parameters = {**rp, "mrope_section": sections}  # a new dict (defaults may share one)
+                return (f"the config names no multimodal RoPE sections and the model needs {k}: forecast with "
+                        f"mrope_section {sections}, the {half} rotary half-dimensions split evenly (the split does "
+                        "not change the step's cost)")
+        return None
+
+    return repair
+
+
 def _rope_sections_fix(exc, cfg):
     """Where a forward stops splitting the rotary dimensions by the config's multimodal RoPE sections
     (``mrope_section``) that sum to a fraction of them (transformers' default GLM-4V config: [8, 12, 12] of 64):
@@ -1943,7 +1988,7 @@ def _rope_sections_fix(exc, cfg):
     dimensions between time, height and width does not change the step's cost."""
     m = _SECTIONS.search(str(exc)) if exc is not None else None
     if not m:
-        return None
+        return _rope_sections_missing(exc, cfg)
     total, sections = int(m.group(1)), [int(x) for x in m.group(2).split(",")]
     if sum(sections) <= 0 or total < len(sections) or any(x <= 0 for x in sections):
         return None
@@ -2343,6 +2388,10 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
             if find(cfg, "temporal_patch_size", prefer=_SUB_VISION) is None:  # where the config names none:
                 forms.append(frozenset({"tps=1"}))  # patches of one frame (VideoLLaMA 3)
                 forms.append(frozenset({"tps=1", "patch-images"}))  # each such patch as a small image (Kimi K2.5)
+        if "input_features" in kw and kw["input_features"].dim() == 3 and "pixel_values" in kw:
+            # images and audio: each image form again with the features in the other layout (mel bins first, for a
+            # 2-d conv stem over mel x frames: Dots 3 Note), as an audio-only model's forms try them
+            forms += [f | {"flip"} for f in forms]
         if "pixel_attention_mask" in params and "pixel_values" in kw:  # then tiles with the mask of the real ones
             forms += [frozenset({"5d", "tile-mask"}), frozenset({"sizes", "5d", "tile-mask"})]
         if "pixel_values" in kw and kw["pixel_values"].dim() == 4 and isinstance(
@@ -2401,6 +2450,7 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
                 kw, kind = inputs(n, variant)
                 exc, _rows = _dry_run(model, kw)
                 same = re.search(r"do not match, tokens: (\d+), features: (\d+)", str(exc)) if exc else None
+                rope_fix = rope_fix or _rope_sections_fix(exc, cfg)  # a stop that only the right count reaches
                 if same and same.group(1) == same.group(2):
                     raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}",
                                       functools.partial(_align_widths, None, None))
@@ -2425,12 +2475,18 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
                 else:
                     ctx.seq_len = seq_len
             m = next(filter(None, map(_AUDIO_MISMATCH.search, _LAST_CHECKS)), None) if exc is None else None
+            if m is None and exc is None and len(rows) > 1 and "input_features" in kw:
+                # a check that names no modality ("Multimodal features and placeholder tokens do not match, tokens: 0,
+                # features: N": Dots 3 Note) whose N is what a later scatter (the audio's, after the images') filled
+                m = next((x for x in map(_NO_PLACEHOLDERS.search, _LAST_CHECKS) if x and int(x.group(1)) in rows[1:]),
+                         None)
             if m and multimodal and "pixel_values" in kw and "input_features" in kw and not ctx.audio_tokens:
                 # images and audio, the audio's placeholders missing (its check, passed over, names its features):
                 # as many audio placeholders as it makes features
                 ctx.audio_tokens = int(m.group(1)) // max(1, batch_size)
                 kw2, kind2 = inputs(image_tokens, variant)
-                if _dry_run(model, kw2)[0] is None and not any(map(_AUDIO_MISMATCH.search, _LAST_CHECKS)):
+                if _dry_run(model, kw2)[0] is None and not any(map(_AUDIO_MISMATCH.search, _LAST_CHECKS)) \
+                        and not any(map(_NO_PLACEHOLDERS.search, _LAST_CHECKS)):
                     kw, kind = kw2, kind2
                 else:
                     ctx.audio_tokens = 0

@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils.weak import WeakTensorKeyDictionary
 from torch.utils.module_tracker import ModuleTracker
 
 from traincast.workload import costs, fused
@@ -76,6 +77,24 @@ def _nbytes(t: torch.Tensor) -> int:
 _NODE_KEY = "traincast_module"
 
 
+class _Tracker(ModuleTracker):
+    """torch's ModuleTracker, whose hooks also hold where no autograd graph is recorded: a module called with grad
+    off (a reversible layer inside a custom autograd Function's forward, which recomputes it in the backward:
+    Reformer) is entered and left by name, without the backward hooks that need a graph (PyTorch's own hooks
+    assert there on a leaf that requires grad)."""
+
+    def _fw_pre_hook(self, mod, input) -> None:
+        if torch.is_grad_enabled():
+            return super()._fw_pre_hook(mod, input)
+        self._get_append_fn(self._get_mod_name(mod), False)()
+
+    def _fw_post_hook(self, mod, input, output) -> None:
+        if torch.is_grad_enabled():
+            return super()._fw_post_hook(mod, input, output)
+        self._get_pop_fn(self._get_mod_name(mod), False)()
+_FOLLOW_MAX = 1 << 22  # elements of a meta tensor whose real values are followed
+
+
 @contextlib.contextmanager
 def _node_creation_hook(hook):
     """``hook(node)`` on every autograd node created inside (a private PyTorch hook: skipped where absent)."""
@@ -103,6 +122,40 @@ class _OpRecorder(TorchDispatchMode):
         self.fused: Counter[str] = Counter()  # traincast:: fused kernels run, by name
         self.data_dependent = 0
         self.writer: dict[int, tuple[int, int]] = {}  # storage -> (op index, output slot) that last wrote it
+        self.values = WeakTensorKeyDictionary()  # small meta tensors -> their real values (:meth:`_follow`)
+
+    def _follow(self, func, args, kwargs, out) -> None:
+        """Keep the real values of small meta tensors computed only from real values (CPU inputs moved to meta,
+        ``arange``/``ones``/``full`` made on meta, and what follows from them: masks, positions), by running the
+        same op on the CPU, so that a value read of one (``if (mask > 0).any():``) gets the answer training gets
+        rather than the dense-batch guess. Any input without values (weights, activations) stops it."""
+        outs = [o for o in _tensors(out) if o.device.type == "meta"]
+        if not outs:
+            return
+        ok = all(o.numel() <= _FOLLOW_MAX for o in outs) and torch.Tag.nondeterministic_seeded not in func.tags
+
+        def real(x):
+            nonlocal ok
+            if isinstance(x, torch.Tensor) and x.device.type == "meta":
+                r = self.values.get(x)
+                ok = ok and r is not None
+                return r
+            return torch.device("cpu") if isinstance(x, torch.device) and x.type == "meta" else x
+
+        if ok:
+            rargs, rkwargs = tree_map(real, (args, kwargs))
+        if ok:
+            try:
+                rout = _tensors(func(*rargs, **rkwargs))
+            except Exception:  # noqa: BLE001 - an op the CPU refuses: no values
+                rout = None
+            if rout is not None and len(rout) == len(_tensors(out)):
+                for o, r in zip(_tensors(out), rout):
+                    if o.device.type == "meta" and tuple(o.shape) == tuple(r.shape):
+                        self.values[o] = r
+                return
+        for o in outs:  # written without values (in place too): what it held is no longer known
+            self.values.pop(o, None)
 
     def _forward_module(self) -> str:
         """The innermost module running now (forward): the deepest of the tracker's parents, ties broken by
@@ -135,12 +188,16 @@ class _OpRecorder(TorchDispatchMode):
             # Data-dependent Python control flow (``if mask.all():``) has no
             # answer on meta tensors. Answer as for a plain dense batch: all
             # checks true, counts one. Counted in Workload.data_dependent_reads.
-            self.data_dependent += 1
             t = args[0]
+            real = self.values.get(t)
+            if real is not None:
+                return real.item()
+            self.data_dependent += 1
             return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
         out = func(*args, **kwargs)
         if func.namespace not in ("aten", "traincast"):
             return out
+        self._follow(func, args, kwargs, out)
         name = costs.op_name(func)
         if name in costs.FREE_OPS or getattr(func, "is_view", False):
             return out
@@ -333,7 +390,7 @@ def _storage_key(t: torch.Tensor) -> int:
 def trace_call(fn, phase: str = "forward") -> tuple[object, list[OpRecord]]:
     """``fn()``'s result and the aten ops it ran (on meta tensors: nothing is computed), as ``OpRecord``s
     of ``phase``: a single op timed alone (``traincast bench layers``) mapped onto the ops a step traces."""
-    rec = _OpRecorder(ModuleTracker(), "op")
+    rec = _OpRecorder(_Tracker(), "op")
     rec.phase = phase
     with rec:
         out = fn()
@@ -381,7 +438,7 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
             saved[key] = t.untyped_storage().nbytes()
         return t
 
-    tracker = ModuleTracker()
+    tracker = _Tracker()
     # name every module by its path from the root, even when a step calls
     # sub-modules directly (the GAN step calls netD and netG, not the pair)
     names = {mod: f"{type(root).__name__}.{path}" if path else type(root).__name__
