@@ -1568,3 +1568,56 @@ def test_reversible_layers_recompute_their_forward_in_the_backward(capsys, tmp_p
     b = sum(o["flops"] for o in wl["ops"] if o["phase"] == "backward")
     assert 2.5 * f < b < 3.5 * f
     assert any("attention" in o["module"] for o in fwd)
+
+
+def test_a_qformer_built_for_other_encoder_states_and_a_feature_mask_over_its_outputs(capsys, tmp_path):
+    """Granite Speech: its default Q-Former is built for 1408-wide encoder states after an audio encoder of another
+    width (repaired, said in a note); its ``input_features_mask`` is a boolean mask over the projector's outputs,
+    not the frames (the form found from PyTorch's mask-shape check); one set of queries against every window's
+    keys (batch 1 against many) runs SDPA's math path."""
+    fields = dict(encoder_config=dict(num_layers=1, hidden_dim=64, num_heads=2, dim_head=32),
+                  projector_config=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                        intermediate_size=64),
+                  text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                                   num_key_value_heads=2))
+    p = _write(tmp_path, "granite_speech", fields, None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100", "-b", "2", "--seq-len", "64", "--json")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("projector_config.encoder_hidden_size = 64" in n for n in notes)
+    assert any("math path" in n for n in notes)
+
+
+def test_a_boolean_mask_of_the_wrong_shape_raises_as_pytorch_does():
+    import torch
+
+    from traincast.workload.selections import ExpectedSelections
+
+    x = torch.empty(2, 10, 4, device="meta")
+    with ExpectedSelections():
+        assert x[torch.ones(2, 10, dtype=torch.bool, device="meta")].shape == (20, 4)
+        with pytest.raises(IndexError, match=r"shape of the mask \[2, 8\] at index 1 does not match"):
+            x[torch.ones(2, 8, dtype=torch.bool, device="meta")]
+        with pytest.raises(IndexError):  # a mask holding values is checked too
+            x[torch.ones(2, 8, dtype=torch.bool)]
+
+
+def test_rows_split_by_real_counts_after_a_selection_sized_full_make_positions_real():
+    """Nemotron-H Omni's RADIO tower keeps the patch rows whose position (``torch.arange`` on its device) is past
+    its class and register tokens: sized as full, the rows then split by the real grid fall short; the repair has
+    such integer positions made on the CPU with their values."""
+    import transformers as tf
+
+    from traincast.workload.hf import _dense_split, _real_tensors_fix
+
+    exc = RuntimeError("split_with_sizes expects split_sizes to sum exactly to 412 (input tensor's size at "
+                       "dimension 0), but got split_sizes=[196, 196]")
+    assert not _dense_split(exc)  # no selection was sized as full: another cause
+    exc.dense_selections = 2
+    assert _dense_split(exc)
+    cfg = tf.LlamaConfig()
+    assert _real_tensors_fix(exc, cfg) is not None
+    exc2 = RuntimeError("split_with_sizes expects split_sizes to sum exactly to 392 (input tensor's size at "
+                        "dimension 0), but got split_sizes=[196, 200]")
+    exc2.dense_selections = 2
+    assert not _dense_split(exc2)  # the splits ask for more rows than were selected: not a full-sized selection

@@ -244,6 +244,14 @@ def fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(query.shape[-1])
     if attn_mask is not None and attn_mask.dtype == torch.bool and is_causal is False:
         attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device)  # the additive form
+    if not (query.shape[:-3] == key.shape[:-3] == value.shape[:-3]):
+        # batch dimensions that broadcast (Blip-2's Q-Former in Granite Speech: one set of queries against every
+        # window's keys): both fused kernels require equal batch sizes (sdp_utils.cpp,
+        # check_batch_size_and_num_heads_dense), so SDPA runs its math path, whose matmuls broadcast them
+        _TRACING.math_attention += 1
+        return torch.ops.aten._scaled_dot_product_attention_math(
+            query, key, value, attn_mask, dropout_p, bool(is_causal), None, scale=scale,
+            enable_gqa=key.shape[-3] != query.shape[-3])[0]
     kind = attention_kernel(query, key, value, attn_mask)
     if kind == "flash":
         return flash_attention(query, key, value, bool(is_causal), scale)[0]
@@ -650,7 +658,7 @@ class _Tracing(threading.local):
     def __init__(self):
         self.kernels = False  # this thread is tracing: Mamba functions run as the fused kernels
         self.attention = False  # ... and SDPA as the fused attention kernel
-        self.math_attention = 0  # SDPA calls that took PyTorch's math path instead (grouped-query heads, no flash)
+        self.math_attention = 0  # SDPA calls that took PyTorch's math path (grouped-query heads, no flash; broadcast batches)
 
 
 _TRACING = _Tracing()
@@ -768,9 +776,10 @@ def kernel_notes(counts: dict[str, int]) -> list[str]:
                 by.setdefault(k.family, set()).add(k.implementation)
     notes = []
     if counts.get(MATH_ATTENTION):
-        notes.append(f"attention: PyTorch's math path, {counts[MATH_ATTENTION]} per step: grouped-query heads "
-                     "where flash cannot run (FP32, a mask, other head dims) and the memory-efficient kernel takes "
-                     "no grouped-query heads, so the scores are materialised (memory grows with the sequence squared)")
+        notes.append(f"attention: PyTorch's math path, {counts[MATH_ATTENTION]} per step, where no fused kernel "
+                     "takes the call (grouped-query heads where flash cannot run, FP32, a mask or other head dims, "
+                     "as the memory-efficient kernel takes no grouped-query heads; or batch dimensions that "
+                     "broadcast), so the scores are materialised (memory grows with the sequence squared)")
     if "attention" in by:
         notes.append(f"attention: {', '.join(sorted(by.pop('attention')))}, fused (the kernel PyTorch's "
                      "scaled_dot_product_attention picks on CUDA)")

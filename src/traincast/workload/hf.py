@@ -1130,9 +1130,12 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
         if "flip" in variant and kw["input_features"].dim() == 3:  # the other layout (frames first / features first)
             kw["input_features"] = kw["input_features"].transpose(1, 2).contiguous()
         frames = ctx.feature_frames
+        # (variant ``mask-len=N``: a mask over the N features the projector makes, not the frames: the IndexError
+        # of a mask that does not fit them says N; Granite Speech's input_features_mask)
+        mask_len = _variant_int(variant, "mask-len", None) or frames
         for mask in _FEATURE_MASKS:
             if mask in p:  # (booleans where the model inverts them with ``~``: variant ``bool-mask``, Gemma 3n)
-                kw[mask] = torch.ones(B, frames, dtype=torch.bool if "bool-mask" in variant else torch.long,
+                kw[mask] = torch.ones(B, mask_len, dtype=torch.bool if "bool-mask" in variant else torch.long,
                                       device=ctx.idev)
         lens = [n for n in _SAMPLE_LENGTHS if n in p]
         if lens and kw["input_features"].dim() == 3:
@@ -1737,6 +1740,13 @@ class _MixedDevices(torch.overrides.TorchFunctionMode):
             if made is not None and not (made.is_floating_point() or made.is_complex()):
                 return made
             return func(*args, **kwargs)
+        if self.real_tensors and func is torch.arange and _is_meta(kwargs.get("device")) \
+                and all(isinstance(a, int) and not isinstance(a, bool) for a in args) \
+                and (kwargs.get("dtype") is None or not (kwargs["dtype"].is_floating_point or kwargs["dtype"].is_complex)):
+            # likewise the positions it counts on its own device (RADIO's packed images: ``torch.arange(n,
+            # device=hidden.device)`` less each image's start, compared with the prefix length to select the patch
+            # rows): on the CPU, so that the mask made of them holds its values and selects its real count
+            return func(*args, **{**kwargs, "device": "cpu"})
         if func in (torch.Tensor.to, torch.Tensor.cpu) and args and isinstance(args[0], torch.Tensor) \
                 and args[0].device.type == "meta":
             # a meta tensor sent to where the ids live (``.to(input_ids.device)``): the ids are on the CPU only
@@ -1807,13 +1817,20 @@ class _DryRun(torch.utils._python_dispatch.TorchDispatchMode):
     true, counts one), and ``masked_scatter`` (how vision-language models put image features into the
     placeholder tokens' embeddings) records how many embedding rows the features fill."""
 
-    def __init__(self):
+    def __init__(self, masks=()):
         super().__init__()
         self.scattered_rows: list[int] = []
         self.widths: tuple[int, int] | None = None  # (features, embeddings) where a scatter's widths differ
+        self.masks = {tuple(m.shape) for m in masks}  # the shapes of the integer feature masks given to the forward
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is torch.ops.aten.index.Tensor and self.masks and any(
+                isinstance(i, torch.Tensor) and not i.is_floating_point() and i.dtype != torch.bool
+                and tuple(i.shape) in self.masks for i in args[1]):
+            # an integer feature mask (all ones) used as an index: gathers row 1 again and again, where the model
+            # means a boolean mask (Granite Speech: audio_features[input_features_mask], its processor's booleans)
+            raise IndexError("a feature mask indexes the features: it takes a bool mask")
         if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta":
             t = args[0]
             return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
@@ -1866,20 +1883,31 @@ _NO_PLACEHOLDERS = re.compile(r"tokens:? 0\b.*?features:? (\d+)", re.I)  # a cou
 _AUDIO_MISMATCH = re.compile(r"audio (?:features and audio )?tokens?.*?tokens:? 0\b.*?features:? (\d+)", re.I)
 
 
+# PyTorch's (and :mod:`selections`') IndexError for a boolean mask of another shape than what it indexes
+_MASK_SHAPE = re.compile(r"shape of the mask \[([\d, ]+)\] at index \d+ does not match the shape of the indexed tensor "
+                         r"\[([\d, ]+)\] at index (\d+)")
+
+
 def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
     """Run the forward once without autograd on the meta device: the exception it raises (None: it ran), and
     the rows each ``masked_scatter`` filled."""
     from traincast.workload.selections import ExpectedSelections
     from traincast.workload.tracer import BalancedExperts
 
-    mode = _DryRun()
+    mode = _DryRun([v for k, v in kw.items() if k in _FEATURE_MASKS and isinstance(v, torch.Tensor)
+                    and v.dtype != torch.bool and not v.is_floating_point()])
     _LAST_CHECKS.clear()
     failed: list[str] = []
     try:
         real = _wants_real_tensors(getattr(model, "config", None))
-        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(real), ExpectedSelections(), _checks_off() as failed:
+        selections = ExpectedSelections()
+        with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(real), selections, _checks_off() as failed:
             model(**kw)
     except Exception as exc:  # noqa: BLE001 - judged by the caller
+        try:  # the selections it sized as full on its way (a count of rows that real values would have made smaller)
+            exc.dense_selections = selections.dense
+        except Exception:  # noqa: BLE001 - an exception that takes no attributes
+            pass
         if mode.widths is None:
             try:  # the checks it passed over on its way (a placeholder count it then tripped over)
                 exc.failed_checks = list(failed)
@@ -1986,7 +2014,7 @@ def _rope_sections_fix(exc, cfg):
     the repair that scales the sections to the dimensions they split (in proportion, rounded to whole dimensions
     that sum to them: [8, 12, 12] of 11 -> [3, 4, 4]), or None. The split of the rotary
     dimensions between time, height and width does not change the step's cost."""
-    m = _SECTIONS.search(str(exc)) if exc is not None else None
+    m = _SECTIONS.search(str(exc)) if exc is not None and not _dense_split(exc) else None
     if not m:
         return _rope_sections_missing(exc, cfg)
     total, sections = int(m.group(1)), [int(x) for x in m.group(2).split(",")]
@@ -2121,13 +2149,25 @@ def _family_token_fix(exc, cfg):
 _META_VALUES = "cannot copy out of meta tensor"
 
 
+_ROW_SPLIT = re.compile(r"split_with_sizes expects split_sizes to sum exactly to (\d+) \(input tensor's size at "
+                        r"dimension 0\), but got split_sizes=\[([\d, ]+)\]")
+
+
+def _dense_split(exc) -> bool:
+    """Whether ``exc`` is a split of rows by real counts (``image_grid_hw.prod(-1).tolist()``) that sum to fewer than
+    the rows a selection sized as full made (RADIO's packed images: the patch rows selected by comparing positions
+    made on the device, less each image's 10 class and register tokens): real values would have selected fewer."""
+    m = _ROW_SPLIT.search(str(exc)) if exc is not None else None
+    return bool(m) and getattr(exc, "dense_selections", 0) > 0 and sum(map(int, m.group(2).split(","))) < int(m.group(1))
+
+
 def _real_tensors_fix(exc, cfg):
     """Where a forward reads the values of a tensor on meta (``Cannot copy out of meta tensor``: Step 3.7's vision
     tower writes its patch grid with ``torch.tensor([[1, h, w]], device=hidden.device)`` and reads it back with
     ``.tolist()``): the repair that has integer tensors the model makes from Python values on its device made on
     the CPU with those values (:class:`_MixedDevices`), or None (done already, or another stop). Only then: a
     model that never reads them back keeps them on meta, where using them costs no copy from the CPU."""
-    if exc is None or _META_VALUES not in str(exc).lower() or _wants_real_tensors(cfg):
+    if exc is None or _wants_real_tensors(cfg) or not (_META_VALUES in str(exc).lower() or _dense_split(exc)):
         return None
 
     def repair(cfg):
@@ -2176,10 +2216,45 @@ def _unused_window_fix(exc, cfg):
     return repair
 
 
+_REDUCTION = re.compile(r"a and b must have same reduction dim, but got \[\d+, (\d+)\] X \[(\d+), \d+\]")
+_ENCODER_WIDTH_FIELDS = ("encoder_hidden_size",)  # the width of the encoder states a cross-attention takes
+_TOWER_WIDTH_FIELDS = ("hidden_size", "hidden_dim", "d_model", "embed_dim")
+
+
+def _cross_width_fix(exc, cfg):
+    """Where a forward stops on a product whose input is ``x`` wide and whose weight takes ``w`` (``a and b must have
+    same reduction dim, but got [N, x] X [w, M]``), exactly one config field naming the width of the encoder states
+    a cross-attention takes (``encoder_hidden_size``) holds ``w``, and another config names a tower ``x`` wide
+    (transformers' default Granite Speech config: a Blip-2 Q-Former projector built for 1408-wide states,
+    ``encoder_hidden_size``, after a 1024-wide audio encoder, ``hidden_dim``, where Blip2Config itself aligns them):
+    the repair that sets that field to ``x``. Else None."""
+    m = _REDUCTION.search(str(exc)) if exc is not None else None
+    if not m or m.group(1) == m.group(2):
+        return None
+    got, want = int(m.group(1)), int(m.group(2))
+    named = list(_sub_configs(cfg))
+    fields = [(f"{k}.{f}" if k else f, c, f) for k, c in named for f in _ENCODER_WIDTH_FIELDS
+              if vars(c).get(f) == want and not isinstance(vars(c).get(f), bool)]
+    towers = [c for _k, c in named for f in _TOWER_WIDTH_FIELDS if vars(c).get(f) == got]
+    if len(fields) != 1 or not towers or any(t is fields[0][1] for t in towers):
+        return None
+    dotted, c, field_ = fields[0]
+
+    def repair(_cfg):
+        setattr(c, field_, got)
+        return (f"the config's cross-attention takes encoder states {want} wide ({dotted}) from a tower that makes "
+                f"them {got} wide, which cannot run: forecast with {dotted} = {got} (set the widths your model has in "
+                "the config.json)")
+
+    return repair
+
+
 def _config_fix(exc, cfg):
     """The first repair a forward's stop ``exc`` shows for the config as a whole: a window for a sliding-window
-    mask no layer uses, a token id the config class lacks, integers made with their values; else None."""
-    return _unused_window_fix(exc, cfg) or _family_token_fix(exc, cfg) or _real_tensors_fix(exc, cfg)
+    mask no layer uses, a token id the config class lacks, integers made with their values, a cross-attention built
+    for encoder states of another width; else None."""
+    return (_unused_window_fix(exc, cfg) or _family_token_fix(exc, cfg) or _real_tensors_fix(exc, cfg)
+            or _cross_width_fix(exc, cfg))
 
 
 def _set_image_size(cfg, size: int) -> bool:
@@ -2321,6 +2396,9 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
             for n in group:
                 if n in vars(cfg) and n != "image_token":
                     setattr(cfg, n, _vocab(cfg) - 1)
+                    for mod in model.modules():  # the copies the model took at build time (``self.image_token_id =
+                        if getattr(mod, n, 0) is None:  # config.image_token_id``: Nemotron-H Omni)
+                            setattr(mod, n, _vocab(cfg) - 1)
                     break
             notes.append(f"{name}: the config names no {group[0].split('_')[0]} token id; the last id of the "
                          "vocabulary stands in")
@@ -2421,6 +2499,15 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
             if exc is not None and "bool" in str(exc) and "bool-mask" not in variant \
                     and any(m in kw for m in _FEATURE_MASKS):  # a form to try later: the feature mask as booleans
                 forms.append(variant | {"bool-mask"})
+            m = _MASK_SHAPE.search(str(exc)) if isinstance(exc, IndexError) else None
+            if m and not any(v.startswith("mask-len=") for v in variant):
+                # a feature mask that does not fit what the forward indexes with it (the features its projector makes,
+                # not the frames): a form to try later, the mask as long as that dimension
+                mask_shape = [int(x) for x in m.group(1).split(",")]
+                shape, at = [int(x) for x in m.group(2).split(",")], int(m.group(3))
+                if any(list(kw[k].shape) == mask_shape for k in _FEATURE_MASKS if k in kw) and len(mask_shape) == 2 \
+                        and at < len(shape):
+                    forms.append(variant | {f"mask-len={shape[at]}"})
             rope_fix = rope_fix or _rope_sections_fix(exc, cfg)
             other_fix = other_fix or _config_fix(exc, cfg)
             m = _FEATURE_MISMATCH.search(str(exc)) if exc is not None else None

@@ -76,6 +76,31 @@ def _dim_arg(args, kwargs, pos: int):
     return None
 
 
+def _dims(i) -> int:
+    """How many dimensions of the indexed tensor one index item covers (None: none, a tensor: its own)."""
+    if i is None or isinstance(i, bool):
+        return 0
+    if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
+        return max(i.dim(), 1) if i.dim() else 0
+    return 1
+
+
+def _check_masks(items, t: torch.Tensor) -> None:
+    """PyTorch's check of boolean masks in an index: each covers dimensions of ``t`` of its own shape."""
+    k = 0
+    for n, i in enumerate(items):
+        if i is Ellipsis:
+            k = t.dim() - sum(_dims(j) for j in items[n + 1:] if j is not Ellipsis)
+            continue
+        if isinstance(i, torch.Tensor) and i.dtype == torch.bool and i.dim() > 0:
+            got = tuple(t.shape[k:k + i.dim()])
+            if got != tuple(i.shape):
+                j = next((d for d in range(i.dim()) if d >= len(got) or got[d] != i.shape[d]), 0)
+                raise IndexError(f"The shape of the mask {list(i.shape)} at index {j} does not match the shape of "
+                                 f"the indexed tensor {list(t.shape)} at index {k + j}")
+        k += _dims(i)
+
+
 class ExpectedSelections(TorchFunctionMode):
     """While active, data-dependent selections on meta tensors take their expected sizes (module docstring)."""
 
@@ -113,10 +138,14 @@ class ExpectedSelections(TorchFunctionMode):
             return tuple(torch.zeros(n, dtype=torch.long, device=mask.device) for _ in range(max(mask.dim(), 1)))
         return torch.zeros((n, mask.dim()), dtype=torch.long, device=mask.device)
 
-    def _index(self, index):
+    def _index(self, index, indexed: torch.Tensor | None = None):
         """A ``__getitem__``/``__setitem__`` index with its boolean tensors replaced by the long indices of their
-        expected true elements (what PyTorch does with a boolean mask, with the count it would find)."""
+        expected true elements (what PyTorch does with a boolean mask, with the count it would find). A mask whose
+        shape is not that of the dimensions of ``indexed`` it covers raises PyTorch's IndexError (the long indices
+        would hide it: meta's index does not check them against the tensor)."""
         items = index if isinstance(index, tuple) else (index,)
+        if indexed is not None and any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in items):
+            _check_masks(items, indexed)  # (masks on the CPU too: meta's index does not check them either)
         if not any(isinstance(i, torch.Tensor) and i.dtype == torch.bool and i.device.type == "meta" for i in items):
             return index, False
         out: list = []
@@ -156,7 +185,7 @@ class ExpectedSelections(TorchFunctionMode):
         if meta and func is _T.tolist and first in self.value:
             return self._expected_list(first)
         if meta and func in (_T.__getitem__, _T.__setitem__) and len(args) >= 2:
-            index, changed = self._index(args[1])
+            index, changed = self._index(args[1], first)
             if changed:
                 args = (first, index, *args[2:])
         out = func(*args, **kwargs)

@@ -185,9 +185,9 @@ class _OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.ops.aten._local_scalar_dense.default and args[0].device.type == "meta":
-            # Data-dependent Python control flow (``if mask.all():``) has no
-            # answer on meta tensors. Answer as for a plain dense batch: all
-            # checks true, counts one. Counted in Workload.data_dependent_reads.
+            # Data-dependent Python control flow (``if mask.all():``) has no answer on meta tensors: a tensor
+            # computed only from real inputs answers with its followed values (:meth:`_follow`); any other as
+            # for a plain dense batch: all checks true, counts one (counted in Workload.data_dependent_reads).
             t = args[0]
             real = self.values.get(t)
             if real is not None:
