@@ -28,6 +28,8 @@ class LoopMoE(nn.Module):
         self.router = nn.Linear(D, E, bias=False)
         self.experts = nn.ModuleList(nn.Sequential(nn.Linear(D, FF, bias=False), nn.ReLU(), nn.Linear(FF, D, bias=False))
                                      for _ in range(E))
+        self.w_in = nn.Parameter(torch.randn(E, D, FF))  # stacked experts (mask "stacked")
+        self.w_out = nn.Parameter(torch.randn(E, FF, D))
 
     def forward(self, x):
         x = self.inp(x)
@@ -45,6 +47,16 @@ class LoopMoE(nn.Module):
                 sel = idx == e  # (T, K)
                 tok, pos = sel.nonzero(as_tuple=True)
                 out.index_add_(0, tok, self.experts[e](x[tok]) * weights[tok, pos, None])
+        elif self.mask == "stacked":  # as GPT-OSS and OpenAI Privacy Filter write theirs: stacked weights, a skip test
+            mask = F.one_hot(idx, num_classes=E).permute(2, 1, 0)
+            hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+            for e in hit:
+                e = e[0]
+                if e == E:  # "skip masking index": never true in training
+                    continue
+                pos, tok = torch.where(mask[e])
+                y = (x[tok] @ self.w_in[e]).relu() @ self.w_out[e]
+                out.index_add_(0, tok, y * weights[tok, pos, None])
         elif self.mask == "bool_index":
             for e in range(E):
                 sel = (idx == e).any(-1)  # not followed: the any() of a routed mask is taken as full
@@ -135,3 +147,16 @@ def test_jetmoe_splits_its_expert_gemms_by_the_expected_tokens_per_expert(tmp_pa
     rows = b * n * K // E
     mlp = [o for o in wl.ops if o.phase == "forward" and o.module.endswith("mlp.input_linear") and o.op_class == "matmul"]
     assert len(mlp) == L * E and {o.input_shapes[0][0] for o in mlp} == {rows}
+
+
+def test_a_skip_test_on_an_index_sized_without_values_does_not_skip_every_expert():
+    """``if expert_idx == num_experts: continue`` reads an index a selection made without values: it reads as 0 (a
+    valid index; before, the dense-batch answer True skipped every expert and none was traced). Each expert runs on
+    its balanced share, and the backward of ``w[e]`` writes a gradient of the whole stack, as eager PyTorch's
+    ``select_backward`` does, once per expert."""
+    wl = trace(LoopMoE("stacked"), batch_size=T, inputs=(D,), optimizer="sgd")
+    fwd = [o for o in wl.ops if o.phase == "forward" and o.op_class == "matmul" and o.input_shapes[0][0] == T * K // E]
+    assert len(fwd) == 2 * E
+    assert sum(o.flops for o in fwd) == 2 * T * K * (D * FF + FF * D)
+    sel = [o for o in wl.ops if o.phase == "backward" and o.aten == "select_backward"]
+    assert len(sel) == 2 * E and all(o.bytes_total >= E * D * FF * 4 for o in sel)
