@@ -92,6 +92,8 @@ class _Tracker(ModuleTracker):
         if torch.is_grad_enabled():
             return super()._fw_post_hook(mod, input, output)
         self._get_pop_fn(self._get_mod_name(mod), False)()
+
+
 _FOLLOW_MAX = 1 << 22  # elements of a meta tensor whose real values are followed
 
 

@@ -42,7 +42,7 @@ _MODULES = {"segmentation": "segmentation", "video": "video", "optical_flow": "o
 # the training sets of each task's reference recipe (for --dataset-size's default)
 DATASET_SIZE = {
     "segmentation": 118287,  # COCO train2017 images (the reference keeps those with VOC-class masks)
-    "video": 240000,  # Kinetics-400 training clips, about (Kay et al. 2017: 400 classes, >= 400 clips each)
+    "video": 246535,  # Kinetics-400 training clips as released (Kay et al. 2017; fewer remain downloadable)
     "optical-flow": 22232,  # FlyingChairs training pairs (Dosovitskiy et al. 2015)
     "quantization": 1281167,  # ImageNet-1k training images
     "detection": 118287,  # COCO train2017
