@@ -442,3 +442,24 @@ def test_unknown_model_name_suggests_torchvision_names_too():
 
     with pytest.raises(UnknownNameError, match="did you mean 'regnet_y_400mf'"):
         zoo.get("regnet_y_400m")
+
+
+def test_the_tracer_follows_values_computed_only_from_real_inputs():
+    """Value reads of small tensors made from real values get their real answer; writes without values (also
+    through another view of the storage), ``empty`` and tensors computed from weights fall back to the dense-batch
+    answer (True)."""
+    from traincast.workload.tracer import _OpRecorder, _Tracker
+
+    rec = _OpRecorder(_Tracker(), "op")
+    rec.phase = "forward"
+    act = torch.empty(4, device="meta")
+    with rec:
+        m = torch.zeros(4, dtype=torch.bool, device="meta")
+        v = m[:2]
+        assert not bool(m.any()) and not bool(v.any())  # real zeros: False, as in training
+        ids = torch.tensor([[5, 0, 0]]).to("meta")  # CPU values moved to meta keep them
+        assert int((ids > 0).sum()) == 1
+        m.copy_(act > 0)  # written from an activation: no values, for the view either
+        assert bool(m.any()) and bool(v.any())
+        assert bool(torch.empty(8, dtype=torch.bool, device="meta").any())  # empty holds nothing to follow
+    assert rec.data_dependent == 3

@@ -1898,9 +1898,9 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
                     and v.dtype != torch.bool and not v.is_floating_point()])
     _LAST_CHECKS.clear()
     failed: list[str] = []
+    selections = ExpectedSelections()
     try:
         real = _wants_real_tensors(getattr(model, "config", None))
-        selections = ExpectedSelections()
         with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(real), selections, _checks_off() as failed:
             model(**kw)
     except Exception as exc:  # noqa: BLE001 - judged by the caller

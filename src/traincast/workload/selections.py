@@ -81,7 +81,7 @@ def _dims(i) -> int:
     if i is None or isinstance(i, bool):
         return 0
     if isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8):
-        return max(i.dim(), 1) if i.dim() else 0
+        return i.dim()
     return 1
 
 

@@ -95,6 +95,7 @@ class _Tracker(ModuleTracker):
 
 
 _FOLLOW_MAX = 1 << 22  # elements of a meta tensor whose real values are followed
+_NO_VALUES = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
 
 
 @contextlib.contextmanager
@@ -125,16 +126,22 @@ class _OpRecorder(TorchDispatchMode):
         self.data_dependent = 0
         self.writer: dict[int, tuple[int, int]] = {}  # storage -> (op index, output slot) that last wrote it
         self.values = WeakTensorKeyDictionary()  # small meta tensors -> their real values (:meth:`_follow`)
+        self.value_storages: set[int] = set()  # the storages of those tensors (a write into one drops its views')
 
     def _follow(self, func, args, kwargs, out) -> None:
         """Keep the real values of small meta tensors computed only from real values (CPU inputs moved to meta,
-        ``arange``/``ones``/``full`` made on meta, and what follows from them: masks, positions), by running the
-        same op on the CPU, so that a value read of one (``if (mask > 0).any():``) gets the answer training gets
-        rather than the dense-batch guess. Any input without values (weights, activations) stops it."""
+        ``arange``/``ones``/``full``/``zeros`` made on meta, and what follows from them: masks, positions), by
+        running the same op on the CPU, so that a value read of one (``if (mask > 0).any():``) gets the answer
+        training gets rather than the dense-batch guess. Any input without values (weights, activations) stops
+        it; so do ``empty`` (no values to follow) and random ops. The indices :mod:`selections` makes for a
+        selection it sized without values are zeros made this way: they read as 0, a valid index of the same
+        shape (a loop's ``if expert_idx == num_experts`` skip test is then False, as in training). A write into a
+        storage (an in-place op, ``out=``) drops what the other tensors on that storage held (views)."""
         outs = [o for o in _tensors(out) if o.device.type == "meta"]
         if not outs:
             return
-        ok = all(o.numel() <= _FOLLOW_MAX for o in outs) and torch.Tag.nondeterministic_seeded not in func.tags
+        ok = (all(o.numel() <= _FOLLOW_MAX for o in outs) and torch.Tag.nondeterministic_seeded not in func.tags
+              and costs.op_name(func) not in _NO_VALUES)
 
         def real(x):
             nonlocal ok
@@ -144,6 +151,7 @@ class _OpRecorder(TorchDispatchMode):
                 return r
             return torch.device("cpu") if isinstance(x, torch.device) and x.type == "meta" else x
 
+        kept: list[torch.Tensor] = []
         if ok:
             rargs, rkwargs = tree_map(real, (args, kwargs))
         if ok:
@@ -155,9 +163,17 @@ class _OpRecorder(TorchDispatchMode):
                 for o, r in zip(_tensors(out), rout):
                     if o.device.type == "meta" and tuple(o.shape) == tuple(r.shape):
                         self.values[o] = r
-                return
+                        self.value_storages.add(_storage_key(o))
+                        kept.append(o)
         for o in outs:  # written without values (in place too): what it held is no longer known
-            self.values.pop(o, None)
+            if not any(o is k for k in kept):
+                self.values.pop(o, None)
+        if func._schema.is_mutable:  # a write into storage: views of it (or the tensor they view) changed too
+            keys = {_storage_key(o) for o in outs} & self.value_storages
+            if keys:
+                for t in list(self.values.keys()):
+                    if _storage_key(t) in keys and not any(t is k for k in kept):
+                        self.values.pop(t, None)
 
     def _forward_module(self) -> str:
         """The innermost module running now (forward): the deepest of the tracker's parents, ties broken by

@@ -7,16 +7,21 @@ torchvision       the step                               inputs (``--image-size`
 segmentation      cross-entropy on the ``out`` logits,   480x480 crops (the reference's ``crop_size``), 21 classes
 (FCN, DeepLabV3,  plus 0.5x on the ``aux`` logits         (COCO with VOC labels); FCN and DeepLabV3 with their
 LR-ASPP)          (``--aux-loss``, as its recipes run)    auxiliary head, as every published recipe trains them
-video             cross-entropy, 400 classes              clips of the frames and crop its Kinetics-400 weights
-(R3D, MC3,        (Kinetics-400)                          document (``clip_len`` in their ``_docs``, the
-R(2+1)D, S3D,                                              transforms' ``crop_size``): 16x112x112 for the ResNets,
-MViT, Swin3D)                                              16x224x224 MViT, 32x224x224 Swin3D, 128x224x224 S3D
+video             cross-entropy, 400 classes              clips of the length its Kinetics-400 weights were
+(R3D, MC3,        (Kinetics-400)                          evaluated with (``clip_len`` in their ``_docs``) at
+R(2+1)D, S3D,                                              their transforms' ``crop_size``: 16x112x112 for the
+MViT, Swin3D)                                              ResNets (the reference's training default too),
+                                                           16x224x224 MViT, 32x224x224 Swin3D (weights ported from
+                                                           their authors' recipes), 128x224x224 S3D (evaluated at
+                                                           128; its training clips may be shorter: --num-frames)
 optical flow      RAFT's sequence loss: the L1 error of   two 368x496 frames (FlyingChairs crops, the reference's
 (RAFT)            each of the 12 refinements, weighted    first training stage), 12 flow updates, dense flow
                   0.8^(12 - i)                             targets
 quantization      quantization-aware training: the float  224x224 (Inception: 299) ImageNet images, as the float
 (``quantized_*``) model fused and prepared with fake       model; the reference's ``train_quantization.py`` steps
-                  quantizers (``fbgemm`` QAT qconfig)
+                  quantizers (``fbgemm``, the x86 server   (its default backend is ``qnnpack``, per-tensor weight
+                  backend's QAT qconfig: per-channel       quantizers, a little cheaper; torchvision's published
+                  weight quantizers)                       quantized weights are mostly post-training quantized)
 ================= ====================================== ============================================================
 
 Detection models (Faster/Mask/Keypoint R-CNN, RetinaNet, FCOS, SSD) are named but refused: their training step
@@ -41,8 +46,10 @@ _MODULES = {"segmentation": "segmentation", "video": "video", "optical_flow": "o
 
 # the training sets of each task's reference recipe (for --dataset-size's default)
 DATASET_SIZE = {
-    "segmentation": 118287,  # COCO train2017 images (the reference keeps those with VOC-class masks)
-    "video": 246535,  # Kinetics-400 training clips as released (Kay et al. 2017; fewer remain downloadable)
+    "segmentation": 118287,  # COCO train2017 images (the reference then drops those with < 1000 px of VOC classes)
+    # Kinetics-400's 246,535 training videos as released (Kay et al. 2017; fewer remain downloadable), 5 clips of
+    # each an epoch (references/video_classification/train.py: --clips-per-video 5, RandomClipSampler)
+    "video": 5 * 246535,
     "optical-flow": 22232,  # FlyingChairs training pairs (Dosovitskiy et al. 2015)
     "quantization": 1281167,  # ImageNet-1k training images
     "detection": 118287,  # COCO train2017
@@ -116,18 +123,26 @@ def _crop(name: str) -> tuple[int, int]:
 _META_LIB = None
 
 
+_FIXED_FAKE_QUANT = "_fake_quantize_per_tensor_affine_cachemask_tensor_qparams"
+
+
 def _fake_quant_meta() -> None:
     """A meta kernel for the fixed-scale fake quantizer (MobileNetV3's hard-sigmoid under QAT), which PyTorch
-    registers for CPU and CUDA only: the output and its straight-through mask, shaped as the input."""
+    registers for CPU and CUDA only: the output and its straight-through mask, shaped as the input. Registered
+    once, and only where no meta kernel exists (a later PyTorch may bring its own)."""
     global _META_LIB
-    if _META_LIB is not None:
+    if _META_LIB is not None or torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{_FIXED_FAKE_QUANT}", "Meta"):
         return
-    lib = torch.library.Library("aten", "IMPL")
 
     def fake_quant(x, scale, zero_point, enabled, quant_min, quant_max):
         return torch.empty_like(x), torch.empty_like(x, dtype=torch.bool)
 
-    lib.impl("_fake_quantize_per_tensor_affine_cachemask_tensor_qparams", fake_quant, "Meta")
+    try:
+        lib = torch.library.Library("aten", "IMPL")
+        lib.impl(_FIXED_FAKE_QUANT, fake_quant, "Meta")
+    except RuntimeError as exc:  # another registration got there first, or the op changed: one line, no traceback
+        raise TraceError(f"cannot trace quantization-aware training here: registering a meta kernel for "
+                         f"aten::{_FIXED_FAKE_QUANT} failed ({str(exc).splitlines()[0][:160]})") from None
     _META_LIB = lib
 
 
