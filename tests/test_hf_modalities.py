@@ -1621,3 +1621,22 @@ def test_rows_split_by_real_counts_after_a_selection_sized_full_make_positions_r
                         "dimension 0), but got split_sizes=[196, 200]")
     exc2.dense_selections = 2
     assert not _dense_split(exc2)  # the splits ask for more rows than were selected: not a full-sized selection
+
+
+def test_a_vocabulary_map_of_image_tokens_the_config_leaves_out_is_made(capsys, tmp_path):
+    """Chameleon's default config leaves its tokenizer's ``vocabulary_map`` None, which the model reads to map its
+    image tokenizer's codes to token ids and to find ``<image>``: ids only, so one is made (``<image>`` on the last
+    id, one token per VQ code before it), said in a note; the images then fill their placeholders."""
+    fields = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=2, vocab_size=1000,
+                  vq_config=dict(num_embeddings=64, embed_dim=32, latent_channels=32, base_channels=32,
+                                 channel_multiplier=[1, 2], num_res_blocks=1, resolution=32))
+    p = _write(tmp_path, "chameleon", fields, None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100", "-b", "2", "--seq-len", "32", "--image-size", "32",
+                         "--json")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("vocabulary_map empty" in n and "<image> and 64 image codes" in n for n in notes)
+    code, out, err = cli(capsys, "trace", p, "-b", "2", "--seq-len", "32", "--image-size", "32", "--json")
+    assert code == 0, err
+    assert "image placeholders" in json.loads(out)["input_description"]

@@ -1501,13 +1501,39 @@ def _prepare_config(cfg, notes: list[str]) -> None:
         cfg.pad_token_id = _get(dec, "pad_token_id", None) or 0
 
 
-def _derived_fields(cfg) -> dict[str, tuple[object, str, int]]:
+_DERIVED_WHY = {
+    "head_dim": "(hidden_size / num_attention_heads)",
+    "num_key_value_heads": "(num_attention_heads)",
+    "vocabulary_map": "(a map of token ids, which sizes nothing)",
+}
+
+
+def _image_vocabulary(vocab: int, codes: int) -> dict[str, int]:
+    """A tokenizer's map of image tokens as Chameleon's names them, for a config that leaves it out: ``<image>`` on
+    the vocabulary's last id (the id traincast's image placeholders take where a config names none) and one
+    ``IMGIMG<code in letters A-J>Z`` token per code of the image tokenizer on the ids before it. Only ids: which
+    ids the image codes take sizes nothing."""
+    digits = {str(i): chr(ord("A") + i) for i in range(10)}
+    out = {"<image>": vocab - 1}
+    for code in range(codes):
+        out["IMGIMG" + "".join(digits[d] for d in str(code)) + "Z"] = vocab - 1 - codes + code
+    return out
+
+
+def _derived_fields(cfg) -> dict[str, tuple[object, str, object]]:
     """Config fields left ``None`` that follow from the config's own other fields by transformers' convention:
     ``head_dim`` (``hidden_size / num_attention_heads``) and ``num_key_value_heads`` (``num_attention_heads``:
-    no grouped-query attention). Keyed by field name: (the config holding it, its name, the value)."""
-    out: dict[str, tuple[object, str, int]] = {}
+    no grouped-query attention); and a tokenizer's ``vocabulary_map`` of image tokens (Chameleon), which holds
+    only ids: :func:`_image_vocabulary`, one token per code of the config's image tokenizer (``vq_config``).
+    Keyed by field name: (the config holding it, its name, the value)."""
+    out: dict[str, tuple[object, str, object]] = {}
     for c in [cfg, *_subconfigs(cfg)]:
         fields = vars(c)
+        vq, vocab = fields.get("vq_config"), fields.get("vocab_size")
+        codes = vars(vq).get("num_embeddings") if hasattr(vq, "to_dict") else None
+        if "vocabulary_map" in fields and fields["vocabulary_map"] is None and isinstance(vocab, int) \
+                and isinstance(codes, int) and not isinstance(codes, bool) and 0 < codes < vocab - 1:
+            out.setdefault("vocabulary_map", (c, "vocabulary_map", _image_vocabulary(vocab, codes)))
         heads, hidden = fields.get("num_attention_heads"), fields.get("hidden_size")
         if not (isinstance(heads, int) and not isinstance(heads, bool) and heads > 0):
             continue
@@ -1540,8 +1566,9 @@ def _fill_derived(exc: BaseException, cfg, notes: list[str] | None) -> bool:
         c, k, v = derived[f]
         setattr(c, k, v)
         if notes is not None:
-            notes.append(f"the config leaves {k} empty; it is taken as {v} "
-                         + ("(hidden_size / num_attention_heads)" if k == "head_dim" else "(num_attention_heads)"))
+            shown = v if not isinstance(v, dict) else (f"one made for it: <image> and {len(v) - 1:,} image codes on the "
+                                                   "vocabulary's last ids")
+        notes.append(f"the config leaves {k} empty; it is taken as {shown} {_DERIVED_WHY[k]}")
     return bool(used)
 
 
