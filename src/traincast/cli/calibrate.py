@@ -75,8 +75,11 @@ def _host_only(device: str, name: str, out, as_json: bool) -> None:
     if as_json:
         print_json({"profile": str(path), "overrides": prof.overrides, "fit": prof.fit})
         return
+    from traincast.predict.roofline import RooflineParams
+
+    catalog = RooflineParams.for_device(dev)
     console.print(f"host of {dev.name}: {hc.forward_us:.1f} us per forward op, {hc.backward_us:.1f} us per backward "
-                  "op (the catalog's default: 15.7 / 8.5)")
+                  f"op (the catalog's default: {catalog.host_forward_us:g} / {catalog.host_backward_us:g})")
     console.print(f"profile saved: {path}  (use: traincast predict MODEL --device local ...)")
 
 

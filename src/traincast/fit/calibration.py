@@ -25,6 +25,7 @@ import numpy as np
 from traincast.errors import ConfigError
 from traincast.hardware.local import last_level_cache_bytes, local_device
 from traincast.hardware.records import Device
+from traincast.predict.host import predict_with_host
 from traincast.predict.profile import DeviceProfile
 from traincast.predict.roofline import COMPUTE_KEYS, UNITS, CompiledOps, RooflineParams, compile_ops, fresh_output_bytes, gemm_dims
 from traincast.workload.records import Workload
@@ -435,12 +436,7 @@ def calibrate(models=CALIBRATION_POOL, batch_sizes=(2, 8, 16), *, device="cpu",
     pred = prof.predictor()
     rows = []
     for m, w in zip(meas, wls):
-        ot = pred.predict(w, dev)
-        if dev.kind == "gpu":  # as the forecast times it: the host's issue cost overlapped (predict/host.py)
-            from traincast.predict.host import host_costs, with_host
-
-            ot = with_host(ot, w, *host_costs(pred, dev))
-        p = ot.total_s()
+        p = predict_with_host(pred, w, dev).total_s()  # as the forecast times it: the host overlapped
         rows.append({"model": m.model, "batch_size": m.batch_size, "measured_s": m.measured_s, "predicted_s": p})
     return DeviceProfile(
         name=name, device=asdict(dev), overrides=prof.overrides, fingerprint=fp, date=prof.date,

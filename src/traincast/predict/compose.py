@@ -13,7 +13,7 @@ from traincast.hardware.catalog import Catalog, get_catalog, system_table
 from traincast.hardware.records import GIB, Cluster, Device
 from traincast.predict.base import OpTimes, Predictor
 from traincast.predict.comm import SYNC_METHODS, CommTime, gradient_sync
-from traincast.predict.host import host_costs, with_host
+from traincast.predict.host import predict_with_host
 from traincast.predict.inputs import input_pipeline, workers_per_gpu
 from traincast.predict.inputs import note as input_note
 from traincast.predict.registry import default_predictor
@@ -69,9 +69,7 @@ def step_time(
 
     # whatever predictor is given, recurrent layers are timed as cuDNN runs them on GPUs
     predictor = with_cudnn_recurrent(predictor or default_predictor())
-    ot = predictor.predict(workload, cluster.device, precision)
-    if cluster.device.kind == "gpu":  # the GPU waits where the host issues kernels slower than they run
-        ot = with_host(ot, workload, *host_costs(predictor, cluster.device))
+    ot = predict_with_host(predictor, workload, cluster.device, precision)
     phase = {p: 0.0 for p in PHASES}
     for op, t in zip(workload.ops, ot.times_s):
         phase[op.phase] += t

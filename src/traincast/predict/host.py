@@ -65,6 +65,15 @@ def issue_bound(gpu_s: Sequence[float], host_s: Sequence[float]) -> np.ndarray:
     return np.diff(np.concatenate(([0.0], end)))
 
 
+def predict_with_host(predictor, workload, device, precision: str = "fp32", by_phase: bool = False) -> OpTimes:
+    """``predictor``'s times of ``workload.ops`` on ``device``; on a GPU, with its wait for the host that issues
+    them (:func:`with_host`, at :func:`host_costs`). What every forecast of a step times its ops by."""
+    ot = predictor.predict(workload, device, precision)
+    if device.kind == "gpu":  # the GPU waits where the host issues kernels slower than they run
+        ot = with_host(ot, workload, *host_costs(predictor, device), by_phase=by_phase)
+    return ot
+
+
 def with_host(ot: OpTimes, workload, forward_us: float, backward_us: float, by_phase: bool = False) -> OpTimes:
     """``ot`` (the times of ``workload.ops``) with each op's time stretched by the GPU's wait for the host; ops
     the GPU waited for are ``latency`` bound. ``by_phase``: the backward ops are one sequence and the others

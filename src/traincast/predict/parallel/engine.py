@@ -45,7 +45,7 @@ from traincast.hardware.records import Cluster, Device
 from traincast.predict.base import Predictor
 from traincast.predict.comm import ddp_bucket_bytes
 from traincast.predict.collectives import CollectiveParams, Group, collective_s, default_params
-from traincast.predict.host import host_costs, with_host
+from traincast.predict.host import predict_with_host
 from traincast.predict.parallel.layout import ModelLayout, analyse
 from traincast.predict.parallel.schedule import PipelineResult, closed_form, simulate
 from traincast.predict.parallel.strategy import ParallelConfig
@@ -349,9 +349,7 @@ class ParallelModel:
             new_ops = cp_split_ops(new_ops, c, {tokens, lay.seq_len, tokens // t if sp and t > 1 else 0}, carries)
         calls = wl.recurrent_calls if t == 1 else ()
         sub = replace(wl, ops=tuple(new_ops), recurrent_calls=calls)
-        ot = self.predictor.predict(sub, self.device, self.precision)
-        if self.device.kind == "gpu":  # the GPU waits where the host issues kernels slower than they run
-            ot = with_host(ot, sub, *host_costs(self.predictor, self.device), by_phase=True)
+        ot = predict_with_host(self.predictor, sub, self.device, self.precision, by_phase=True)
         fwd = dict.fromkeys(reps, 0.0)
         bwd = dict.fromkeys(reps, 0.0)
         core = dict.fromkeys(reps, 0.0)
