@@ -244,14 +244,17 @@ def fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(query.shape[-1])
     if attn_mask is not None and attn_mask.dtype == torch.bool and is_causal is False:
         attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device)  # the additive form
-    if not (query.shape[:-3] == key.shape[:-3] == value.shape[:-3]):
-        # batch dimensions that broadcast (Blip-2's Q-Former in Granite Speech: one set of queries against every
-        # window's keys): both fused kernels require equal batch sizes (sdp_utils.cpp,
-        # check_batch_size_and_num_heads_dense), so SDPA runs its math path, whose matmuls broadcast them
+    def math_path():  # scores materialised, softmax, dropout and the second product as separate kernels
         _TRACING.math_attention += 1
         return torch.ops.aten._scaled_dot_product_attention_math(
             query, key, value, attn_mask, dropout_p, bool(is_causal), None, scale=scale,
             enable_gqa=key.shape[-3] != query.shape[-3])[0]
+
+    if not (query.shape[:-3] == key.shape[:-3] == value.shape[:-3]):
+        # batch dimensions that broadcast (Blip-2's Q-Former in Granite Speech: one set of queries against every
+        # window's keys): both fused kernels require equal batch sizes (sdp_utils.cpp,
+        # check_batch_size_and_num_heads_dense), so SDPA runs its math path, whose matmuls broadcast them
+        return math_path()
     kind = attention_kernel(query, key, value, attn_mask)
     if kind == "flash":
         return flash_attention(query, key, value, bool(is_causal), scale)[0]
@@ -259,10 +262,8 @@ def fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
         # grouped-query heads (enable_gqa) where flash cannot run (FP32, a mask, other head dims): PyTorch's
         # memory-efficient kernel takes no grouped-query heads (sdp_utils.cpp, its dense constraints:
         # check_batch_size_and_num_heads_dense<false /*supports_grouped_query_attention*/>), so SDPA falls back
-        # to its math path: scores materialised, softmax, dropout and the second product as separate kernels
-        _TRACING.math_attention += 1
-        return torch.ops.aten._scaled_dot_product_attention_math(
-            query, key, value, attn_mask, dropout_p, bool(is_causal), None, scale=scale, enable_gqa=True)[0]
+        # to its math path
+        return math_path()
     if attn_mask is not None:
         attn_mask = attn_mask.to(query.dtype)
     return efficient_attention(query, key, value, attn_mask, bool(is_causal), scale)[0]

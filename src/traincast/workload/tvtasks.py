@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from traincast.errors import ConfigError, TraceError
+from traincast.workload.zoo import _vision_loss, torchvision_model
 
 # torchvision module -> task
 _MODULES = {"segmentation": "segmentation", "video": "video", "optical_flow": "optical-flow",
@@ -84,19 +85,6 @@ def _options():
     from traincast.workload.hf import current_options
 
     return current_options()
-
-
-def _get(name: str, device, **kwargs):
-    import torchvision
-
-    try:
-        with torch.device(device):
-            return torchvision.models.get_model(name, weights=None, **kwargs)
-    except NotImplementedError:
-        from traincast.workload.zoo import _parameters_on
-
-        with _parameters_on(device):
-            return torchvision.models.get_model(name, weights=None, **kwargs)
 
 
 def _docs_clip_len(name: str) -> int | None:
@@ -164,7 +152,7 @@ def build(name: str, *, batch_size, device, optimizer, precision, freeze, seq_le
         kwargs = {"weights_backbone": None, "num_classes": SEGMENTATION_CLASSES}
         if not name.startswith("lraspp"):
             kwargs["aux_loss"] = True
-        model = _get(name, device, **kwargs)
+        model = torchvision_model(name, device, **kwargs)
         side = opts.image_size or SEGMENTATION_CROP
 
         def make_batch(dev):
@@ -182,7 +170,7 @@ def build(name: str, *, batch_size, device, optimizer, precision, freeze, seq_le
             f"{batch_size}x3x{side}x{side} images, {SEGMENTATION_CLASSES}-class masks"
             + (", auxiliary head (0.5)" if "aux_loss" in kwargs else "")))
     if task == "video":
-        model = _get(name, device)
+        model = torchvision_model(name, device)
         h, w = (opts.image_size, opts.image_size) if opts.image_size else _crop(name)
         frames = opts.num_frames or _docs_clip_len(name) or 16
 
@@ -194,7 +182,7 @@ def build(name: str, *, batch_size, device, optimizer, precision, freeze, seq_le
         return supervised_step(name, model, make_batch, F.cross_entropy, **step_args,
                                input_description=f"{batch_size}x3x{frames}x{h}x{w} clips, 400 classes")
     if task == "optical-flow":
-        model = _get(name, device)
+        model = torchvision_model(name, device)
         h, w = (opts.image_size, opts.image_size) if opts.image_size else FLOW_CROP
 
         def make_batch(dev):
@@ -218,7 +206,7 @@ def build(name: str, *, batch_size, device, optimizer, precision, freeze, seq_le
         kwargs.update(aux_logits=True, init_weights=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notices
-        model = _get(name, device, **kwargs)
+        model = torchvision_model(name, device, **kwargs)
         model.train()
         model.fuse_model(is_qat=True)
         model.qconfig = tq.get_default_qat_qconfig("fbgemm")
@@ -229,8 +217,6 @@ def build(name: str, *, batch_size, device, optimizer, precision, freeze, seq_le
         x = torch.randn(batch_size, 3, side, side, device=dev)
         y = torch.randint(0, 1000, (batch_size,), device=dev)
         return (x,), {}, y
-
-    from traincast.workload.zoo import _vision_loss
 
     return supervised_step(name, model, make_batch, _vision_loss, **step_args, input_description=(
         f"{batch_size}x3x{side}x{side} images, 1000 classes, fake-quantized weights and activations (QAT)"))

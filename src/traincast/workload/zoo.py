@@ -72,19 +72,23 @@ def _parameters_on(device):
         nn.Module.register_parameter, nn.Module.register_buffer = reg_p, reg_b
 
 
-def _torchvision(entry: ZooEntry, *, batch_size, device, optimizer, precision, freeze, seq_len=None, **_):
+def torchvision_model(name: str, device, **kwargs) -> nn.Module:
+    """``torchvision.models.get_model(name, weights=None, **kwargs)`` built on ``device``."""
     import torchvision
 
-    kwargs = {"weights": None}
-    if entry.name in ("inception_v3", "googlenet"):
-        kwargs.update(aux_logits=True, init_weights=False)
-    name = entry.name.replace("-", "_")
     try:
         with torch.device(device):
-            model = torchvision.models.get_model(name, **kwargs)
+            return torchvision.models.get_model(name, weights=None, **kwargs)
     except NotImplementedError:  # a constructor that reads tensor values back: only its weights on ``device``
         with _parameters_on(device):
-            model = torchvision.models.get_model(name, **kwargs)
+            return torchvision.models.get_model(name, weights=None, **kwargs)
+
+
+def _torchvision(entry: ZooEntry, *, batch_size, device, optimizer, precision, freeze, seq_len=None, **_):
+    kwargs = {}
+    if entry.name in ("inception_v3", "googlenet"):
+        kwargs.update(aux_logits=True, init_weights=False)
+    model = torchvision_model(entry.name.replace("-", "_"), device, **kwargs)
     hw = entry.input_hw
 
     def make_batch(dev):
