@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from traincast.workload import trace
-from traincast.workload.selections import ExpectedSelections
+from traincast.workload.selections import ExpectedSelections, numbers_followed
 
 T, D, FF, E, K = 32, 16, 24, 4, 2  # tokens, width, expert width, experts, experts per token
 
@@ -160,3 +160,37 @@ def test_a_skip_test_on_an_index_sized_without_values_does_not_skip_every_expert
     assert sum(o.flops for o in fwd) == 2 * T * K * (D * FF + FF * D)
     sel = [o for o in wl.ops if o.phase == "backward" and o.aten == "select_backward"]
     assert len(sel) == 2 * E and all(o.bytes_total >= E * D * FF * 4 for o in sel)
+
+
+def test_sampler_masks_numbers_on_meta_and_followed_values():
+    """A sampler's pick masks hold as many true elements as it picked (torchvision's detection samplers:
+    ``zeros_like`` then ``mask[idx] = 1``, positives | negatives, ``torch.cat`` over images); numbers given to
+    ``torch.tensor(..., device="meta")`` keep their values; a mask whose values the tracer followed is selected
+    with its real count."""
+    sel = ExpectedSelections()
+    with sel, numbers_followed():
+        matched = torch.empty(2000, dtype=torch.long, device="meta")
+        pos = torch.zeros_like(matched, dtype=torch.uint8)
+        neg = torch.zeros_like(matched, dtype=torch.uint8)
+        pos[torch.empty(128, dtype=torch.long, device="meta")] = 1
+        neg[torch.empty(384, dtype=torch.long, device="meta")] = 1
+        assert torch.where(pos | neg)[0].shape == (512,)
+        both = torch.cat([pos, neg])  # 512 of 4000
+        assert torch.where(both)[0].shape == (512,)
+        assert torch.where(matched >= 1)[0].shape == (2000,)  # not made by a sampler: full
+        sizes = torch.tensor([3, 0, 3, 5], device="meta")
+        assert sizes.device.type == "meta" and torch.where(sizes == 3)[0].shape == (2,)
+    with sel:  # outside numbers_followed (a language model's forward): neither rule
+        assert torch.where(torch.tensor([3, 0, 3, 5], device="meta") == 3)[0].shape == (4,)
+        picked = torch.zeros(10, dtype=torch.uint8, device="meta")
+        picked[torch.empty(3, dtype=torch.long, device="meta")] = 1
+        assert torch.where(picked)[0].shape == (0,)  # zeros stay empty: the routing rules' answer
+    assert sel.known_sized == 3 and sel.dense == 2 and sel.routed == 1
+    flags = torch.tensor([1, 0, 1, 0, 0])
+    followed = flags.to("meta")
+    sel = ExpectedSelections(values={followed: flags})
+    with sel, numbers_followed():
+        assert torch.nonzero(followed).shape == (2, 1)
+    with sel:
+        assert torch.nonzero(followed).shape == (5, 1)  # outside: a dense batch, as for any other mask
+    assert sel.known_sized == 1

@@ -1,15 +1,15 @@
 """torchvision models beyond classification (workload/tvtasks.py): segmentation, video, optical flow and
-quantization-aware training, checked against torchvision's own published parameter and operation counts; detection
-named and refused with one line."""
+quantization-aware training and detection, checked against torchvision's own published parameter and operation
+counts."""
 
 import json
 
 import pytest
+import torch
 from torchvision.models import get_model_weights
 
 from traincast.cli.main import _register_all, run
-from traincast.errors import TraceError
-from traincast.workload import trace
+from traincast.workload import trace, tvtasks
 from traincast.workload.hf import hf_options
 
 _register_all()
@@ -77,12 +77,60 @@ def test_quantized_models_train_with_fake_quantizers():
     assert any("fake_quantize_per_tensor_affine_cachemask" in o.aten for o in mb.ops)
 
 
-def test_detection_is_named_and_refused_with_one_line(capsys):
-    with pytest.raises(TraceError, match="detection models are not supported yet"):
-        trace("fasterrcnn_resnet50_fpn", batch_size=2)
-    assert run(["predict", "maskrcnn_resnet50_fpn", "--gpu", "A100", "-b", "2"]) == 2
+def _box_head_macs_per_roi(model) -> int:
+    """TwoMLPHead and FastRCNNPredictor of a Faster R-CNN, by hand: 256x7x7 -> 1024 -> 1024, then classes and boxes."""
+    pred = model.roi_heads.box_predictor
+    return 256 * 7 * 7 * 1024 + 1024 * 1024 + 1024 * pred.cls_score.out_features + 1024 * pred.bbox_pred.out_features
+
+
+@pytest.mark.parametrize("name", ["retinanet_resnet50_fpn", "fcos_resnet50_fpn", "ssd300_vgg16",
+                                  "fasterrcnn_resnet50_fpn"])
+def test_detection_parameters_and_macs_match_torchvisions_published_counts(name, monkeypatch):
+    """torchvision counts detection operations in eval mode on 800x800 images; training's forward adds only losses
+    (RetinaNet, FCOS, SSD) or, for Faster R-CNN, runs the box head on the sampler's 512 proposals an image instead
+    of the 1,000 proposals evaluation keeps."""
+    from torchvision.models import get_model
+
+    monkeypatch.setattr(tvtasks, "COCO_IMAGE", (800, 800))
+    wl = trace(name, batch_size=2)
+    meta = _meta(name)
+    assert wl.parameters == meta["num_params"]  # frozen batch norm in the backbone, as the recipes train it
+    published = meta["_ops"] * 1e9
+    if name.startswith("fasterrcnn"):
+        with torch.device("meta"):
+            model = get_model(name, weights=None, weights_backbone=None)
+        published -= (1000 - 512) * _box_head_macs_per_roi(model)
+    assert wl.flops("forward") / 2 / 2 == pytest.approx(published, rel=0.01)
+    assert wl.trainable_parameters < wl.parameters  # conv1 and layer1 (ResNet) / early layers not trained
+
+
+def test_rcnn_heads_run_on_the_expected_proposals():
+    mask = trace("maskrcnn_resnet50_fpn", batch_size=2)
+    pos = round(tvtasks.POSITIVES_PER_OBJECT * tvtasks.COCO_BOXES)
+    assert pos == 124 and "124 of them positive" in mask.input_description
+
+    def rows(wl, module):
+        return next(o.input_shapes[0][0] for o in wl.ops if o.phase == "forward" and o.module.endswith(module))
+
+    assert rows(mask, "roi_heads.box_head.fc6") == 2 * 512  # the sampler's 512 proposals an image
+    assert rows(mask, "roi_heads.mask_head.0.0") == 2 * pos  # the mask head on the positives only
+    kp = trace("keypointrcnn_resnet50_fpn", batch_size=2)
+    assert rows(kp, "roi_heads.keypoint_head.0") == 2 * round(tvtasks.POSITIVES_PER_OBJECT * tvtasks.COCO_PEOPLE)
+    assert "multi-scale 640-800" in kp.input_description
+    assert list(_first_conv_input(kp)) == [2, 3, 736, 992]  # 480x640 scaled to 722x962, padded to multiples of 32
+    # every data-dependent read answered from followed values: the targets' checks read what training reads
+    assert mask.data_dependent_reads == 0
+    assert any(o.aten == "roi_align" for o in mask.ops) and any(o.aten == "_roi_align_backward" for o in mask.ops)
+    assert trace("maskrcnn_resnet50_fpn", batch_size=2).flops() == mask.flops()  # deterministic
+
+
+def test_detection_from_the_cli(capsys):
+    assert run(["predict", "maskrcnn_resnet50_fpn", "--gpu", "A100", "-b", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["steps_per_epoch"] == 117266 // 2  # COCO train2017 with annotations
+    assert run(["predict", "ssdlite320_mobilenet_v3_large", "--gpu", "A100", "-b", "4", "--image-size", "512"]) == 2
     err = capsys.readouterr().err
-    assert "detection models are not supported yet" in err and "Traceback" not in err
+    assert "--image-size does not apply to ssdlite320_mobilenet_v3_large" in err and "Traceback" not in err
 
 
 def test_cli_options_and_listing(capsys):

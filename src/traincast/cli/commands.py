@@ -316,8 +316,7 @@ def register(app: typer.Typer) -> None:
                       + ", ".join(tv))
         for task in dict.fromkeys(tasks.values()):
             names_ = [n for n, t in tasks.items() if t == task]
-            console.print(f"torchvision {task} ({len(names_)}" + (", named but not supported yet)"
-                                                               if task == "detection" else ")") + ": " + ", ".join(names_))
+            console.print(f"torchvision {task} ({len(names_)}): " + ", ".join(names_))
         from traincast.workload.sources import SOURCES
 
         console.print("model sources (recognised in this order): " + "; ".join(

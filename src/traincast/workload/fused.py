@@ -524,6 +524,43 @@ def _nll_fwd(x, target, weight=None, reduction=1, ignore_index=-100, *, out) -> 
     return Cost(x.numel(), rows * (target.element_size() + x.element_size()) + nbytes(weight), nbytes(*_flat(out)))
 
 
+# --- torchvision's detection kernels: RoIAlign and non-maximum suppression -------------------------------
+ROI_SAMPLES = 2  # sampling points per bin and axis where the call says 0 (adaptive: values decide); torchvision's
+# MultiScaleRoIAlign passes 2
+
+
+def _roi_points(out_or_grad: Tensor, sampling_ratio: int) -> int:
+    """Bilinear samples a RoIAlign call takes: s x s per output bin, 4 feature values each."""
+    s = sampling_ratio if sampling_ratio > 0 else ROI_SAMPLES
+    return out_or_grad.numel() * s * s
+
+
+@register_fused("roi_align", family="roi align", implementation="torchvision", op_class="elementwise",
+                help="RoIAlign forward: per output bin s x s bilinear samples (4 gathered values, 4 multiply-adds "
+                "each), averaged; sampled values read, the pooled features written")
+def _roi_align_fwd(x, rois, spatial_scale, pooled_h, pooled_w, sampling_ratio, aligned, *, out) -> Cost:
+    pts = _roi_points(out, sampling_ratio)
+    read = min(4 * pts * x.element_size(), nbytes(x)) + nbytes(rois)
+    return Cost(8 * pts + out.numel(), read, nbytes(out))
+
+
+@register_fused("_roi_align_backward", family="roi align", implementation="torchvision", op_class="elementwise",
+                help="RoIAlign backward: the feature-map gradient zeroed, then each bin's gradient added (atomic) "
+                "into the 4 values of each of its s x s samples")
+def _roi_align_bwd(grad, rois, spatial_scale, pooled_h, pooled_w, batch_size, channels, height, width,
+                   sampling_ratio, aligned, *, out) -> Cost:
+    pts = _roi_points(grad, sampling_ratio)
+    return Cost(8 * pts, nbytes(grad, rois), nbytes(out) + 4 * pts * grad.element_size())
+
+
+@register_fused("nms", family="nms", implementation="torchvision", op_class="elementwise",
+                help="non-maximum suppression: boxes sorted by score, the IoU of every pair (about 5 FLOPs a "
+                "pair, upper triangle) into a bit mask of n x n/64 words, kept indices written")
+def _nms(dets, scores, iou_threshold, *, out) -> Cost:
+    n = dets.shape[0]
+    return Cost(5 * n * n, nbytes(dets, scores), n * -(-n // 64) * 8 + nbytes(out))
+
+
 # --- putting the kernels in place while a step is traced ---------------------------------------------------
 def _mamba_scan(hidden_states, dt, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
                 return_last_state=False, **_):
@@ -773,7 +810,7 @@ def kernel_notes(counts: dict[str, int]) -> list[str]:
     for name, n in counts.items():
         if n and name in FUSED:
             k = FUSED.get(name)
-            if k.implementation != "PyTorch":
+            if k.implementation not in ("PyTorch", "torchvision"):  # torchvision's: what the model calls
                 by.setdefault(k.family, set()).add(k.implementation)
     notes = []
     if counts.get(MATH_ATTENTION):

@@ -19,6 +19,15 @@ expected to be from how it was made, and gives every selection ``round(numel x d
 * integer and boolean tensors with real values (the token ids and masks traincast makes on the CPU) that move
   to meta keep what they hold: their density, and ``== token`` against them (image or audio placeholders) has
   its real density;
+* inside :func:`numbers_followed` (torchvision's detection step), a sampler's pick masks (``mask = zeros_like(x);
+  mask[idx] = 1``) hold as many true elements as ``idx`` has, ``pos | neg`` of two of them their sum, and
+  ``torch.cat`` of tagged masks their weighted mean (the R-CNN and RPN samplers);
+* inside :func:`numbers_followed` (torchvision's detection step), ``torch.tensor(numbers, device="meta")`` is made
+  on the CPU and moved, so that its values are known (PyTorch makes it below the dispatcher, where the tracer would
+  not see them);
+* inside :func:`numbers_followed`, a mask whose real values the tracer followed (``_OpRecorder.values``, passed
+  in as ``values``) is selected with its real count (the detectors' sampled labels), unless it was computed from the stand-in indices of a selection sized without values
+  (``guessed``: zeros that only keep shapes valid; SuperPoint's border test of its keypoints would select none);
 * views, reshapes, copies and dtype changes keep the density;
 * anything else is full (density 1): every position of a dense batch is a real token.
 
@@ -31,6 +40,9 @@ ones.
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import torch
 import torch.nn.functional as F
@@ -65,7 +77,41 @@ _SUM = {torch.sum, _T.sum, torch.count_nonzero, _T.count_nonzero}
 _BINCOUNT = {torch.bincount, _T.bincount}
 _KNOWN_MAX = 1 << 24  # elements of a CPU tensor whose values are kept when it moves to meta
 _SELECT = _NONZERO | _MASKED_SELECT | {torch.where, _T.__getitem__, _T.__setitem__, _T.tolist, _T.__format__}
-_WATCHED = frozenset(_KEEPS | _ZEROS | _SCATTER | _EQ | set(_INDICES) | _SUM | _BINCOUNT | _SELECT | {F.one_hot})
+_FROM_DATA = {torch.tensor, torch.as_tensor, torch.scalar_tensor}
+_OR = {torch.logical_or, _T.logical_or, torch.bitwise_or, _T.bitwise_or, _T.__or__}
+_CAT = {torch.cat, torch.concat, torch.concatenate}
+_WATCHED = frozenset(_KEEPS | _ZEROS | _SCATTER | _EQ | set(_INDICES) | _SUM | _BINCOUNT | _SELECT | _FROM_DATA
+                     | _OR | _CAT | {F.one_hot})
+
+
+_NUMBERS: contextvars.ContextVar[bool] = contextvars.ContextVar("traincast_follow_numbers", default=False)
+
+
+def following_numbers() -> bool:
+    """Whether the rules of :func:`numbers_followed` are on."""
+    return _NUMBERS.get()
+
+
+@contextlib.contextmanager
+def numbers_followed():
+    """Inside, the rules of steps that check and sample their own targets by value (torchvision's detectors):
+    ``torch.tensor(numbers, device="meta")`` is made on the CPU and moved, its values followed (the detectors
+    rescale their boxes with such tensors, then test them with ``Tensor.item()``), a sampler's pick masks
+    (``zeros_like``, ``mask[idx] = 1``, ``pos | neg``, ``torch.cat``) hold as many true elements as it picked, a
+    mask with followed values selects its real count, and the tracer answers ``unique``/``nonzero`` and copies to
+    the CPU of followed tensors from their values (``_OpRecorder._sized``).
+    Off elsewhere: the mixture-of-experts layers of language models build routing masks the same ways, which the
+    balanced-routing rules above size, and a forward that ran on followed numbers would take value-dependent code
+    paths on the CPU while it is traced."""
+    token = _NUMBERS.set(True)
+    try:
+        yield
+    finally:
+        _NUMBERS.reset(token)
+
+
+def _is_meta(device) -> bool:
+    return device is not None and torch.device(device).type == "meta"
 
 
 def _dim_arg(args, kwargs, pos: int):
@@ -104,8 +150,14 @@ def _check_masks(items, t: torch.Tensor) -> None:
 class ExpectedSelections(TorchFunctionMode):
     """While active, data-dependent selections on meta tensors take their expected sizes (module docstring)."""
 
-    def __init__(self):
+    def __init__(self, values=None):
         super().__init__()
+        # meta tensors -> their real values, where the tracer followed them (``_OpRecorder.values``): a selection
+        # of such a mask takes its real count
+        self.values = values if values is not None else {}
+        # the stand-in indices of selections sized without values, and (the tracer marks them) what is computed
+        # from them: their followed values are placeholders, not training's
+        self.guessed: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
         self.density: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # expected share of true elements
         self.categories: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # index tensors: how many categories
         self.value: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # counts: expected value of each element
@@ -127,6 +179,10 @@ class ExpectedSelections(TorchFunctionMode):
             self.routed += 1
 
     def _rows(self, mask: torch.Tensor) -> int:
+        real = self.values.get(mask) if _NUMBERS.get() and mask not in self.guessed else None
+        if real is not None:  # values the tracer followed (sampled labels, masks of real inputs): the real count
+            self.known_sized += 1
+            return int(real.count_nonzero())
         d = self.density.get(mask)
         self._tally(mask, d is None)
         return mask.numel() if d is None else int(round(mask.numel() * d))
@@ -135,8 +191,12 @@ class ExpectedSelections(TorchFunctionMode):
     def _nonzero(self, mask: torch.Tensor, as_tuple: bool):
         n = self._rows(mask)
         if as_tuple:
-            return tuple(torch.zeros(n, dtype=torch.long, device=mask.device) for _ in range(max(mask.dim(), 1)))
-        return torch.zeros((n, mask.dim()), dtype=torch.long, device=mask.device)
+            out = tuple(torch.zeros(n, dtype=torch.long, device=mask.device) for _ in range(max(mask.dim(), 1)))
+        else:
+            out = (torch.zeros((n, mask.dim()), dtype=torch.long, device=mask.device),)
+        for t in out:  # stand-in indices: zeros the tracer follows, but not what training's indices hold
+            self.guessed[t] = True
+        return out if as_tuple else out[0]
 
     def _index(self, index, indexed: torch.Tensor | None = None):
         """A ``__getitem__``/``__setitem__`` index with its boolean tensors replaced by the long indices of their
@@ -164,6 +224,14 @@ class ExpectedSelections(TorchFunctionMode):
             return func(*args, **(kwargs or {}))
         kwargs = kwargs or {}
         first = args[0] if args else None
+        if func in _FROM_DATA and _NUMBERS.get() and _is_meta(kwargs.get("device")) \
+                and not isinstance(first, torch.Tensor):
+            # torch.tensor(python numbers, device="meta") is made below the dispatcher, without the values it was
+            # given: made on the CPU and moved, so that the tracer follows them (box scale factors, image sizes)
+            cpu = func(*args, **{**kwargs, "device": "cpu"})
+            out = cpu.to(kwargs["device"])
+            self._tag(_T.to, (cpu, kwargs["device"]), {}, out)
+            return out
         meta = isinstance(first, torch.Tensor) and first.device.type == "meta"
         if meta and func in _NONZERO:
             as_tuple = bool(kwargs.get("as_tuple", False)) and func is not torch.argwhere and func is not _T.argwhere
@@ -207,6 +275,13 @@ class ExpectedSelections(TorchFunctionMode):
         first = args[0] if args else None
         if func in _ZEROS and isinstance(out, torch.Tensor):
             self.density[out] = 0.0
+            return
+        if func in _CAT and _NUMBERS.get() and isinstance(out, torch.Tensor) and out.numel():
+            parts = [t for t in first if isinstance(t, torch.Tensor)] if isinstance(first, (list, tuple)) else []
+            if parts and all(t in self.density for t in parts):
+                self.density[out] = sum(self.density[t] * t.numel() for t in parts) / out.numel()
+                if all(t in self.exact for t in parts):
+                    self.exact[out] = True
             return
         if not isinstance(first, torch.Tensor):
             return
@@ -274,6 +349,23 @@ class ExpectedSelections(TorchFunctionMode):
             n = self.categories.get(first)
             if n and scalar and isinstance(out, torch.Tensor):
                 self.density[out] = 1.0 / n
+            return
+        if func is _T.__setitem__ and _NUMBERS.get() and len(args) > 2 and self.density.get(first) == 0.0 \
+                and first.numel():
+            # zeros[idx] = 1 (a sampler's mask of the indices it picked): as full as the indices are many
+            items = args[1] if isinstance(args[1], tuple) else (args[1],)
+            if len(items) == 1 and isinstance(items[0], torch.Tensor) and items[0].dtype == torch.long \
+                    and not (isinstance(args[2], (int, float)) and args[2] == 0):
+                self.density[first] = min(1.0, items[0].numel() / first.numel())
+                self.exact[first] = True  # as many as were picked: a count, not a router's expectation
+            return
+        if func in _OR and _NUMBERS.get() and len(args) > 1 and isinstance(args[1], torch.Tensor) \
+                and isinstance(out, torch.Tensor):
+            a, b = self.density.get(first), self.density.get(args[1])
+            if a is not None and b is not None:  # disjoint picks (positives | negatives): their sum
+                self.density[out] = min(1.0, a + b)
+                if first in self.exact and args[1] in self.exact:
+                    self.exact[out] = True
             return
         if func in _SCATTER and isinstance(out, torch.Tensor) and self.density.get(first) == 0.0:
             index = args[2] if len(args) > 2 else kwargs.get("index")

@@ -28,7 +28,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 from torch.utils.module_tracker import ModuleTracker
 
 from traincast.workload import costs, fused
-from traincast.workload.selections import ExpectedSelections
+from traincast.workload.selections import ExpectedSelections, following_numbers
 from traincast.workload.records import MemoryFootprint, OpRecord, RecurrentCall, Workload
 
 _DTYPE_NAMES = {
@@ -95,6 +95,11 @@ class _Tracker(ModuleTracker):
 
 
 _FOLLOW_MAX = 1 << 22  # elements of a meta tensor whose real values are followed
+def _is_cpu(device) -> bool:
+    return device is not None and torch.device(device).type == "cpu"
+
+
+_SIZED_BY_VALUES = frozenset({"_unique2", "unique_dim", "unique_consecutive", "nonzero"})
 _NO_VALUES = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
 
 
@@ -127,6 +132,9 @@ class _OpRecorder(TorchDispatchMode):
         self.writer: dict[int, tuple[int, int]] = {}  # storage -> (op index, output slot) that last wrote it
         self.values = WeakTensorKeyDictionary()  # small meta tensors -> their real values (:meth:`_follow`)
         self.value_storages: set[int] = set()  # the storages of those tensors (a write into one drops its views')
+        # tensors whose followed values come from stand-in indices (``ExpectedSelections.guessed``, shared): what is
+        # computed from them is marked too, and no selection or size is taken from their values
+        self.guessed = WeakTensorKeyDictionary()
 
     def _follow(self, func, args, kwargs, out) -> None:
         """Keep the real values of small meta tensors computed only from real values (CPU inputs moved to meta,
@@ -152,6 +160,10 @@ class _OpRecorder(TorchDispatchMode):
             return torch.device("cpu") if isinstance(x, torch.device) and x.type == "meta" else x
 
         kept: list[torch.Tensor] = []
+        if ok and self.guessed and following_numbers() \
+                and any(t in self.guessed for t in _tensors((args, kwargs)) if t.device.type == "meta"):
+            for o in outs:
+                self.guessed[o] = True
         if ok:
             rargs, rkwargs = tree_map(real, (args, kwargs))
         if ok:
@@ -174,6 +186,44 @@ class _OpRecorder(TorchDispatchMode):
                 for t in list(self.values.keys()):
                     if _storage_key(t) in keys and not any(t is k for k in kept):
                         self.values.pop(t, None)
+
+    def _sized(self, func, name: str, args, kwargs):
+        """Ops whose output size values decide, on meta tensors (None: run the op as it is):
+
+        * non-maximum suppression (``torchvision::nms``) keeps every box: a training step takes the top
+          ``post_nms_top_n`` of what NMS keeps (the region proposal network's 2,000 proposals an image), and
+          with thousands of candidate boxes an image NMS keeps more than that;
+
+        and only inside ``selections.numbers_followed`` (torchvision's detection step, which checks and samples its
+        own targets by value; elsewhere no value-dependent path is taken on followed values):
+
+        * a copy to the CPU (``.tolist()``, ``.cpu()``) of a tensor whose values were followed returns them;
+        * ``unique`` and ``nonzero`` of tensors whose real values the tracer followed (:meth:`_follow`) run on
+          those values, the result moved to meta with its values kept (torchvision's batched NMS loops over
+          ``torch.unique`` of the box levels).
+        Values that come from the stand-in indices of a selection sized without values (``guessed``) are not
+        used."""
+        if name == "nms" and func.namespace == "torchvision" and args[0].device.type == "meta":
+            return torch.arange(args[0].shape[0], device=args[0].device)
+        if not following_numbers():  # the rules below: steps that check their targets by value (detection)
+            return None
+        if name == "_to_copy" and args and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta" \
+                and _is_cpu(kwargs.get("device")) and args[0] not in self.guessed:
+            real = self.values.get(args[0])  # ``.tolist()`` / ``.cpu()`` of followed values: those values
+            return None if real is None else real.to(dtype=kwargs.get("dtype") or real.dtype, copy=True)
+        if name not in _SIZED_BY_VALUES:
+            return None
+        metas = [t for t in _tensors((args, kwargs)) if t.device.type == "meta"]
+        if not metas or any(self.values.get(t) is None or t in self.guessed for t in metas):
+            return None
+        rargs, rkwargs = tree_map(lambda x: self.values.get(x) if isinstance(x, torch.Tensor)
+                                  and x.device.type == "meta" else x, (args, kwargs))
+        rout = func(*rargs, **rkwargs)
+        out = tree_map(lambda r: r.to("meta") if isinstance(r, torch.Tensor) else r, rout)
+        for o, r in zip(_tensors(out), _tensors(rout)):
+            self.values[o] = r
+            self.value_storages.add(_storage_key(o))
+        return out
 
     def _forward_module(self) -> str:
         """The innermost module running now (forward): the deepest of the tracker's parents, ties broken by
@@ -212,11 +262,13 @@ class _OpRecorder(TorchDispatchMode):
                 return real.item()
             self.data_dependent += 1
             return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
-        out = func(*args, **kwargs)
-        if func.namespace not in ("aten", "traincast"):
+        name = costs.op_name(func)
+        out = self._sized(func, name, args, kwargs)
+        if out is None:
+            out = func(*args, **kwargs)
+        if func.namespace not in ("aten", "traincast") and name not in fused.FUSED:
             return out
         self._follow(func, args, kwargs, out)
-        name = costs.op_name(func)
         if name in costs.FREE_OPS or getattr(func, "is_view", False):
             return out
         fused_cost = None
@@ -479,7 +531,8 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
             amp.set(phase == "forward")
 
     experts = BalancedExperts()
-    selections = ExpectedSelections()
+    selections = ExpectedSelections(recorder.values)
+    recorder.guessed = selections.guessed
     with tracker, recorder, experts, selections, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
             _node_creation_hook(recorder.tag_node):
         for m in modes:

@@ -22,15 +22,25 @@ quantization      quantization-aware training: the float  224x224 (Inception: 29
                   quantizers (``fbgemm``, the x86 server   (its default backend is ``qnnpack``, per-tensor weight
                   backend's QAT qconfig: per-channel       quantizers, a little cheaper; torchvision's published
                   weight quantizers)                       quantized weights are mostly post-training quantized)
+detection         the sum of the model's loss dict        COCO: 480x640 images (its most common size), which the
+(Faster/Mask/     (references/detection/engine.py),       model's transform resizes (800 px short side for the
+Keypoint R-CNN,   backbone as the recipes train it:       R-CNNs, RetinaNet and FCOS, 300/320 squares for SSD);
+RetinaNet, FCOS,  ImageNet-initialised, frozen batch      7 objects an image (COCO's mean), Keypoint R-CNN 3
+SSD, SSDlite)     norm, first layers not trained          people with 17 keypoints; multi-scale training (Keypoint
+                                                          R-CNN's 640-800) at the root-mean-square side
 ================= ====================================== ============================================================
 
-Detection models (Faster/Mask/Keypoint R-CNN, RetinaNet, FCOS, SSD) are named but refused: their training step
-checks its targets with ``Tensor.item()`` and sizes its proposals by non-maximum suppression, which values decide
-and the meta device does not hold.
+Detection takes shapes from values in three places, each answered as training sees it and said in the forecast:
+the targets are real CPU tensors moved to meta, so the box checks (``Tensor.item()``) and the target resizing are
+followed with their values (``ExpectedSelections``, ``_OpRecorder._follow``); non-maximum suppression keeps every
+box (the RPN then takes its top 2,000 an image, as it does whenever NMS leaves more, which thousands of candidates
+do); and the R-CNN sampler's positives are :data:`POSITIVES_PER_OBJECT` an object up to its quota (128 of 512),
+measured in a published training log, on which the mask and keypoint heads run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import warnings
@@ -53,7 +63,9 @@ DATASET_SIZE = {
     "video": 5 * 246535,
     "optical-flow": 22232,  # FlyingChairs training pairs (Dosovitskiy et al. 2015)
     "quantization": 1281167,  # ImageNet-1k training images
-    "detection": 118287,  # COCO train2017
+    # COCO train2017 less the 1,021 images without annotations, which the reference drops
+    # (references/detection/coco_utils.py _coco_remove_images_without_annotations)
+    "detection": 117266,
 }
 SEGMENTATION_CROP = 480  # references/segmentation/train.py: SegmentationPresetTrain(base_size=520, crop_size=480)
 SEGMENTATION_CLASSES = 21  # COCO_WITH_VOC_LABELS
@@ -78,7 +90,16 @@ def description(name: str) -> str:
     task = task_names()[name]
     return {"segmentation": "semantic segmentation", "video": "video classification (Kinetics-400)",
             "optical-flow": "optical flow", "quantization": "quantization-aware training",
-            "detection": "object detection (not supported)"}[task] + f", {name} (torchvision)"
+            "detection": "keypoint detection (COCO people)" if name.startswith("keypointrcnn") else
+            "instance segmentation (COCO)" if name.startswith("maskrcnn") else "object detection (COCO)",
+            }[task] + f", {name} (torchvision)"
+
+
+def dataset_size(name: str) -> int:
+    """Training samples an epoch for the task's reference recipe."""
+    if name.startswith("keypointrcnn"):
+        return KEYPOINT_IMAGES
+    return DATASET_SIZE[task_names()[name]]
 
 
 def _options():
@@ -140,14 +161,10 @@ def build(name: str, *, batch_size, device, optimizer, precision, freeze, seq_le
     task = task_names()[name]
     if seq_len is not None:
         raise ConfigError(f"--seq-len does not apply to {name}: it takes images, not sequences")
-    if task == "detection":
-        raise TraceError(
-            f"cannot trace {name}: torchvision detection models are not supported yet: their training step checks "
-            "its box targets with Tensor.item() and keeps the proposals non-maximum suppression leaves, which only "
-            "real values decide (the meta device holds none); forecast its backbone (e.g. resnet50) or pass the "
-            "model as a package.module:factory with fixed-size inputs")
     opts = _options()
     step_args = dict(batch_size=batch_size, device=device, optimizer=optimizer, precision=precision, freeze=freeze)
+    if task == "detection":
+        return _detection(name, opts, step_args)
     if task == "segmentation":
         kwargs = {"weights_backbone": None, "num_classes": SEGMENTATION_CLASSES}
         if not name.startswith("lraspp"):
@@ -220,3 +237,164 @@ def build(name: str, *, batch_size, device, optimizer, precision, freeze, seq_le
 
     return supervised_step(name, model, make_batch, _vision_loss, **step_args, input_description=(
         f"{batch_size}x3x{side}x{side} images, 1000 classes, fake-quantized weights and activations (QAT)"))
+
+
+# --- detection -------------------------------------------------------------------------------------------
+COCO_IMAGE = (480, 640)  # the most common COCO image size (height, width); the model's transform resizes it
+COCO_BOXES = 7  # COCO train2017: 860,001 instances over 118,287 images, 7.3 an image (Lin et al. 2014)
+COCO_PEOPLE = 3  # COCO person keypoints train2017: 150K people in 57K images, 2.6 an image (Sun et al. 2019)
+KEYPOINT_IMAGES = 57000  # ibid.: the images of train2017 with annotated people
+# positive proposals the R-CNN sampler finds an object: 42.8 of 512 sampled an image in a tensorpack Faster R-CNN
+# FPN training log on VOC07+12 (github.com/tensorpack/tensorpack/issues/1023: fastrcnn_losses/num_fg_label 42.771,
+# late in training), whose 16,551 trainval images hold 40,058 objects (2.42 an image)
+POSITIVES_PER_OBJECT = 42.771 / (40058 / 16551)
+MAX_SIZE_RATIO = 1333 / 800  # GeneralizedRCNNTransform's max_size / min_size of every torchvision recipe
+
+
+class _Detector(torch.nn.Module):
+    """A detection model called as its reference training loop calls it: a list of images and a list of target
+    dicts, which are made on the CPU with real values (boxes, labels, masks, keypoints) and moved to the model's
+    device inside the step, so that the trace follows them (the model checks its boxes with ``Tensor.item()``)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images, targets):
+        from traincast.workload.selections import numbers_followed
+
+        dev = images[0].device
+        with numbers_followed():  # the boxes are rescaled by torch.tensor(...) factors, then checked by value
+            return self.model(images, [{k: v.to(dev) for k, v in t.items()} for t in targets])
+
+
+@functools.lru_cache(maxsize=1)
+def _weights_enum_builders() -> dict[type, str]:
+    """torchvision weight enum class -> the name of the model builder it belongs to."""
+    from torchvision.models import get_model_weights, list_models
+
+    out = {}
+    for n in list_models():
+        try:
+            out[get_model_weights(n)] = n
+        except (ValueError, KeyError):
+            continue
+    return out
+
+
+@contextlib.contextmanager
+def _pretrained_backbone_shapes():
+    """Build a detector as its recipe trains it, on an ImageNet backbone (frozen batch norm, the first layers not
+    trained: torchvision's builders decide both from whether backbone weights are given), without downloading
+    them: a backbone weight enum's ``get_state_dict`` answers with its builder's own state dict on meta, which
+    ``load_state_dict`` accepts (shapes only)."""
+    from torchvision.models import get_model
+    from torchvision.models._api import WeightsEnum
+
+    builders = _weights_enum_builders()
+    original = WeightsEnum.get_state_dict
+
+    def shapes_only(self, *args, **kwargs):
+        with torch.device("meta"):
+            return get_model(builders[type(self)], weights=None).state_dict()
+
+    WeightsEnum.get_state_dict = shapes_only
+    try:
+        yield
+    finally:
+        WeightsEnum.get_state_dict = original
+
+
+def positives(model, objects: int) -> int | None:
+    """Positive proposals an image the R-CNN heads train on: ``POSITIVES_PER_OBJECT`` a ground-truth object, at
+    most the sampler's quota (``positive_fraction`` of ``batch_size_per_image``: 128 of 512 in every torchvision
+    recipe). None for single-stage detectors."""
+    sampler = getattr(getattr(model, "roi_heads", None), "fg_bg_sampler", None)
+    if sampler is None:
+        return None
+    quota = int(sampler.batch_size_per_image * sampler.positive_fraction)
+    return min(quota, int(round(POSITIVES_PER_OBJECT * objects)))
+
+
+def _sampled_labels(model, objects: int) -> None:
+    """The R-CNN box sampler takes up to its quota of positives (IoU >= 0.5 with an object) and fills the rest of
+    its ``batch_size_per_image`` with negatives; the mask and keypoint heads run on the positives only. How many
+    positives exist, values decide: on meta, the sampled labels are given real values with :func:`positives`
+    of them positive, so that every selection of ``labels > 0`` takes that count."""
+    heads = getattr(model, "roi_heads", None)
+    quota = positives(model, objects)
+    if quota is None:
+        return
+    original = heads.select_training_samples
+
+    def select(proposals, targets):
+        proposals, matched_idxs, labels, regression_targets = original(proposals, targets)
+        if labels and labels[0].device.type == "meta":
+            labels = [torch.cat([torch.ones(min(quota, lab.shape[0]), dtype=lab.dtype),
+                                 torch.zeros(lab.shape[0] - min(quota, lab.shape[0]), dtype=lab.dtype)]).to(lab.device)
+                      for lab in labels]
+        return proposals, matched_idxs, labels, regression_targets
+
+    heads.select_training_samples = select
+
+
+def _detection(name: str, opts, step_args: dict):
+    from traincast.workload.steps import supervised_step
+
+    batch_size = step_args["batch_size"]
+    kwargs: dict = {}
+    fixed = name.startswith("ssd")  # SSD300 / SSDlite320: the transform resizes every image to a fixed square
+    if opts.image_size:
+        if fixed:
+            raise ConfigError(f"--image-size does not apply to {name}: its transform resizes every image to "
+                              f"{'300x300' if name.startswith('ssd300') else '320x320'}")
+        kwargs.update(min_size=opts.image_size, max_size=int(round(opts.image_size * MAX_SIZE_RATIO)))
+    with warnings.catch_warnings(), _pretrained_backbone_shapes():
+        warnings.simplefilter("ignore")
+        model = torchvision_model(name, step_args["device"], **kwargs)
+    keypoints = name.startswith("keypointrcnn")
+    masks = name.startswith("maskrcnn")
+    h, w = COCO_IMAGE
+    n_obj = COCO_PEOPLE if keypoints else COCO_BOXES
+    _sampled_labels(model, n_obj)
+    multi = ""
+    sizes = getattr(getattr(model, "transform", None), "min_size", ())
+    if len(sizes) > 1:  # multi-scale training draws a short side an image: the step at the expected cost
+        rms = (sum(x * x for x in sizes) / len(sizes)) ** 0.5
+        model.transform.min_size = (int(round(rms)),)
+        multi = f" (multi-scale {min(sizes)}-{max(sizes)}: the root-mean-square side, as cost grows with area)"
+    classes = model.roi_heads.box_predictor.cls_score.out_features if hasattr(model, "roi_heads") else 91
+
+    def make_batch(dev):
+        g = torch.Generator().manual_seed(0)
+        images = [torch.randn(3, h, w, device=dev) for _ in range(batch_size)]
+        targets = []
+        for _ in range(batch_size):
+            xy = torch.rand(n_obj, 2, generator=g) * torch.tensor([w * 0.7, h * 0.7])
+            wh = (torch.rand(n_obj, 2, generator=g) * 0.25 + 0.05) * torch.tensor([w, h])
+            t = {"boxes": torch.cat([xy, xy + wh], 1),
+                 "labels": torch.randint(1, max(classes, 2), (n_obj,), generator=g)}
+            if masks:
+                t["masks"] = torch.zeros(n_obj, h, w, dtype=torch.uint8)
+            if keypoints:
+                kp = torch.rand(n_obj, 17, 2, generator=g) * wh[:, None] + xy[:, None]
+                t["keypoints"] = torch.cat([kp, torch.full((n_obj, 17, 1), 2.0)], 2)
+            targets.append(t)
+        return (images, targets), {}, None
+
+    def loss_fn(losses, _):  # references/detection/engine.py: the sum of the loss dict
+        return sum(losses.values())
+
+    what = "people with 17 keypoints" if keypoints else "objects" + (" with masks" if masks else "")
+    size = ("resized to 300x300" if name.startswith("ssd300") else "resized to 320x320" if fixed else
+            f"resized to a {model.transform.min_size[0]} px short side{multi} (at most {model.transform.max_size})")
+    pos = positives(model, n_obj)
+    rpn = getattr(model, "rpn", None)
+    sampled = "" if pos is None else (
+        (f"; the RPN's top {rpn._post_nms_top_n['training']} proposals an image after NMS (NMS taken to leave "
+         "more)" if rpn is not None and hasattr(rpn, "_post_nms_top_n") else "")
+        + f"; the box head on {model.roi_heads.fg_bg_sampler.batch_size_per_image} sampled proposals an image, "
+        f"{pos} of them positive (about {POSITIVES_PER_OBJECT:.0f} an object, measured)"
+        + (", the mask head on those" if masks else ", the keypoint head on those" if keypoints else ""))
+    return supervised_step(name, _Detector(model), make_batch, loss_fn, **step_args, input_description=(
+        f"{batch_size} {h}x{w} images {size}, {n_obj} {what} an image (COCO's mean)" + sampled))

@@ -444,7 +444,7 @@ def get(name: str) -> ZooEntry:
     task = tvtasks.task_names().get(tv)
     if task is not None:
         _BUILDERS.setdefault(tv, _task_builder)
-        return ZooEntry(tv, "vision", tvtasks.description(tv), tvtasks.DATASET_SIZE[task])
+        return ZooEntry(tv, "vision", tvtasks.description(tv), tvtasks.dataset_size(tv))
     raise UnknownNameError("model", name, list(ZOO) + list(ALIASES) + list(all_torchvision_names()))
 
 
