@@ -1640,3 +1640,12 @@ def test_a_vocabulary_map_of_image_tokens_the_config_leaves_out_is_made(capsys, 
     code, out, err = cli(capsys, "trace", p, "-b", "2", "--seq-len", "32", "--image-size", "32", "--json")
     assert code == 0, err
     assert "image placeholders" in json.loads(out)["input_description"]
+
+
+def test_a_head_with_no_forward_pass_is_refused_with_one_line(tmp_path, capsys):
+    """Bark's BarkModel only generates (no forward in transformers): one line saying so, exit 2, rather than a
+    message about inputs traincast cannot make."""
+    path = _write(tmp_path, "bark", {}, None)
+    code, _, err = cli(capsys, "predict", path, "--gpu", "A100", "-b", "2", "--seq-len", "32")
+    assert code == 2 and "BarkModel has no forward pass in transformers (it only generates)" in err
+    assert "Traceback" not in err

@@ -2467,9 +2467,12 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
             raise _Repairable(f"cannot trace {name}: {explain(exc, cls.__name__, 'running its forward')}", fix)
     if not kw:
         need = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in ("self", "kwargs")]
+        tasks = f"choose another head with --task ({', '.join(task_classes(_get(cfg, 'model_type', '')))})"
+        if getattr(type(model).forward, "__name__", "") == "_forward_unimplemented":  # Bark's BarkModel
+            raise _NoInputs(f"{name}: {cls.__name__} has no forward pass in transformers (it only generates); {tasks} "
+                            "or pass an nn.Module with its inputs and loss")
         raise _NoInputs(f"{name}: {cls.__name__}.forward takes no input traincast knows how to make "
-                        f"({', '.join(need or list(params)[:6])}); choose another head with --task "
-                        f"({', '.join(task_classes(_get(cfg, 'model_type', '')))}) or pass an nn.Module with its inputs")
+                        f"({', '.join(need or list(params)[:6])}); {tasks} or pass an nn.Module with its inputs")
     if device.type == "meta" and not settled and (multimodal or "pixel_values" in kw or "input_features" in kw or "bbox" in kw
                                   or "input_values" in kw or (_get(cfg, "num_codebooks", 0) or 0) > 1):
         # the forms the model takes (image_sizes or not, a frame axis or not), and how many placeholders its
