@@ -19,15 +19,14 @@ expected to be from how it was made, and gives every selection ``round(numel x d
 * integer and boolean tensors with real values (the token ids and masks traincast makes on the CPU) that move
   to meta keep what they hold: their density, and ``== token`` against them (image or audio placeholders) has
   its real density;
-* inside :func:`numbers_followed` (torchvision's detection step), a sampler's pick masks (``mask = zeros_like(x);
-  mask[idx] = 1``) hold as many true elements as ``idx`` has, ``pos | neg`` of two of them their sum, and
-  ``torch.cat`` of tagged masks their weighted mean (the R-CNN and RPN samplers);
-* inside :func:`numbers_followed` (torchvision's detection step), ``torch.tensor(numbers, device="meta")`` is made
-  on the CPU and moved, so that its values are known (PyTorch makes it below the dispatcher, where the tracer would
-  not see them);
-* inside :func:`numbers_followed`, a mask whose real values the tracer followed (``_OpRecorder.values``, passed
-  in as ``values``) is selected with its real count (the detectors' sampled labels), unless it was computed from the stand-in indices of a selection sized without values
-  (``guessed``: zeros that only keep shapes valid; SuperPoint's border test of its keypoints would select none);
+* inside :func:`numbers_followed` (torchvision's detection step, which checks and samples its own targets by
+  value): a sampler's pick masks (``mask = zeros_like(x); mask[idx] = 1``) hold as many true elements as ``idx``
+  has, ``pos | neg`` of two of them their sum, ``torch.cat`` of tagged masks their weighted mean;
+  ``torch.tensor(numbers, device="meta")`` is made on the CPU and moved, so that its values are known (PyTorch
+  makes it below the dispatcher, where the tracer would not see them); and a mask whose real values the tracer
+  followed (``_OpRecorder.values``, passed in as ``values``) is selected with its real count, unless it was
+  computed from the stand-in indices of a selection sized without values (``guessed``: zeros that only keep shapes
+  valid);
 * views, reshapes, copies and dtype changes keep the density;
 * anything else is full (density 1): every position of a dense batch is a real token.
 
