@@ -96,9 +96,8 @@ def numbers_followed():
     """Inside, the rules of steps that check and sample their own targets by value (torchvision's detectors):
     ``torch.tensor(numbers, device="meta")`` is made on the CPU and moved, its values followed (the detectors
     rescale their boxes with such tensors, then test them with ``Tensor.item()``), a sampler's pick masks
-    (``zeros_like``, ``mask[idx] = 1``, ``pos | neg``, ``torch.cat``) hold as many true elements as it picked, a
-    mask with followed values selects its real count, and the tracer answers ``unique``/``nonzero`` and copies to
-    the CPU of followed tensors from their values (``_OpRecorder._sized``).
+    (``zeros_like``, ``mask[idx] = 1``, ``pos | neg``, ``torch.cat``) hold as many true elements as it picked, and
+    a mask with followed values selects its real count.
     Off elsewhere: the mixture-of-experts layers of language models build routing masks the same ways, which the
     balanced-routing rules above size, and a forward that ran on followed numbers would take value-dependent code
     paths on the CPU while it is traced."""

@@ -95,11 +95,6 @@ class _Tracker(ModuleTracker):
 
 
 _FOLLOW_MAX = 1 << 22  # elements of a meta tensor whose real values are followed
-def _is_cpu(device) -> bool:
-    return device is not None and torch.device(device).type == "cpu"
-
-
-_SIZED_BY_VALUES = frozenset({"_unique2", "unique_dim", "unique_consecutive", "nonzero"})
 _NO_VALUES = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"})
 
 
@@ -188,42 +183,13 @@ class _OpRecorder(TorchDispatchMode):
                         self.values.pop(t, None)
 
     def _sized(self, func, name: str, args, kwargs):
-        """Ops whose output size values decide, on meta tensors (None: run the op as it is):
-
-        * non-maximum suppression (``torchvision::nms``) keeps every box: a training step takes the top
-          ``post_nms_top_n`` of what NMS keeps (the region proposal network's 2,000 proposals an image), and
-          with thousands of candidate boxes an image NMS keeps more than that;
-
-        and only inside ``selections.numbers_followed`` (torchvision's detection step, which checks and samples its
-        own targets by value; elsewhere no value-dependent path is taken on followed values):
-
-        * a copy to the CPU (``.tolist()``, ``.cpu()``) of a tensor whose values were followed returns them;
-        * ``unique`` and ``nonzero`` of tensors whose real values the tracer followed (:meth:`_follow`) run on
-          those values, the result moved to meta with its values kept (torchvision's batched NMS loops over
-          ``torch.unique`` of the box levels).
-        Values that come from the stand-in indices of a selection sized without values (``guessed``) are not
-        used."""
+        """An op whose output size values decide, answered on meta tensors (None: run the op as it is):
+        non-maximum suppression (``torchvision::nms``) keeps every box. A training step takes the top
+        ``post_nms_top_n`` of what NMS keeps (the region proposal network's 2,000 proposals an image), and with
+        thousands of candidate boxes an image NMS keeps more than that."""
         if name == "nms" and func.namespace == "torchvision" and args[0].device.type == "meta":
             return torch.arange(args[0].shape[0], device=args[0].device)
-        if not following_numbers():  # the rules below: steps that check their targets by value (detection)
-            return None
-        if name == "_to_copy" and args and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta" \
-                and _is_cpu(kwargs.get("device")) and args[0] not in self.guessed:
-            real = self.values.get(args[0])  # ``.tolist()`` / ``.cpu()`` of followed values: those values
-            return None if real is None else real.to(dtype=kwargs.get("dtype") or real.dtype, copy=True)
-        if name not in _SIZED_BY_VALUES:
-            return None
-        metas = [t for t in _tensors((args, kwargs)) if t.device.type == "meta"]
-        if not metas or any(self.values.get(t) is None or t in self.guessed for t in metas):
-            return None
-        rargs, rkwargs = tree_map(lambda x: self.values.get(x) if isinstance(x, torch.Tensor)
-                                  and x.device.type == "meta" else x, (args, kwargs))
-        rout = func(*rargs, **rkwargs)
-        out = tree_map(lambda r: r.to("meta") if isinstance(r, torch.Tensor) else r, rout)
-        for o, r in zip(_tensors(out), _tensors(rout)):
-            self.values[o] = r
-            self.value_storages.add(_storage_key(o))
-        return out
+        return None
 
     def _forward_module(self) -> str:
         """The innermost module running now (forward): the deepest of the tracker's parents, ties broken by
