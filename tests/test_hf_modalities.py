@@ -1640,6 +1640,15 @@ def test_a_vocabulary_map_of_image_tokens_the_config_leaves_out_is_made(capsys, 
     code, out, err = cli(capsys, "trace", p, "-b", "2", "--seq-len", "32", "--image-size", "32", "--json")
     assert code == 0, err
     assert "image placeholders" in json.loads(out)["input_description"]
+    # built without a list of notes (``_build``'s default): the map is made all the same
+    import torch
+
+    from traincast.workload import hf
+
+    cfg = hf.load_config(json.loads(p.read_text()))
+    cls = hf.choose_class(cfg, "chameleon", None, None, str(p))
+    hf._build(cls, cfg, torch.device("meta"), "chameleon")
+    assert cfg.vocabulary_map["<image>"] == 999
 
 
 def test_a_head_with_no_forward_pass_is_refused_with_one_line(tmp_path, capsys):

@@ -1568,7 +1568,7 @@ def _fill_derived(exc: BaseException, cfg, notes: list[str] | None) -> bool:
         if notes is not None:
             shown = v if not isinstance(v, dict) else (f"one made for it: <image> and {len(v) - 1:,} image codes on the "
                                                    "vocabulary's last ids")
-        notes.append(f"the config leaves {k} empty; it is taken as {shown} {_DERIVED_WHY[k]}")
+            notes.append(f"the config leaves {k} empty; it is taken as {shown} {_DERIVED_WHY[k]}")
     return bool(used)
 
 
