@@ -40,7 +40,7 @@ from torch import nn
 from traincast.errors import ConfigError, SpecError, TraceError, TraincastError
 from traincast.registry import Registry
 from traincast.workload.steps import TrainingStep, supervised_step
-from traincast.workload.selections import unsized_selection
+from traincast.workload.selections import is_meta_device, unsized_selection
 
 
 # --- options a user sets (``--task``, ``--image-size``, ...) -----------------------------------------------
@@ -1714,11 +1714,6 @@ def _build_on(cls, cfg, device, name):
         raise BuildError(f"cannot build {name}: {explain(exc, cls.__name__, 'building', cfg)}") from None
 
 
-def _is_meta(device) -> bool:
-    """Whether ``device`` (a torch.device, a string or None) names the meta device."""
-    return isinstance(device, torch.device) and device.type == "meta" or isinstance(device, str) and device == "meta"
-
-
 def _real_mask(t) -> bool:
     """A boolean tensor on the CPU: a mask whose values traincast made real (see :class:`_MixedDevices`)."""
     return isinstance(t, torch.Tensor) and t.dtype == torch.bool and t.device.type == "cpu"
@@ -1754,7 +1749,7 @@ class _MixedDevices(torch.overrides.TorchFunctionMode):
         from torch.utils._pytree import tree_leaves, tree_map
 
         kwargs = kwargs or {}
-        if self.real_tensors and func is torch.tensor and _is_meta(kwargs.get("device")) and args \
+        if self.real_tensors and func is torch.tensor and is_meta_device(kwargs.get("device")) and args \
                 and not any(isinstance(t, torch.Tensor) for t in tree_leaves(args[0])):
             # integers a model writes from Python values onto its own device (Step 3.7's vision tower:
             # ``torch.tensor([[1, grid_h, grid_w]], device=hidden.device)``, then read with ``.tolist()``): made on
@@ -1767,7 +1762,7 @@ class _MixedDevices(torch.overrides.TorchFunctionMode):
             if made is not None and not (made.is_floating_point() or made.is_complex()):
                 return made
             return func(*args, **kwargs)
-        if self.real_tensors and func is torch.arange and _is_meta(kwargs.get("device")) \
+        if self.real_tensors and func is torch.arange and is_meta_device(kwargs.get("device")) \
                 and all(isinstance(a, int) and not isinstance(a, bool) for a in args) \
                 and (kwargs.get("dtype") is None or not (kwargs["dtype"].is_floating_point or kwargs["dtype"].is_complex)):
             # likewise the positions it counts on its own device (RADIO's packed images: ``torch.arange(n,

@@ -108,8 +108,9 @@ def numbers_followed():
         _NUMBERS.reset(token)
 
 
-def _is_meta(device) -> bool:
-    return device is not None and torch.device(device).type == "meta"
+def is_meta_device(device) -> bool:
+    """Whether ``device`` (a torch.device, a string or None) names the meta device."""
+    return isinstance(device, torch.device) and device.type == "meta" or isinstance(device, str) and device == "meta"
 
 
 def _dim_arg(args, kwargs, pos: int):
@@ -222,7 +223,7 @@ class ExpectedSelections(TorchFunctionMode):
             return func(*args, **(kwargs or {}))
         kwargs = kwargs or {}
         first = args[0] if args else None
-        if func in _FROM_DATA and _NUMBERS.get() and _is_meta(kwargs.get("device")) \
+        if func in _FROM_DATA and _NUMBERS.get() and is_meta_device(kwargs.get("device")) \
                 and not isinstance(first, torch.Tensor):
             # torch.tensor(python numbers, device="meta") is made below the dispatcher, without the values it was
             # given: made on the CPU and moved, so that the tracer follows them (box scale factors, image sizes)

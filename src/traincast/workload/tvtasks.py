@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from traincast.errors import ConfigError, TraceError
+from traincast.workload.selections import numbers_followed
 from traincast.workload.zoo import _vision_loss, torchvision_model
 
 # torchvision module -> task
@@ -261,8 +262,6 @@ class _Detector(torch.nn.Module):
         self.model = model
 
     def forward(self, images, targets):
-        from traincast.workload.selections import numbers_followed
-
         dev = images[0].device
         with numbers_followed():  # the boxes are rescaled by torch.tensor(...) factors, then checked by value
             return self.model(images, [{k: v.to(dev) for k, v in t.items()} for t in targets])
