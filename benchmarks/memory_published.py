@@ -4,10 +4,12 @@ Protocol (written 2026-11-27 before any of these rows was forecast for memory; n
 of the 8B rows are also rows of ``fp8_cp_validation.py``, whose throughput, and whose OOM flags, had been seen):
 
 - rows: ``benchmarks/data/memory_published/torchtitan.yaml`` (Tables 1-4 of torchtitan's Llama 3.1 H100
-  benchmark; the file says what each field is and what is left out);
+  benchmark; the file says what each field is and what is left out; three B200 rows of torchtitan's MXFP8 page
+  added with the same protocol on 2026-11-27, before they were forecast for memory);
 - each row forecast as ``fp8_cp_validation.forecast_row`` forecasts its rows (``forecast_from_options``, what
   ``traincast predict`` calls; the torchtitan H100 catalog row; 8 GPUs and 3,200 Gb/s a node), with
-  ``--kernels compiled`` where the row ran torch.compile, eager kernels otherwise;
+  ``--kernels compiled`` where the row ran torch.compile, eager kernels otherwise; on the H100 row of that
+  file's catalog, or the catalog's device where a row names one (``gpu``);
 - compared: the forecast peak bytes per GPU (``Forecast.peak_memory_bytes``, the fullest stage) against the
   published GiB; reported per row with the forecast's parts, MAPE and median signed error, and how many rows the
   forecast flags out of memory (each of them ran).
@@ -50,7 +52,7 @@ def main(argv=None) -> int:
     print(f"{'row':22s} {'layout':42s} {'published':>9s} {'forecast':>9s} {'error':>7s}  parts (GiB): states / "
           "activations / transient / other")
     for r in rows:
-        row = dict(r, gpu=GPU, gpus_per_node=8, network_gbit_per_node=3200, pp=1)
+        row = dict(r, gpu=r.get("gpu", GPU), gpus_per_node=8, network_gbit_per_node=3200, pp=1)
         f = fp8cp.forecast_row(row, catalog, families, "compiled" if r.get("compiled") else "eager")
         gib = f.peak_memory_bytes / 2**30
         err = gib / r["memory_gib"] - 1

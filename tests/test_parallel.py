@@ -217,6 +217,61 @@ def test_memory_by_hand_formula(ideal_model, family):
     assert [s.in_flight for s in pp.stages] == [2, 1]
 
 
+# --- op-level selective checkpointing (torchtitan's "selective op" policy) -----------------------------------
+LH, LKV, LF, LL = 64, 32, 128, 2  # a small Llama: hidden, key/value width (2 of 4 heads), MLP width, layers
+
+
+@pytest.fixture(scope="module")
+def llama_model(tmp_path_factory, a100):
+    p = tmp_path_factory.mktemp("llama") / "config.json"
+    p.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": LH,
+                             "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": LF,
+                             "num_hidden_layers": LL, "vocab_size": VOCAB, "max_position_embeddings": SEQ}))
+    fam = WorkloadFamily(str(p), optimizer="adamw", precision="amp-bf16", seq_len=SEQ)
+    return ParallelModel(fam, a100, Cluster(a100, 8, 1), default_predictor(), "amp-bf16",
+                         collectives=ideal_params(), exact_traces=True)
+
+
+def test_op_level_checkpointing_keeps_every_other_matmul_and_attention(llama_model):
+    """In each layer the 1st, 3rd, 5th and 7th aten.mm (q, v, gate, down projections) and the attention kernel are
+    kept; k, o and up projections and every elementwise op are recomputed: FLOPs, time and memory by hand."""
+    mb = 2
+    wl, lay = llama_model.inputs(mb)
+    tokens = mb * SEQ
+    for u in range(1, LL + 1):
+        fwd = [i for i, o in enumerate(wl.ops) if o.phase == "forward" and lay.roles[i].unit == u]
+        kept = [wl.ops[i] for i in fwd if lay.roles[i].op_saved]
+        mms = [wl.ops[i].module.rsplit(".", 1)[-1] for i in fwd if wl.ops[i].aten == "mm"]
+        assert mms == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        assert sorted(o.module.rsplit(".", 1)[-1] for o in kept if o.aten == "mm") == \
+            ["down_proj", "gate_proj", "q_proj", "v_proj"]
+        assert sum(1 for o in kept if o.op_class == "attention") == 1 and len(kept) == 5
+        # what it keeps: the four GEMM outputs in bf16 and the attention kernel's outputs
+        attn = next(o for o in kept if o.op_class == "attention")
+        saved = sum(lay.saved_bytes[i] for i in fwd)
+        assert saved == tokens * (LH + LKV + LF + LH) * 2 + attn.bytes_written
+        assert attn.bytes_written >= tokens * LH * 2
+    none = llama_model.evaluate(ParallelConfig(dp=1, micro_batch=mb), 2 * mb)
+    op = llama_model.evaluate(ParallelConfig(dp=1, micro_batch=mb, recompute="selective-op"), 2 * mb)
+    full = llama_model.evaluate(ParallelConfig(dp=1, micro_batch=mb, recompute="full"), 2 * mb)
+    uc = llama_model.unit_costs(1, False, mb)
+    # FLOPs: the forward of each layer again, less the kept ops; the recomputed GEMMs are k, o and up
+    recomputed = sum(uc.forward_flops[u] - uc.saved_forward_flops[u] for u in range(1, LL + 1))
+    assert op.flops_per_replica == pytest.approx(none.flops_per_replica + 2 * recomputed)
+    rec_mm = sum(o.flops for i, o in enumerate(wl.ops) if o.phase == "forward" and o.aten == "mm"
+                 and 0 < lay.roles[i].unit <= LL and not lay.roles[i].op_saved)
+    assert rec_mm == LL * 2 * tokens * LH * (LKV + LH + LF)
+    assert none.flops_per_replica < op.flops_per_replica < full.flops_per_replica
+    assert op.recompute_s == pytest.approx(2 * sum(uc.forward_s[u] - uc.saved_forward_s[u] for u in range(1, LL + 1)))
+    # memory: pre and post as traced, each layer's input (the fp32 residual stream) and what it keeps, and the
+    # recomputed rest of one layer while its backward runs
+    rest = max(uc.activation_bytes[u] - uc.saved_activation_bytes[u] for u in range(1, LL + 1))
+    kept_bytes = (uc.activation_bytes[0] + uc.activation_bytes[-1] + LL * tokens * LH * 4
+                  + sum(uc.saved_activation_bytes[1:-1]) + rest)
+    assert op.memory["activations"] == pytest.approx(kept_bytes, abs=1)
+    assert full.memory["activations"] < op.memory["activations"] < none.memory["activations"]
+
+
 # --- schedules ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 1), (8, 32)])
 def test_1f1b_bubble_with_equal_stages(p, m):
@@ -379,7 +434,7 @@ def test_strategy_registries_name_every_choice():
 
     assert {"none", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op", "fsdp-hybrid"} <= set(SHARDINGS.names())
     assert {"1f1b", "gpipe", "interleaved"} <= set(SCHEDULES.names())
-    assert {"none", "selective", "full"} <= set(RECOMPUTATIONS.names())
+    assert {"none", "selective", "selective-op", "full"} <= set(RECOMPUTATIONS.names())
     cfg, warn = resolve(16, tp=2, pp=2, fsdp="hybrid", schedule="interleaved:2", recompute="selective",
                         sequence_parallel=True)
     assert cfg.dp == 4 and cfg.sharding == "fsdp-hybrid" and cfg.virtual_stages == 2 and not warn

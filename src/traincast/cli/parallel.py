@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
         network: Optional[float] = typer.Option(None, "--network-gbit", help="inter-node network per node, Gb/s"),
         shardings: str = typer.Option("none,zero1,zero3", "--shardings",
                                       help="shardings to consider (none, zero1, zero2, zero3, fsdp-full, ...)"),
-        recomputes: str = typer.Option("none,selective,full", "--recompute", help="recomputations to consider"),
+        recomputes: str = typer.Option("none,selective,selective-op,full", "--recompute", help="recomputations to consider"),
         micro_batches: str = typer.Option("1,2,4,8,16", "--micro-batches", help="micro-batch sizes to consider"),
         max_tp: Optional[int] = typer.Option(None, "--max-tp", help="largest tensor degree (default: GPUs per node)"),
         cps: Optional[str] = typer.Option(None, "--cp", help="context-parallel degrees to consider, e.g. 1,2,4,8 "

@@ -100,7 +100,7 @@ class ForecastRequest(ModelChoice):
     fsdp: Literal["full", "grad-op", "hybrid"] | None = None
     micro_batch: Pos | None = None
     schedule: str = Field("1f1b", examples=["1f1b", "gpipe", "interleaved:2"])
-    recompute: Literal["none", "selective", "full"] = "none"
+    recompute: Literal["none", "selective", "selective-op", "full"] = "none"
     sequence_parallel: bool = False
     offload_optimizer: bool = False
 
@@ -118,7 +118,7 @@ class ParallelizeRequest(ModelChoice):
     instance: str | None = None
     network_gbit: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     shardings: Annotated[list[str], Field(min_length=1, max_length=16)] = ["none", "zero1", "zero3"]
-    recomputes: Annotated[list[str], Field(min_length=1, max_length=4)] = ["none", "selective", "full"]
+    recomputes: Annotated[list[str], Field(min_length=1, max_length=4)] = ["none", "selective", "selective-op", "full"]
     micro_batches: Annotated[list[Pos], Field(min_length=1, max_length=16)] = [1, 2, 4, 8, 16]
     max_tp: Pos | None = None
     top: Annotated[int, Field(gt=0, le=100)] = 10

@@ -18,7 +18,9 @@ The mechanism (no per-model formulas):
    ZeRO's / FSDP's reduce-scatter and all-gather (parameters gathered unit by unit, prefetched one unit ahead of
    the compute); the mixture-of-experts all-to-all (dispatch and combine) with expert parallelism.
 3. **Recompute**: selective recomputation re-runs the attention core's forward ops in the backward pass, full
-   recomputation every layer's forward ops and its tensor-parallel communication.
+   recomputation every layer's forward ops and its tensor-parallel communication, op-level selective
+   checkpointing (torchtitan's policy) every forward op of a layer but the ones it keeps (every other matmul, the
+   attention kernels, reduce-scatters), whose outputs stay in memory with the layer's input.
 4. **Schedule**: the per-stage forward and backward times per micro-batch go through the pipeline schedule
    (:mod:`.schedule`: simulated per micro-batch, or its closed form in searches); without pipeline stages the
    micro-batches run one after another (gradient accumulation).
@@ -261,6 +263,11 @@ class UnitCosts:
     fp8_cast_s: tuple[float, ...] = ()  # forward + backward, FP8 casts, transposes and amax passes
     tp_gemm_forward_s: tuple[float, ...] = ()  # the column- and row-parallel GEMMs (what --tp-comm-overlap hides under)
     tp_gemm_backward_s: tuple[float, ...] = ()
+    # op-level selective checkpointing: forward time and FLOPs of the ops it keeps (the rest is recomputed), and
+    # the bytes of their outputs it keeps
+    saved_forward_s: tuple[float, ...] = ()
+    saved_forward_flops: tuple[float, ...] = ()
+    saved_activation_bytes: tuple[float, ...] = ()
 
 
 class ParallelModel:
@@ -363,6 +370,8 @@ class ParallelModel:
         f8c = dict.fromkeys(reps, 0.0)
         gf = dict.fromkeys(reps, 0.0)
         gb = dict.fromkeys(reps, 0.0)
+        svs = dict.fromkeys(reps, 0.0)
+        svf = dict.fromkeys(reps, 0.0)
         for i, o, s in zip(idx, new_ops, ot.times_s):
             u = lay.roles[i].unit
             if o.op_class == "attention":
@@ -379,6 +388,9 @@ class ParallelModel:
                 if lay.roles[i].attention_core:
                     core[u] += s
                     cfl[u] += o.flops
+                if lay.roles[i].op_saved:
+                    svs[u] += s
+                    svf[u] += o.flops
             else:
                 bwd[u] += s
                 bfl[u] += o.flops
@@ -387,6 +399,7 @@ class ParallelModel:
         act_total = max(0.0, float(wl.memory.activation_bytes) - sum(lay.weight_copy_bytes))
         act = [0.0] * n_units
         core_act = [0.0] * n_units
+        saved_act = [0.0] * n_units
         for i, r in enumerate(lay.roles):
             sh = lay.act_share[i]
             if sh <= 0:
@@ -398,6 +411,8 @@ class ParallelModel:
             act[r.unit] += a
             if r.attention_core:
                 core_act[r.unit] += a
+            if r.op_saved and lay.saved_bytes:  # kept whole, at this micro-batch
+                saved_act[r.unit] += lay.saved_bytes[i] * mb / lay.batch * f / c
         uc = UnitCosts(
             forward_s=tuple(fwd[rep_of[u]] for u in range(n_units)),
             backward_s=tuple(bwd[rep_of[u]] for u in range(n_units)),
@@ -413,7 +428,10 @@ class ParallelModel:
             fp8_gemm_s=tuple(f8g[rep_of[u]] for u in range(n_units)),
             fp8_cast_s=tuple(f8c[rep_of[u]] for u in range(n_units)),
             tp_gemm_forward_s=tuple(gf[rep_of[u]] for u in range(n_units)),
-            tp_gemm_backward_s=tuple(gb[rep_of[u]] for u in range(n_units)))
+            tp_gemm_backward_s=tuple(gb[rep_of[u]] for u in range(n_units)),
+            saved_forward_s=tuple(svs[rep_of[u]] for u in range(n_units)),
+            saved_forward_flops=tuple(svf[rep_of[u]] for u in range(n_units)),
+            saved_activation_bytes=tuple(saved_act))
         self._costs[key] = uc
         return uc
 
@@ -718,6 +736,15 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
             gather_b[u] = coll("all-gather", size, shard_group) + coll("reduce-scatter", per_gpu_params[u] * gbytes,
                                                                         shard_group)
 
+    # op-level selective checkpointing keeps reduce-scatter outputs (torchtitan's list), not all-gathers or
+    # all-reduces: the share of the forward tensor-parallel time run again
+    tp_again = 0.0
+    if rc.op_level and t > 1:
+        tp_again = 1.0
+        if sp:  # per unit the all-gathers are cols x ag of cols x ag + rows x rs; the layers are alike
+            u1 = 1 if n_units > 2 else 0
+            rows, cols = lay.row_linears[u1], lay.col_groups[u1]
+            tp_again = cols * ag / (cols * ag + rows * rs) if cols * ag + rows * rs > 0 else 0.0
     f_chunk, b_chunk, rec_chunk, tpc_chunk, tpt_chunk = [], [], [], [], []
     for us in chunk_units:
         f = b = rec = tpc = tpt = 0.0
@@ -729,6 +756,10 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
             is_layer = 0 < u < n_units - 1
             if rc.whole_layers and is_layer:
                 r = uc.forward_s[u] + tp_f[u] + ep_s * moe[u] + cp_f_exp[u]
+            elif rc.op_level and is_layer:
+                # the ops not kept, and the collectives not kept (all but a reduce-scatter's output); the attention
+                # kernels are kept, so context parallelism's exchange is not run again
+                r = max(0.0, uc.forward_s[u] - uc.saved_forward_s[u]) + tp_f[u] * tp_again + ep_s * moe[u]
             elif rc.attention_core:
                 r = uc.core_forward_s[u]
             # gathers hidden behind the previous unit's compute (the first one is not)
@@ -737,9 +768,10 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
             f += fu + gf
             b += bu + r + gb
             rec += r
-            again = rc.whole_layers and is_layer  # full recomputation runs the forward's collectives again
-            tpc += tp_f[u] + tp_b[u] + (tp_f[u] if again else 0.0)  # exposed
-            tpt += tp_f_total[u] + tp_b_total[u] + (tp_f_total[u] if again else 0.0)  # moved
+            # full recomputation runs the forward's collectives again, op-level the ones whose outputs it does not keep
+            again = (1.0 if rc.whole_layers else tp_again if rc.op_level else 0.0) if is_layer else 0.0
+            tpc += tp_f[u] + tp_b[u] + tp_f[u] * again  # exposed
+            tpt += tp_f_total[u] + tp_b_total[u] + tp_f_total[u] * again  # moved
             prev_f, prev_b = uc.forward_s[u], uc.backward_s[u] + r
         f_chunk.append(f)
         b_chunk.append(b)
@@ -846,11 +878,17 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
             opt_b = 0.0
         layer_units = [u for u in us if 0 < u < n_units - 1]
         act = sum(uc.activation_bytes[u] for u in us)
+        # checkpointed layers keep their inputs (pre and post units keep everything)
+        keep = sum(uc.activation_bytes[u] for u in us if u not in layer_units)
+        inputs = len(layer_units) * lay.residual_bytes * mb / lay.batch / (t if sp else 1) / ncp
         if rc.whole_layers:
-            keep = sum(uc.activation_bytes[u] for u in us if u not in layer_units)
-            inputs = len(layer_units) * lay.residual_bytes * mb / lay.batch / (t if sp else 1) / ncp
             act = keep + inputs
             extra = max((uc.activation_bytes[u] for u in layer_units), default=0.0)
+        elif rc.op_level:
+            # each layer keeps its input and the saved ops' outputs; one layer's recomputed rest exists at a time
+            act = keep + inputs + sum(uc.saved_activation_bytes[u] for u in layer_units)
+            extra = max((max(0.0, uc.activation_bytes[u] - uc.saved_activation_bytes[u]) for u in layer_units),
+                        default=0.0)
         else:
             extra = 0.0
             if rc.attention_core:
@@ -915,7 +953,12 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     fp8_cast = m * sum(uc.fp8_cast_s[u] for c in cs for u in chunk_units[c]) if uc.fp8_cast_s else 0.0
     def unit_flops(u: int) -> float:
         is_layer = 0 < u < n_units - 1
-        extra = uc.forward_flops[u] if (rc.whole_layers and is_layer) else (uc.core_forward_flops[u] if rc.attention_core else 0.0)
+        if rc.whole_layers and is_layer:
+            extra = uc.forward_flops[u]
+        elif rc.op_level and is_layer:
+            extra = max(0.0, uc.forward_flops[u] - uc.saved_forward_flops[u])
+        else:
+            extra = uc.core_forward_flops[u] if rc.attention_core else 0.0
         return uc.forward_flops[u] + uc.backward_flops[u] + extra
 
     dev_flops = [m * sum(unit_flops(u) for u in us) for us in dev_units]

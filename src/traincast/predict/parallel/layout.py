@@ -17,6 +17,10 @@ Found from the trace alone, for any model:
   column-parallel over the vocabulary, and the loss after it is sharded.
 - **Attention core** (selective recomputation): the ops of a sharded region in which attention ran, other
   than the linear layers.
+- **Op-level selective checkpointing** (torchtitan's "selective op" policy on ``torch.utils.checkpoint``): in
+  each layer, counting its forward ``aten.mm`` calls in order (FP8 GEMMs included: the policy sees the ``mm`` of
+  the float8 tensor), the 1st, 3rd, ... are saved, as are the fused attention kernels; everything else in the
+  layer is recomputed. ``saved_bytes`` holds what the saved ops write.
 - **Parameters per unit** from the shapes of the weights the forward ops read (linear, embedding, norm
   weights), for stage memory and gradient synchronisation.
 - **Activation shares**: the traced step's saved-activation bytes are apportioned over the forward ops by the
@@ -46,6 +50,7 @@ class OpRole:
     attention_core: bool = False
     expert: bool = False
     carries_split: bool = False  # a linear layer's other op (cast, bias gradient) on a tensor with the split features
+    op_saved: bool = False  # kept, not recomputed, under op-level selective checkpointing (a layer's forward op)
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class ModelLayout:
     # autograd keeps for the backward pass (counted once per step, not per micro-batch)
     weight_copy_bytes: tuple[int, ...] = ()
     attention_ops: tuple[int, ...] = ()  # per unit: fused attention kernels per forward pass
+    # per op: the bytes it writes (eager) where op-level selective checkpointing saves its output, else 0
+    saved_bytes: tuple[float, ...] = ()
 
     @property
     def layers(self) -> int:
@@ -402,7 +409,19 @@ def _analyse(wl: Workload) -> ModelLayout:
     carries = [roles[i] in ("col", "row") and not split[i] and ops[i].module in module_split
                and any(module_split[ops[i].module] in sh for sh in (*ops[i].input_shapes, *ops[i].output_shapes))
                for i in range(len(ops))]
-    op_roles = tuple(OpRole(op_unit[i], roles[i], split[i], split_size[i], core[i], expert[i], carries[i])
+    # op-level selective checkpointing: every other aten.mm of a layer (1st, 3rd, ...) and its attention kernels
+    saved = [False] * len(ops)
+    for u, idxs in by_unit_fwd.items():
+        if not 0 < u < len(units) - 1:
+            continue
+        mms = 0
+        for i in idxs:
+            if ops[i].aten == "mm":
+                mms += 1
+                saved[i] = mms % 2 == 1
+            elif ops[i].op_class == "attention":
+                saved[i] = True
+    op_roles = tuple(OpRole(op_unit[i], roles[i], split[i], split_size[i], core[i], expert[i], carries[i], saved[i])
                      for i in range(len(ops)))
     moe_layers = len({op_unit[i] for i in range(len(ops)) if expert[i] and 0 < op_unit[i] < len(units) - 1})
     tp_width = tuple(math.gcd(*width[u]) if width[u] else 0 for u in range(len(units)))
@@ -412,7 +431,8 @@ def _analyse(wl: Workload) -> ModelLayout:
                        tp_width=tp_width, vocab=vocab, residual_bytes=int(res_bytes), moe_layers=moe_layers,
                        batch=max(1, wl.batch_size), weight_copy_bytes=tuple(copies),
                        attention_ops=tuple(sum(1 for i in fwd_idx if op_unit[i] == u and ops[i].op_class == "attention")
-                                           for u in range(len(units))))
+                                           for u in range(len(units))),
+                       saved_bytes=tuple(float(_eager_written(ops[i])) if saved[i] else 0.0 for i in range(len(ops))))
 
 
 def _eager_written(op) -> int:

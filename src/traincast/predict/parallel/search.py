@@ -73,7 +73,7 @@ def _divisors(n: int) -> list[int]:
 
 def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max_tp: int | None = None,
                       shardings: tuple[str, ...] = ("none", "zero1", "zero3"),
-                      recomputes: tuple[str, ...] = ("none", "selective", "full"),
+                      recomputes: tuple[str, ...] = ("none", "selective", "selective-op", "full"),
                       virtual: tuple[int, ...] = (2, 4), micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16),
                       sequence_parallel: tuple[bool, ...] = (False, True), offload: bool = False,
                       context: tuple[int, ...] | None = None, cp_kinds: tuple[str, ...] = ("ring",),

@@ -2,7 +2,8 @@
 
 Every choice is a registry entry (names, help and did-you-mean come from it): :data:`SHARDINGS` (data-parallel
 replicas, ZeRO-1/2/3, PyTorch FSDP full / grad-op / hybrid), :data:`SCHEDULES` (GPipe, 1F1B, interleaved 1F1B
-with V virtual stages), :data:`RECOMPUTATIONS` (none, selective as in Korthikanti et al. 2022, full).
+with V virtual stages), :data:`RECOMPUTATIONS` (none, selective as in Korthikanti et al. 2022, PyTorch's op-level
+selective checkpointing as torchtitan applies it, full).
 :class:`ParallelConfig` holds one layout; :func:`resolve` builds it from what a user typed and checks what can
 be checked without the model (the model's layers and heads are checked by :func:`check_against_model`).
 """
@@ -65,12 +66,19 @@ SCHEDULES.add("interleaved", Schedule(interleaved=True),
 class Recomputation:
     attention_core: bool  # recompute the attention core (scores, softmax, dropout, attention over V)
     whole_layers: bool  # recompute every layer's forward in the backward pass
+    # op-level selective checkpointing (torch.utils.checkpoint policies, torchtitan's "selective op"): each
+    # layer keeps its input and the outputs of the ops its policy saves (every other aten.mm, the attention
+    # kernels), and recomputes every other forward op in the backward pass
+    op_level: bool = False
 
 
 RECOMPUTATIONS: Registry[Recomputation] = Registry("recomputation")
 RECOMPUTATIONS.add("none", Recomputation(False, False), help="keep every activation")
 RECOMPUTATIONS.add("selective", Recomputation(True, False),
                    help="recompute the attention core only (Korthikanti et al. 2022)")
+RECOMPUTATIONS.add("selective-op", Recomputation(False, False, op_level=True), aliases=("op", "op-sac"),
+                   help="PyTorch op-level selective checkpointing, torchtitan's 'selective op' policy: keep every "
+                        "other matmul's output and the attention kernels', recompute the rest of each layer")
 RECOMPUTATIONS.add("full", Recomputation(False, True), help="keep each layer's input, recompute the layer")
 
 
