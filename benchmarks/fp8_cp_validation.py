@@ -80,7 +80,8 @@ def forecast_row(row: dict, catalog, families: dict, kernels: str = "eager"):
         network_gbit=row.get("network_gbit_per_node"), tp=row["tp"], pp=row["pp"], cp=row.get("cp", 1),
         micro_batch=row["micro_batch"], schedule=f"interleaved:{vp}" if vp and vp > 1 and row["pp"] > 1 else "1f1b",
         recompute=row.get("recompute", "none"), sequence_parallel=bool(row.get("sequence_parallel", False)),
-        tp_comm_overlap=bool(row.get("tp_comm_overlap", False)), **kw)
+        tp_comm_overlap=bool(row.get("tp_comm_overlap", False)), fp8_all_gather=bool(row.get("fp8_all_gather", False)),
+        **kw)
 
 
 def device_class(gpu: str) -> str:
