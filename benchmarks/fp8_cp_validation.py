@@ -13,11 +13,16 @@ Protocol (written before the forecasts were looked at; nothing is fitted to thes
   all, and for each row with ``ratio_to`` the FP8/BF16 speed-up, predicted vs published.
 Goals (issue 22): throughput within 10% on H100 and B200, speed-up ratio within 5%.
 
-    python benchmarks/fp8_cp_validation.py [--only ID[,ID...]] [--json out.json] [--bf16-as bf16] [--kernels compiled]
+    python benchmarks/fp8_cp_validation.py [--only ID[,ID...]] [--json out.json] [--bf16-as bf16] [--kernels compiled|source]
 
 ``--kernels compiled`` (added 2026-11-26 with the fusion model, workload/fusion.py, after the eager runs above
 were seen): every row's source runs fused element-wise kernels (torchtitan: torch.compile; NeMo and
 Megatron-Bridge: Megatron-Core with Transformer Engine's fused kernels), so the rows are forecast with them.
+
+``--kernels source`` (added 2026-11-27 with the ``transformer-engine`` kernel mode, after the runs above were
+seen): each source's own mode, as its ``kernels`` in the data file says: torchtitan ``compiled`` (torch.compile;
+attention is PyTorch's SDPA), NeMo and Megatron-Bridge ``transformer-engine`` (the fused element-wise kernels and
+cuDNN's fused attention, which Transformer Engine prefers on Hopper and later).
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ def forecast_row(row: dict, catalog, families: dict, kernels: str = "eager"):
         tmp = Path(tempfile.gettempdir()) / f"fp8cp-{row['model']}-{row['seq_len']}.json"
         tmp.write_text(json.dumps(cfg))
         model = str(tmp)
-    key = (model, row["precision"], row["seq_len"])
+    key = (model, row["precision"], row["seq_len"], kernels)
     if key not in families:
         families[key] = WorkloadFamily(model, optimizer="adamw", precision=row["precision"], seq_len=row["seq_len"],
                                        kernels=kernels)
@@ -97,8 +102,9 @@ def main(argv=None) -> int:
                     help="the precision of the rows the data file calls amp-bf16: as written (the protocol), or bf16, "
                          "the half model torchtitan's FSDP2 MixedPrecisionPolicy(param_dtype=bfloat16) runs (a "
                          "sensitivity added 2026-11-26 with that precision, after the protocol's runs)")
-    ap.add_argument("--kernels", default="eager", choices=("eager", "compiled"),
-                    help="kernel mode of every row (module docstring)")
+    ap.add_argument("--kernels", default="eager", choices=("eager", "compiled", "transformer-engine", "source"),
+                    help="kernel mode of every row, or 'source': each source's own (its `kernels` in the data file; "
+                         "module docstring)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT.parent / "src"))
     from traincast.hardware import get_catalog
@@ -119,7 +125,8 @@ def main(argv=None) -> int:
     for row in rows:
         t0 = time.perf_counter()
         try:
-            f = forecast_row(row, catalog, families, args.kernels)
+            kernels = data["sources"][row["source"]]["kernels"] if args.kernels == "source" else args.kernels
+            f = forecast_row(row, catalog, families, kernels)
         except Exception as exc:  # a row the forecast cannot take: reported, not hidden
             print(f"{row['id']:30s} error: {exc}")
             results[row["id"]] = {"error": str(exc)}

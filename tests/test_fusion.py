@@ -156,3 +156,40 @@ def test_plan_takes_the_kernel_mode(tmp_path):
                    precision="amp-bf16", optimizer="adamw", seq_len=256, kernels=k)
         best[k] = min(c.iteration_s for c in res.configs)
     assert best["compiled"] < best["eager"]
+
+
+def test_transformer_engine_runs_attention_in_cudnn_at_its_own_rate(tmp_path):
+    """--kernels transformer-engine: the compiled mode's fusion, and the half-precision fused attention renamed to
+    cuDNN's kernel with the same FLOPs and bytes; on Hopper it is timed at cuDNN's share of the tensor peak
+    (efficiency.yaml: 0.53 against FlashAttention-2's 0.33), elsewhere at the same share as flash."""
+    from traincast.predict.analytical import AnalyticalPredictor
+    from traincast.predict.compose import WorkloadFamily
+    from traincast.workload.fusion import apply_kernels
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "llama", "hidden_size": 256, "intermediate_size": 688,
+                             "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
+                             "vocab_size": 2000, "max_position_embeddings": 8192}))
+    wl = WorkloadFamily(str(p), optimizer="adamw", precision="amp-bf16", seq_len=8192).trace(1)
+    comp, te = apply_kernels(wl, "compiled"), apply_kernels(wl, "transformer-engine")
+    assert te.kernels == "transformer-engine"
+    att = [i for i, o in enumerate(comp.ops) if o.op_class == "attention"]
+    assert len(att) == 4  # 2 layers, forward and backward
+    assert {comp.ops[i].aten for i in att} == {"_scaled_dot_product_flash_attention",
+                                              "_scaled_dot_product_flash_attention_backward"}
+    assert {te.ops[i].aten for i in att} == {"_scaled_dot_product_cudnn_attention",
+                                            "_scaled_dot_product_cudnn_attention_backward"}
+    assert [te.ops[i].flops for i in att] == [comp.ops[i].flops for i in att]
+    assert [o for i, o in enumerate(te.ops) if i not in att] == [o for i, o in enumerate(comp.ops) if i not in att]
+    assert any("cudnn" in n and "Transformer Engine" in n for n in te.kernel_notes())
+    cat = get_catalog()
+    pred = AnalyticalPredictor()
+    for gpu, ratio in (("H100-SXM5-80GB", 0.33 / 0.53), ("A100-SXM4-80GB", 1.0)):
+        dev = cat.device(gpu)
+        tc = pred.predict(comp, dev, "amp-bf16").times_s
+        tt = pred.predict(te, dev, "amp-bf16").times_s
+        # 8,192 tokens, head dim 128: compute-bound, so the time scales with the efficiency
+        for i in att:
+            assert tt[i] / tc[i] == pytest.approx(ratio, rel=0.02)
+        assert sum(tt[i] for i in range(len(tt)) if i not in att) == pytest.approx(
+            sum(tc[i] for i in range(len(tc)) if i not in att))

@@ -120,7 +120,7 @@ def plan(
 ) -> PlanResult:
     """Forecast every priced (instance type x instance count) whose GPU total is in ``gpus``.
 
-    ``kernels``: ``eager`` or ``compiled`` (element-wise chains fused: :mod:`traincast.workload.fusion`).
+    ``kernels``: ``eager``, ``compiled`` or ``transformer-engine`` (:mod:`traincast.workload.fusion`).
     ``memory_format``: ``contiguous`` or ``channels_last`` (convolutions NHWC: :mod:`traincast.workload.layout`).
 
     ``layouts``: ``data-parallel`` (replicas only), ``search`` (the fastest layout that fits of every

@@ -186,7 +186,7 @@ class WorkloadFamily:
         self.model = model
         self.kw = dict(optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze, inputs=inputs)
         self.fp8_attention = fp8_attention  # FP8 precisions: the attention kernels in FP8 too
-        self.kernels = check_kernels(kernels)  # eager | compiled (workload/fusion.py)
+        self.kernels = check_kernels(kernels)  # eager | compiled | transformer-engine (workload/fusion.py)
         self.memory_format = check_memory_format(memory_format)  # contiguous | channels_last (workload/layout.py)
         self._traces: dict[int, Workload] = {}
         self._interpolated: dict[int, Workload] = {}
@@ -486,8 +486,9 @@ def forecast(
     the price is that of the cheapest catalog instance carrying it. ``loader_workers``: data-loader worker
     processes per GPU decoding and augmenting images (default: from a named ``instance``'s vCPUs; with neither,
     the input pipeline is not counted and a note says how many cores would keep up).
-    ``kernels``: ``eager`` (every op its own kernel) or ``compiled`` (element-wise chains between GEMMs fused,
-    as ``torch.compile`` and Megatron/Transformer Engine run them; :mod:`traincast.workload.fusion`).
+    ``kernels``: ``eager`` (every op its own kernel), ``compiled`` (element-wise chains between GEMMs fused,
+    as ``torch.compile`` and Megatron run them) or ``transformer-engine`` (the same, and cuDNN's fused attention;
+    :mod:`traincast.workload.fusion`).
     ``memory_format``: ``contiguous`` (PyTorch's default NCHW) or ``channels_last`` (convolutions on NHWC
     activations, no layout transposes around tensor-core convolutions; :mod:`traincast.workload.layout`); a
     ``family`` given carries its own, which must agree. With ``exact_trace=False`` the workload may be interpolated from a ``family``'s

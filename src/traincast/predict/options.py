@@ -59,8 +59,8 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
     ``device='local'`` or ``profile=NAME|FILE``: the calibrated device profile instead of a catalog GPU (they
     exclude ``gpu``, ``instance`` and another predictor). ``family``: reuse the traces of an earlier call.
     ``loader_workers``: data-loader worker processes per GPU (the image input pipeline, predict/inputs.py).
-    ``kernels``: ``eager`` or ``compiled`` (element-wise chains fused, as ``torch.compile`` runs them;
-    workload/fusion.py). ``memory_format``: ``contiguous`` or ``channels_last`` (workload/layout.py).
+    ``kernels``: ``eager``, ``compiled`` (element-wise chains fused, as ``torch.compile`` runs them) or
+    ``transformer-engine`` (the same, and cuDNN's fused attention; workload/fusion.py). ``memory_format``: ``contiguous`` or ``channels_last`` (workload/layout.py).
     ``layout``: the parallel options (``tp``, ``pp``, ``dp``, ``ep``, ``zero``, ``fsdp``, ``micro_batch``,
     ``schedule``, ``recompute``, ``sequence_parallel``, ``offload_optimizer``: :func:`strategy_from_options`).
     ``task``, ``image_size``, ``audio_seconds``, ``num_frames``: the head and inputs of a Hugging Face model

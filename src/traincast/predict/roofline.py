@@ -18,7 +18,9 @@ Per op::
   the vector units at the FP32 rate (:func:`compute_unit`).
 - ``compute[unit][key]``: the fraction of that peak large kernels of the op's key reach (the key is its
   class; ``conv_grouped`` for grouped convolutions (ResNeXt, RegNet), ``conv_depthwise`` for depthwise ones
-  (one input channel per group: MobileNet, EfficientNet, ConvNeXt); ``other`` for classes without their own).
+  (one input channel per group: MobileNet, EfficientNet, ConvNeXt), ``attention_cudnn`` for cuDNN's fused
+  attention (kernel mode ``transformer-engine``; falls back to ``attention`` where not set); ``other`` for
+  classes without their own).
 - ``g = d / (d + half)`` with ``d`` the smallest of a GEMM's M, N, K: skinny matmuls and convolutions
   with few channels or pixels keep the units busy for a small share of the time; ``gemm_half_dim`` and
   ``conv_half_dim`` (0: off).
@@ -89,11 +91,12 @@ from traincast.workload.precision import get_precision
 from traincast.workload.records import OP_CLASSES
 
 UNITS = ("simt", "tensor")
-COMPUTE_KEYS = ("matmul", "conv", "conv_grouped", "conv_depthwise", "attention", "norm", "reduction", "pool", "other")
+COMPUTE_KEYS = ("matmul", "conv", "conv_grouped", "conv_depthwise", "attention", "norm", "reduction", "pool", "other",
+                "attention_cudnn")
 MEMORY_CLASSES = ("default",) + OP_CLASSES
 TENSOR_CLASSES = ("matmul", "conv", "attention")  # the classes that may run on tensor / matrix units
 # a key without its own efficiency takes its parent's (and so on), then ``other``
-_PARENT = {"conv_depthwise": "conv_grouped", "conv_grouped": "conv"}
+_PARENT = {"conv_depthwise": "conv_grouped", "conv_grouped": "conv", "attention_cudnn": "attention"}
 _SCALARS = ("memory_scale", "kernel_floor_us", "op_overhead_us", "light_overhead_us", "step_overhead_ms",
             "foreach_chunk", "gemm_half_dim", "conv_half_dim", "fresh_alloc_min_bytes", "fresh_alloc_gb_per_s",
             "cache_bytes", "dram_factor", "winograd_speedup", "sustained_clock_per_base", "shared_lane_fp32_share",
@@ -393,6 +396,8 @@ def compute_key(op) -> str:
     if op.op_class == "conv" and conv_groups(op) > 1:
         w = _conv_weight(op)
         return "conv_depthwise" if w is not None and len(w) > 1 and w[1] == 1 else "conv_grouped"
+    if op.op_class == "attention" and "cudnn_attention" in op.aten:
+        return "attention_cudnn"
     return key_of_class(op.op_class)
 
 

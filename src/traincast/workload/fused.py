@@ -138,6 +138,11 @@ register_fused("_scaled_dot_product_efficient_attention", family="attention", im
 register_fused("_scaled_dot_product_efficient_attention_backward", family="attention",
                implementation="memory-efficient", op_class="attention",
                help="memory-efficient attention backward, recomputing S")(_attn_bwd_cost)
+register_fused("_scaled_dot_product_cudnn_attention", family="attention", implementation="cudnn",
+               op_class="attention", help="cuDNN's fused attention forward (Transformer Engine's FusedAttention, "
+               "PyTorch's cuDNN SDPA backend): the same reads, writes and FLOPs as flash")(_attn_fwd_cost)
+register_fused("_scaled_dot_product_cudnn_attention_backward", family="attention", implementation="cudnn",
+               op_class="attention", help="cuDNN's fused attention backward, recomputing S")(_attn_bwd_cost)
 
 
 def _lse_shape(q: Tensor) -> tuple[int, ...]:
@@ -819,8 +824,10 @@ def kernel_notes(counts: dict[str, int]) -> list[str]:
                      "as the memory-efficient kernel takes no grouped-query heads; or batch dimensions that "
                      "broadcast), so the scores are materialised (memory grows with the sequence squared)")
     if "attention" in by:
-        notes.append(f"attention: {', '.join(sorted(by.pop('attention')))}, fused (the kernel PyTorch's "
-                     "scaled_dot_product_attention picks on CUDA)")
+        impl = by.pop("attention")
+        who = ("Transformer Engine's FusedAttention, which it prefers on Hopper and later" if impl == {"cudnn"}
+               else "the kernel PyTorch's scaled_dot_product_attention picks on CUDA")
+        notes.append(f"attention: {', '.join(sorted(impl))}, fused ({who})")
     if by:
         pk = kernel_packages()
         mamba = any(i in ("mamba_ssm", "causal-conv1d") for impl in by.values() for i in impl)

@@ -1,5 +1,10 @@
 """Kernel fusion: the step as a compiler (``torch.compile``) or a fused-kernel framework runs it.
 
+Modes (:data:`KERNEL_MODES`): ``eager``; ``compiled`` (the element-wise chains fused, below);
+``transformer-engine`` (the same, and the half-precision fused attention run as cuDNN's kernel, which Transformer
+Engine's backend selection prefers over FlashAttention on Hopper and later "for performance reasons",
+``dot_product_attention/utils.py``).
+
 Eager PyTorch runs every element-wise op, cast, normalisation and reduction as a kernel of its own: each reads
 its inputs from memory and writes its output back, and each costs a launch. ``torch.compile`` (TorchInductor),
 Megatron-LM/Transformer Engine's fused kernels (layer norm + linear, bias + GeLU, bias + dropout + add, fused
@@ -39,8 +44,19 @@ from traincast.workload.fused import FUSED
 KERNEL_MODES = {
     "eager": "every op its own kernel, as eager PyTorch runs it",
     "compiled": "element-wise, cast, norm and reduction chains between GEMMs fused into one kernel each "
-                "(torch.compile, Megatron/Transformer Engine fused kernels, XLA)",
+                "(torch.compile, Megatron's fused kernels, XLA); attention as PyTorch's SDPA runs it",
+    "transformer-engine": "as compiled, and attention in cuDNN's fused kernel (Megatron-Core / NeMo with "
+                          "Transformer Engine, whose FusedAttention it prefers on Hopper and later)",
 }
+# the fused attention ops a Transformer Engine step runs as cuDNN's (half-precision inputs: TE's FP32 attention
+# is unfused, and PyTorch's flash kernel takes only half precision)
+CUDNN_ATTENTION = {
+    "_scaled_dot_product_flash_attention": "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_flash_attention_backward": "_scaled_dot_product_cudnn_attention_backward",
+    "_scaled_dot_product_efficient_attention": "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_efficient_attention_backward": "_scaled_dot_product_cudnn_attention_backward",
+}
+HALF_DTYPES = ("fp16", "bf16", "fp8")
 FUSIBLE_CLASSES = frozenset({"elementwise", "norm", "copy", "reduction"})
 # ops of those classes no compiler fuses into a point-wise kernel: sorts, scans, data-dependent sizes, RNG
 # permutations, host reads
@@ -128,7 +144,31 @@ def fuse_pointwise(wl):
     return replace(wl, ops=tuple(new), kernels="compiled", fused_pointwise=(fused_ops, kernels))
 
 
+def cudnn_attention(wl):
+    """``wl`` with its half-precision fused attention ops run as cuDNN's fused attention kernel (same FLOPs and
+    bytes; the roofline times them with the ``attention_cudnn`` efficiency)."""
+    ops, moved = [], {}
+    for o in wl.ops:
+        to = CUDNN_ATTENTION.get(o.aten)
+        if to is not None and o.dtype in HALF_DTYPES:
+            moved[o.aten] = moved.get(o.aten, 0) + 1
+            o = replace(o, aten=to)
+        ops.append(o)
+    counts = dict(wl.fused_kernels)
+    for name, n in moved.items():  # the kernels the forecast's notes name
+        take = min(n, counts.get(name, 0))
+        counts[name] = counts.get(name, 0) - take
+        counts[CUDNN_ATTENTION[name]] = counts.get(CUDNN_ATTENTION[name], 0) + take
+    counts = {k: v for k, v in counts.items() if v}
+    return replace(wl, ops=tuple(ops), fused_kernels=tuple(sorted(counts.items())))
+
+
 def apply_kernels(wl, kernels: str = "eager"):
     """``wl`` run in kernel mode ``kernels`` (:data:`KERNEL_MODES`)."""
     check_kernels(kernels)
-    return fuse_pointwise(wl) if kernels == "compiled" else wl
+    if kernels == "eager":
+        return wl
+    fused = fuse_pointwise(wl)
+    if kernels == "transformer-engine":
+        return replace(cudnn_attention(fused), kernels=kernels)
+    return fused

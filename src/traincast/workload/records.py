@@ -175,7 +175,7 @@ class Workload:
     param_tensors: int = 0  # trainable parameter tensors
     trace_s: float = field(default=0.0, compare=False)
     interpolated_from: tuple[int, int] | None = None  # the two traced batch sizes this one is interpolated from
-    kernels: str = "eager"  # workload/fusion.py: "compiled" when element-wise chains run as fused kernels
+    kernels: str = "eager"  # workload/fusion.py's KERNEL_MODES: how the step's kernels run
     fused_pointwise: tuple[int, int] = (0, 0)  # compiled: (ops run inside fused kernels, fused kernels)
     memory_format: str = "contiguous"  # workload/layout.py: "channels_last" when convolutions run NHWC
 
@@ -220,9 +220,9 @@ class Workload:
             notes.append(f"mixture of experts: {self.routed_selections} per-expert token selections per step sized as "
                          "balanced routing (each expert gets its even share of the routed tokens; a router that loads "
                          "them unevenly is slower)")
-        if self.kernels == "compiled" and self.fused_pointwise[1]:
+        if self.kernels in ("compiled", "transformer-engine") and self.fused_pointwise[1]:
             n, k = self.fused_pointwise
-            notes.append(f"kernels compiled: {n} element-wise, cast, norm and reduction ops run as {k} fused kernels "
+            notes.append(f"kernels {self.kernels}: {n} element-wise, cast, norm and reduction ops run as {k} fused kernels "
                          "(each reads its inputs once and writes what later kernels read)")
         if self.dense_selections:
             notes.append(f"{self.dense_selections} data-dependent selections per step (torch.nonzero / where / boolean "

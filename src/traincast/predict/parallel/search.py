@@ -190,7 +190,7 @@ def parallelize(model_spec, *, gpu=None, gpus: int, nodes: int | None = None, ba
                 network_gbit_per_s: float | None = None, predictor=None, catalog=None, family=None, top: int = 10,
                 progress=None, kernels: str = "eager", memory_format: str = "contiguous", **kw) -> SearchResult:
     """``traincast parallelize``: the fastest layouts of ``model_spec`` on ``gpus`` GPUs with a global batch of
-    ``batch_size`` (``kernels``: ``eager`` | ``compiled``, workload/fusion.py; ``memory_format``: ``contiguous`` |
+    ``batch_size`` (``kernels``: ``eager`` | ``compiled`` | ``transformer-engine``, workload/fusion.py; ``memory_format``: ``contiguous`` |
     ``channels_last``, workload/layout.py)."""
     from traincast.hardware.catalog import get_catalog
     from traincast.predict.compose import WorkloadFamily, cluster_of
