@@ -81,6 +81,25 @@ def test_an_uploaded_hugging_face_config_is_traced_from_a_file_of_the_server(cli
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "hf_config"]
 
 
+def test_kernel_modes_context_parallelism_and_recomputation_through_the_service(client, cli_app, capsys):
+    """The options of issue 22 and the kernel modes reach the forecast as the CLI's flags do."""
+    body = {"model": "gpt2", "gpu": "H100", "gpus": 4, "batch_size": 4, "seq_len": 1024, "precision": "amp-bf16",
+            "optimizer": "adamw", "cp": 2, "fsdp": "full", "micro_batch": 1, "recompute": "selective-op",
+            "kernels": "transformer-engine"}
+    r = client.post("/api/v1/forecast", json=body)
+    assert r.status_code == 200, r.text
+    want = cli_json(cli_app, capsys, "predict", "gpt2", "--gpu", "H100", "--gpus", "4", "-b", "4", "--seq-len", "1024",
+                    "--precision", "amp-bf16", "--optimizer", "adamw", "--cp", "2", "--fsdp", "full",
+                    "--micro-batch", "1", "--recompute", "selective-op", "--kernels", "transformer-engine", "--json")
+    got = r.json()
+    assert got == want and got["strategy"]["cp"] == 2 and got["strategy"]["recompute"] == "selective-op"
+    assert any("cudnn" in n for n in got["notes"])
+    eager = client.post("/api/v1/forecast", json={**body, "kernels": "eager"}).json()
+    assert eager["iteration_s"] > got["iteration_s"]
+    bad = client.post("/api/v1/forecast", json={**body, "kernels": "inductor"})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "kernels"
+
+
 @pytest.mark.parametrize("body, field, words", [
     ({"model": "resnet50", "gpu": "V100"}, "batch_size", "Field required"),
     ({"model": "resnet50", "gpu": "V100", "batch_size": 0}, "batch_size", "greater than 0"),

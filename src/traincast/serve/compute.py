@@ -94,13 +94,15 @@ class Compute:
         finally:
             self.lock.release()
 
-    def _family(self, source: str, mkey: str, optimizer, precision, seq_len, freeze):
+    def _family(self, source: str, mkey: str, optimizer, precision, seq_len, freeze, kernels: str = "eager",
+                memory_format: str = "contiguous"):
         from traincast.predict import WorkloadFamily
 
-        fkey = (mkey, optimizer, precision, seq_len, freeze)
+        fkey = (mkey, optimizer, precision, seq_len, freeze, kernels, memory_format)
         fam = self.families.get(fkey)
         if fam is None:
-            fam = WorkloadFamily(source, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze)
+            fam = WorkloadFamily(source, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze,
+                                 kernels=kernels, memory_format=memory_format)
             self.families.put(fkey, fam)
         return fam
 
@@ -114,16 +116,17 @@ class Compute:
 
     def forecast(self, source: str, mkey: str, *, gpu, gpus, nodes, batch_size, per_gpu_batch, epochs, dataset_size,
                  precision, optimizer, sync, no_overlap, freeze, instance, seq_len, network_gbit, predictor,
-                 adaptation, **layout):
+                 adaptation, kernels="eager", memory_format="contiguous", **layout):
         """The library call of ``traincast predict`` (:func:`traincast.predict.options.forecast_from_options`)."""
         from traincast.predict.options import forecast_from_options
 
-        fam = self._family(source, mkey, optimizer, precision, seq_len, freeze)
+        fam = self._family(source, mkey, optimizer, precision, seq_len, freeze, kernels, memory_format)
         return forecast_from_options(source, gpu=gpu, gpus=gpus, nodes=nodes, batch_size=batch_size,
                                      per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size,
                                      precision=precision, optimizer=optimizer, sync=sync, no_overlap=no_overlap,
                                      freeze=freeze, instance=instance, seq_len=seq_len, network_gbit=network_gbit,
-                                     predictor=predictor, adaptation=adaptation, family=fam, **layout)
+                                     predictor=predictor, adaptation=adaptation, family=fam, kernels=kernels,
+                                     memory_format=memory_format, **layout)
 
     # ----------------------------------------------------------- parallelize
     def parallelize_json(self, req) -> str:
@@ -137,13 +140,14 @@ class Compute:
         key = "parallelize:" + json.dumps({"model": mkey, **opts}, sort_keys=True)
 
         def run():
-            fam = self._family(source, mkey, req.optimizer, req.precision, req.seq_len, None)
+            fam = self._family(source, mkey, req.optimizer, req.precision, req.seq_len, None, req.kernels)
             res = parallelize(source, gpu=req.gpu, gpus=req.gpus, nodes=req.nodes, batch_size=req.batch_size,
                               seq_len=req.seq_len, precision=req.precision, optimizer=req.optimizer,
                               instance=req.instance, network_gbit_per_s=req.network_gbit, catalog=get_catalog(),
                               family=fam, top=req.top, max_tp=req.max_tp, micro_batches=tuple(req.micro_batches),
                               shardings=tuple(SHARDINGS.canonical(x.lower()) for x in req.shardings),
-                              recomputes=tuple(RECOMPUTATIONS.canonical(x.lower()) for x in req.recomputes))
+                              recomputes=tuple(RECOMPUTATIONS.canonical(x.lower()) for x in req.recomputes),
+                              kernels=req.kernels)
             return dumps(res.to_dict())
 
         return self._run(key, run)

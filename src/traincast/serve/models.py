@@ -103,6 +103,13 @@ class ForecastRequest(ModelChoice):
     recompute: Literal["none", "selective", "selective-op", "full"] = "none"
     sequence_parallel: bool = False
     offload_optimizer: bool = False
+    cp: Pos = 1
+    cp_kind: Literal["ring", "all-to-all"] = "ring"
+    tp_comm_overlap: bool = False
+    fp8_all_gather: bool = False
+    # how the kernels run (traincast predict --kernels / --memory-format; workload/fusion.py, workload/layout.py)
+    kernels: Literal["eager", "compiled", "transformer-engine"] = "eager"
+    memory_format: Literal["contiguous", "channels_last"] = "contiguous"
 
 
 class ParallelizeRequest(ModelChoice):
@@ -122,6 +129,7 @@ class ParallelizeRequest(ModelChoice):
     micro_batches: Annotated[list[Pos], Field(min_length=1, max_length=16)] = [1, 2, 4, 8, 16]
     max_tp: Pos | None = None
     top: Annotated[int, Field(gt=0, le=100)] = 10
+    kernels: Literal["eager", "compiled", "transformer-engine"] = "eager"
 
 
 def _csv(v, cast):
