@@ -169,7 +169,7 @@ class Compute:
                        instances=tuple(req.instances) if req.instances else None,
                        deadline_s=parse_duration_s(req.deadline) if req.deadline else None, budget_usd=req.budget,
                        precision=req.precision, optimizer=req.optimizer, seq_len=req.seq_len, catalog=get_catalog(),
-                       predictor=req.predictor, adaptation=req.adaptation)
+                       predictor=req.predictor, adaptation=req.adaptation, kernels=req.kernels)
             return dumps(res.to_dict())
 
         return self._run(key, run)

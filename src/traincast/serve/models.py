@@ -155,6 +155,7 @@ class PlanRequest(ModelChoice):
     seq_len: Pos | None = None
     predictor: Literal["analytical", "learned", "auto"] | None = Field(None, description="default: auto")
     adaptation: Literal["none", "auto"] = "none"
+    kernels: Literal["eager", "compiled", "transformer-engine"] = "eager"
 
     @field_validator("gpus", mode="before")
     @classmethod
