@@ -98,6 +98,12 @@ def test_kernel_modes_context_parallelism_and_recomputation_through_the_service(
     assert eager["iteration_s"] > got["iteration_s"]
     bad = client.post("/api/v1/forecast", json={**body, "kernels": "inductor"})
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "kernels"
+    from typing import get_args
+
+    from traincast.serve.models import KernelMode
+    from traincast.workload.fusion import KERNEL_MODES
+
+    assert set(get_args(KernelMode)) == set(KERNEL_MODES)
 
 
 @pytest.mark.parametrize("body, field, words", [

@@ -68,6 +68,8 @@ class ModelChoice(BaseModel):
 
 
 Pos = Annotated[int, Field(gt=0)]
+# workload/fusion.py's KERNEL_MODES (a test keeps the two the same; importing it here would load torch)
+KernelMode = Literal["eager", "compiled", "transformer-engine"]
 
 
 class ForecastRequest(ModelChoice):
@@ -108,7 +110,7 @@ class ForecastRequest(ModelChoice):
     tp_comm_overlap: bool = False
     fp8_all_gather: bool = False
     # how the kernels run (traincast predict --kernels / --memory-format; workload/fusion.py, workload/layout.py)
-    kernels: Literal["eager", "compiled", "transformer-engine"] = "eager"
+    kernels: KernelMode = "eager"
     memory_format: Literal["contiguous", "channels_last"] = "contiguous"
 
 
@@ -129,7 +131,7 @@ class ParallelizeRequest(ModelChoice):
     micro_batches: Annotated[list[Pos], Field(min_length=1, max_length=16)] = [1, 2, 4, 8, 16]
     max_tp: Pos | None = None
     top: Annotated[int, Field(gt=0, le=100)] = 10
-    kernels: Literal["eager", "compiled", "transformer-engine"] = "eager"
+    kernels: KernelMode = "eager"
 
 
 def _csv(v, cast):
@@ -155,7 +157,7 @@ class PlanRequest(ModelChoice):
     seq_len: Pos | None = None
     predictor: Literal["analytical", "learned", "auto"] | None = Field(None, description="default: auto")
     adaptation: Literal["none", "auto"] = "none"
-    kernels: Literal["eager", "compiled", "transformer-engine"] = "eager"
+    kernels: KernelMode = "eager"
 
     @field_validator("gpus", mode="before")
     @classmethod
