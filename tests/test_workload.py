@@ -110,6 +110,35 @@ def test_memory_is_linear_in_batch_and_max_batch_is_consistent():
     assert b.at_batch(mb) <= cap < b.at_batch(mb + 1)
 
 
+def test_one_gpu_peaks_activations_and_gradients_apart():
+    """Without data parallelism the gradients (set to None by zero_grad) are made as the backward pass frees the
+    activations: peak = parameters + optimizer states + max(activations, gradients) + transient, by hand; with
+    DDP's buckets the gradients are held through the step (the sum). max_batch agrees with both ends."""
+    from traincast.workload.records import MemoryFootprint
+
+    m = MemoryFootprint(parameter_bytes=100, gradient_bytes=100, optimizer_state_bytes=200, activation_bytes=800,
+                        transient_bytes=80, batch_size=8)
+    assert m.peak(grads_held=True) == m.peak_bytes == 100 + 100 + 200 + 800 + 80
+    assert m.peak(grads_held=False) == 100 + 200 + 800 + 80
+    few = MemoryFootprint(100, 1000, 200, 80, 8, batch_size=8)  # gradients larger than the activations
+    assert few.peak(grads_held=False) == 100 + 200 + 1000 + 8
+    # per sample: 110 bytes (100 of activations, 10 transient); the gradient end: 300 + 1000 + 1 x b
+    assert m.max_batch(1400, grads_held=False) == (1400 - 300) // 110 == 10
+    assert few.max_batch(1400, grads_held=False) == min((1400 - 300) // 11, 1400 - 300 - 1000) == 100
+    assert m.max_batch(1400, grads_held=True) == (1400 - 400) // 110
+    assert few.max_batch(1200, grads_held=False) == 0
+
+
+def test_a_one_gpu_forecast_uses_the_separate_peaks_and_data_parallel_the_sum():
+    from traincast.predict.options import forecast_from_options
+
+    one = forecast_from_options("resnet18", gpu="A100-SXM4-80GB", batch_size=32, precision="amp-bf16")
+    two = forecast_from_options("resnet18", gpu="A100-SXM4-80GB", gpus=2, batch_size=64, precision="amp-bf16")
+    m = one.workload.memory
+    assert one.peak_memory_bytes == m.peak(grads_held=False) < m.peak_bytes
+    assert two.peak_memory_bytes == two.workload.memory.peak_bytes
+
+
 def test_spec_examples_have_the_parameter_counts_of_the_report():
     assert trace("mnist-cnn", batch_size=8).parameters == 24_330
     assert trace("pcam-cnn", batch_size=2).parameters == 19_941_381

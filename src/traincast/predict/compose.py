@@ -585,9 +585,12 @@ def forecast(
         notes.append(f"no priced instance with {device.name} in the catalog: cost unknown")
 
     cap = memory_capacity(device)
-    peak = wl.memory.peak_bytes
+    # one GPU: the gradients are made in the backward pass as the activations are freed; data-parallel replicas
+    # hold them in DDP's buckets through the step
+    grads_held = gpus > 1
+    peak = wl.memory.peak(grads_held)
     fits = peak <= cap
-    max_b = wl.memory.max_batch(cap)
+    max_b = wl.memory.max_batch(cap, grads_held)
     if not fits:
         notes.append(f"out of memory: needs {peak / GIB:.1f} GiB per GPU, {device.name} has {cap / GIB:.1f} GiB usable; largest per-GPU batch that fits: {max_b}; "
                      "a parallel layout may fit (--tp/--pp/--zero/--micro-batch/--recompute, or `traincast parallelize` "

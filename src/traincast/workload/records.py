@@ -95,6 +95,7 @@ class MemoryFootprint:
 
     @property
     def peak_bytes(self) -> int:
+        """The peak with the gradients held through the step (data-parallel replicas: DDP's gradient buckets)."""
         return (
             self.parameter_bytes
             + self.gradient_bytes
@@ -102,6 +103,15 @@ class MemoryFootprint:
             + self.activation_bytes
             + self.transient_bytes
         )
+
+    def peak(self, grads_held: bool = True) -> int:
+        """The step's peak. ``grads_held=False``: one GPU without data parallelism, where ``zero_grad`` sets the
+        gradients to None (PyTorch's default) and the backward pass makes them as it frees the activations, so
+        the two peak apart: the activations at the start of the backward pass, the gradients at its end."""
+        if grads_held:
+            return self.peak_bytes
+        return (self.parameter_bytes + self.optimizer_state_bytes
+                + max(self.activation_bytes, self.gradient_bytes) + self.transient_bytes)
 
     @property
     def fixed_bytes(self) -> int:
@@ -116,12 +126,24 @@ class MemoryFootprint:
         """Peak bytes at another per-GPU batch (activations scale linearly)."""
         return int(self.fixed_bytes + self.per_sample_bytes * batch_size)
 
-    def max_batch(self, capacity_bytes: int) -> int:
-        """Largest per-GPU batch whose peak fits in ``capacity_bytes`` (0 if none)."""
-        room = capacity_bytes - self.fixed_bytes
-        if room <= 0 or self.per_sample_bytes <= 0:
+    def max_batch(self, capacity_bytes: int, grads_held: bool = True) -> int:
+        """Largest per-GPU batch whose peak (:meth:`peak`) fits in ``capacity_bytes`` (0 if none)."""
+        if self.per_sample_bytes <= 0:
             return 0
-        return int(room // self.per_sample_bytes)
+        if grads_held:
+            room = capacity_bytes - self.fixed_bytes
+            return int(room // self.per_sample_bytes) if room > 0 else 0
+        room = capacity_bytes - self.parameter_bytes - self.optimizer_state_bytes
+        if room <= 0:
+            return 0
+        # activations and the transient grow with the batch, the gradients do not: both ends of the backward fit
+        b = room // self.per_sample_bytes
+        per_t = self.transient_bytes / self.batch_size
+        if per_t > 0:
+            b = min(b, (room - self.gradient_bytes) // per_t)
+        elif room < self.gradient_bytes:
+            b = 0
+        return max(0, int(b))
 
     def to_dict(self) -> dict:
         d = asdict(self)
