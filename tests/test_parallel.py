@@ -217,6 +217,25 @@ def test_memory_by_hand_formula(ideal_model, family):
     assert [s.in_flight for s in pp.stages] == [2, 1]
 
 
+def test_fsdp_with_one_micro_batch_peaks_gradients_and_activations_apart(ideal_model):
+    """FSDP, one micro-batch a step: gradients set to None each step are made as the backward pass frees the
+    activations (peak = the rest + max(activations, gradients)); with two micro-batches they are accumulated, and
+    ZeRO-3 keeps its partitions: the sum."""
+    def parts(st):
+        m = st.memory
+        return m["parameters"] + m["optimizer"] + m["weight_copies"] + m["transient"] + m["buffers"]
+
+    one = ideal_model.evaluate(ParallelConfig(dp=4, micro_batch=4, sharding="fsdp-full"), 4)
+    m = one.memory
+    assert one.peak_memory_bytes == pytest.approx(parts(one) + max(m["activations"], m["gradients"]), abs=8)
+    assert any("peak apart" in n for n in one.notes)
+    two = ideal_model.evaluate(ParallelConfig(dp=4, micro_batch=2, sharding="fsdp-full"), 4)
+    assert two.peak_memory_bytes == pytest.approx(parts(two) + two.memory["activations"] + two.memory["gradients"],
+                                                  abs=8)
+    z3 = ideal_model.evaluate(ParallelConfig(dp=4, micro_batch=4, sharding="zero3"), 4)
+    assert z3.peak_memory_bytes == pytest.approx(parts(z3) + z3.memory["activations"] + z3.memory["gradients"], abs=8)
+
+
 # --- op-level selective checkpointing (torchtitan's "selective op" policy) -----------------------------------
 LH, LKV, LF, LL = 64, 32, 128, 2  # a small Llama: hidden, key/value width (2 of 4 heads), MLP width, layers
 

@@ -30,7 +30,9 @@ The mechanism (no per-model formulas):
 6. **Memory per GPU**: the stage's parameters, gradients and optimizer states divided by the tensor degree and
    by the data-parallel degree where sharded (optimizer states off the GPU with offload), the activations of
    the micro-batches in flight on the stage (apportioned from the trace's saved bytes op by op, scaled by each
-   op's split, dropped where recomputed), the largest transient, and the gathered parameters of ZeRO-3/FSDP.
+   op's split, dropped where recomputed), the largest transient, and the gathered parameters of ZeRO-3/FSDP;
+   FSDP with one micro-batch a step holds the larger of its gradients and activations, not their sum (gradients
+   set to None each step are made as the backward pass frees the activations).
 """
 
 from __future__ import annotations
@@ -861,6 +863,13 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
 
     # --- memory per GPU ----------------------------------------------------------------------------------------
     cap = _capacity(model.device)
+    # PyTorch FSDP with one micro-batch a step: zero_grad sets the (sharded) gradients to None and the backward
+    # pass makes them as it frees the activations, so the two peak apart. DDP's buckets, ZeRO's partitions,
+    # Megatron's contiguous gradient buffer and gradient accumulation over micro-batches hold them through the step
+    grads_apart = sh.framework == "fsdp" and m == 1
+    if grads_apart:
+        notes.append("memory: FSDP with one micro-batch a step makes the gradients in the backward pass as it frees "
+                     "the activations, so they peak apart (gradients set to None each step, PyTorch's default)")
     dev_mem = []
     dev_inflight = pr.in_flight if len(pr.in_flight) == len(dev_units) else tuple([1] * len(dev_units))
     mem_rows = []
@@ -902,7 +911,10 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         copies = sum(lay.weight_copy_bytes[u] for u in us) / t if lay.weight_copy_bytes else 0.0
         if sh.parameters and shard_group.ranks > 1:  # only the gathered units' copies exist at once
             copies = 2 * max((lay.weight_copy_bytes[u] for u in us), default=0) / t if lay.weight_copy_bytes else 0.0
-        peak = params_b + grads_b + opt_b + copies + activations + transient + buffers
+        if grads_apart:
+            peak = params_b + opt_b + copies + max(activations, grads_b) + transient + buffers
+        else:
+            peak = params_b + grads_b + opt_b + copies + activations + transient + buffers
         mem_rows.append(dict(parameters=params_b, gradients=grads_b, optimizer=opt_b, weight_copies=copies,
                              activations=activations, transient=transient, buffers=buffers, peak=peak,
                              in_flight=dev_inflight[d]))
