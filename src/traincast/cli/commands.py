@@ -285,7 +285,9 @@ def register(app: typer.Typer) -> None:
         console.print(table("memory per device", ["", "bytes"], [
             ["parameters", size(m.parameter_bytes)], ["gradients", size(m.gradient_bytes)],
             ["optimizer state", size(m.optimizer_state_bytes)], ["activations (saved for backward)", size(m.activation_bytes)],
-            ["largest transient", size(m.transient_bytes)], ["peak", size(m.peak_bytes)],
+            ["largest transient", size(m.transient_bytes)],
+            ["peak, one GPU (gradients made as activations are freed)", size(m.peak(grads_held=False))],
+            ["peak, data-parallel replica (gradients held in DDP's buckets)", size(m.peak_bytes)],
         ]))
         for n in dict.fromkeys(notes):
             console.print(f"[yellow]note:[/yellow] {n}")
