@@ -242,7 +242,7 @@ class Workload:
             notes.append(f"mixture of experts: {self.routed_selections} per-expert token selections per step sized as "
                          "balanced routing (each expert gets its even share of the routed tokens; a router that loads "
                          "them unevenly is slower)")
-        if self.kernels in ("compiled", "transformer-engine") and self.fused_pointwise[1]:
+        if self.kernels != "eager" and self.fused_pointwise[1]:
             n, k = self.fused_pointwise
             notes.append(f"kernels {self.kernels}: {n} element-wise, cast, norm and reduction ops run as {k} fused kernels "
                          "(each reads its inputs once and writes what later kernels read)")

@@ -315,15 +315,16 @@ def positives(model, objects: int) -> int | None:
     return min(quota, int(round(POSITIVES_PER_OBJECT * objects)))
 
 
-def _sampled_labels(model, objects: int) -> None:
+def _sampled_labels(model, objects: int) -> int | None:
     """The R-CNN box sampler takes up to its quota of positives (IoU >= 0.5 with an object) and fills the rest of
     its ``batch_size_per_image`` with negatives; the mask and keypoint heads run on the positives only. How many
     positives exist, values decide: on meta, the sampled labels are given real values with :func:`positives`
-    of them positive, so that every selection of ``labels > 0`` takes that count."""
+    of them positive, so that every selection of ``labels > 0`` takes that count. Returns that count (None for
+    single-stage detectors)."""
     heads = getattr(model, "roi_heads", None)
     quota = positives(model, objects)
     if quota is None:
-        return
+        return None
     original = heads.select_training_samples
 
     def select(proposals, targets):
@@ -335,6 +336,7 @@ def _sampled_labels(model, objects: int) -> None:
         return proposals, matched_idxs, labels, regression_targets
 
     heads.select_training_samples = select
+    return quota
 
 
 def _detection(name: str, opts, step_args: dict):
@@ -355,7 +357,7 @@ def _detection(name: str, opts, step_args: dict):
     masks = name.startswith("maskrcnn")
     h, w = COCO_IMAGE
     n_obj = COCO_PEOPLE if keypoints else COCO_BOXES
-    _sampled_labels(model, n_obj)
+    pos = _sampled_labels(model, n_obj)
     multi = ""
     sizes = getattr(getattr(model, "transform", None), "min_size", ())
     if len(sizes) > 1:  # multi-scale training draws a short side an image: the step at the expected cost
@@ -387,7 +389,6 @@ def _detection(name: str, opts, step_args: dict):
     what = "people with 17 keypoints" if keypoints else "objects" + (" with masks" if masks else "")
     size = ("resized to 300x300" if name.startswith("ssd300") else "resized to 320x320" if fixed else
             f"resized to a {model.transform.min_size[0]} px short side{multi} (at most {model.transform.max_size})")
-    pos = positives(model, n_obj)
     rpn = getattr(model, "rpn", None)
     sampled = "" if pos is None else (
         (f"; the RPN's top {rpn._post_nms_top_n['training']} proposals an image after NMS (NMS taken to leave "
