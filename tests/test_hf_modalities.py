@@ -1658,3 +1658,36 @@ def test_a_head_with_no_forward_pass_is_refused_with_one_line(tmp_path, capsys):
     code, _, err = cli(capsys, "predict", path, "--gpu", "A100", "-b", "2", "--seq-len", "32")
     assert code == 2 and "BarkModel has no forward pass in transformers (it only generates)" in err
     assert "Traceback" not in err
+
+
+def test_llama4_default_widths_are_repaired_and_its_output_field_read_as_none(capsys, tmp_path):
+    """transformers' default Llama 4 config cannot run: its vision adapter is built for intermediate_size features a
+    patch while the pixel shuffle (ratio 0.5) of a tower hidden_size wide makes 4 x hidden_size, and its projector
+    takes vision_output_dim features where the adapter makes projector_output_dim; and this release's
+    Llama4ForConditionalGeneration reads ``image_outputs`` off its text model's output, which has no such field, at
+    the end of every training forward. Here a small config with the same two mismatches (a 32-wide tower shuffled
+    to 128 before an adapter built for 256; a projector for 96 features after an adapter making 64): forecast with
+    the tower 64 wide and the projector taking 64, each change in a note, the loss Llama 4's own, and the parameter
+    count that of the head built from the repaired config."""
+    import torch
+    import transformers as tf
+
+    text = dict(hidden_size=64, intermediate_size=64, intermediate_size_mlp=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=2, vocab_size=1000,
+                max_position_embeddings=256)
+    vision = dict(hidden_size=32, intermediate_size=256, num_hidden_layers=1, num_attention_heads=4, image_size=56,
+                  patch_size=14, projector_input_dim=64, projector_output_dim=64, vision_output_dim=96,
+                  pixel_shuffle_ratio=0.5)
+    p = _write(tmp_path, "llama4", dict(text_config=text, vision_config=vision), None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "32", "--json")
+    assert code == 0, err
+    f = json.loads(out)
+    notes = f["notes"]
+    assert any("vision_config.hidden_size = 64" in n for n in notes), notes
+    assert any("vision_config.vision_output_dim = 64" in n for n in notes), notes
+    assert any("MoeCausalLMOutputWithPast.image_outputs" in n for n in notes), notes
+    assert not any("stand-in" in n for n in notes)
+    fixed = tf.Llama4Config(text_config=text, vision_config=dict(vision, hidden_size=64, vision_output_dim=64))
+    with torch.device("meta"):
+        n = sum(q.numel() for q in tf.Llama4ForConditionalGeneration(fixed).parameters())
+    assert f["parameters"] == n

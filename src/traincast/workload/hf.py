@@ -1218,9 +1218,11 @@ def _make_inputs(ctx: _Ctx, cls, image_tokens: int | None, variant: frozenset = 
             if by_mask:  # the positions after the first token
                 kw["image_embeds_position_mask"] = torch.zeros(B, seq, dtype=torch.long, device=ctx.idev)
                 kw["image_embeds_position_mask"][:, 1:1 + n_img] = 1
-            if "mm_token_type_ids" in p and n_img > 0:  # 1 where the image placeholders are (multimodal RoPE)
+            if "mm_token_type_ids" in p:  # 1 where the image placeholders are (multimodal RoPE), 0 for text (Molmo 2
+                # requires it in training even with no image)
                 kw["mm_token_type_ids"] = torch.zeros(B, seq, dtype=torch.long, device=ctx.idev)
-                kw["mm_token_type_ids"][:, :n_img] = 1
+                if n_img > 0:
+                    kw["mm_token_type_ids"][:, :n_img] = 1
         pv = kw.get("pixel_values")
         if "image_attention_mask" in p and pv is not None and pv.dim() == 5 and kw["input_ids"].dim() == 2:
             # which images each text token attends to (IDEFICS' cross-attention): all of its example's
@@ -1910,12 +1912,30 @@ _MASK_SHAPE = re.compile(r"shape of the mask \[([\d, ]+)\] at index \d+ does not
                          r"\[([\d, ]+)\] at index (\d+)")
 
 
+# a forward that computes everything, then reads a field the output of one of its parts lacks (transformers' Llama 4
+# of this release: ``Llama4ForConditionalGeneration`` reads ``outputs.image_outputs`` off its text model's
+# ``MoeCausalLMOutputWithPast``, which has no such field, so every training step stops at its end)
+_OUTPUT_FIELDS_ADDED: dict[type, set[str]] = {}  # model class -> the fields read as None for it
+
+
+def _output_bug(exc) -> bool:
+    """Whether ``exc`` is a forward reading a field a transformers output dataclass lacks (``exc.obj`` a
+    ``ModelOutput``, ``exc.name`` the field) that is not a field of that class."""
+    from transformers.utils import ModelOutput
+
+    obj, field_ = getattr(exc, "obj", None), getattr(exc, "name", None)
+    return (isinstance(exc, AttributeError) and isinstance(obj, ModelOutput) and isinstance(field_, str)
+            and field_.isidentifier() and not hasattr(type(obj), field_)
+            and field_ not in getattr(type(obj), "__dataclass_fields__", {}))
+
+
 def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
     """Run the forward once without autograd on the meta device: the exception it raises (None: it ran), and
     the rows each ``masked_scatter`` filled."""
     from traincast.workload.selections import ExpectedSelections
     from traincast.workload.tracer import BalancedExperts
 
+    import os; os.environ.get("TC_DBG") and print("DBGKW", {k: tuple(v.shape) for k, v in kw.items() if isinstance(v, torch.Tensor)})
     mode = _DryRun([v for k, v in kw.items() if k in _FEATURE_MASKS and isinstance(v, torch.Tensor)
                     and v.dtype != torch.bool and not v.is_floating_point()])
     _LAST_CHECKS.clear()
@@ -1926,6 +1946,10 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
         with torch.no_grad(), BalancedExperts(), mode, _MixedDevices(real), selections, _checks_off() as failed:
             model(**kw)
     except Exception as exc:  # noqa: BLE001 - judged by the caller
+        if _output_bug(exc):  # the forward ran, then read a field its text model's output lacks: read as None
+            setattr(type(exc.obj), exc.name, None)
+            _OUTPUT_FIELDS_ADDED.setdefault(type(model), set()).add(f"{type(exc.obj).__name__}.{exc.name}")
+            return _dry_run(model, kw)
         try:  # the selections it sized as full on its way (a count of rows that real values would have made smaller)
             exc.dense_selections = selections.dense
         except Exception:  # noqa: BLE001 - an exception that takes no attributes
@@ -1935,6 +1959,7 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
                 exc.failed_checks = list(failed)
             except Exception:  # noqa: BLE001 - an exception that takes no attributes
                 pass
+            os.environ.get("TC_DBG") and print("DBGEXC", repr(exc)[:300])
             return exc, mode.scattered_rows
     _LAST_CHECKS[:] = failed
     if mode.widths is not None:  # features of one width put into embeddings of another: the config's towers
@@ -2271,12 +2296,71 @@ def _cross_width_fix(exc, cfg):
     return repair
 
 
+def _pixel_shuffle_fix(exc, cfg):
+    """Where a forward stops on a product whose input is ``x`` wide and whose weight takes ``w``, and a (vision)
+    config with a ``pixel_shuffle_ratio`` r feeds its adapter ``hidden_size / r**2`` = ``x`` features while the
+    adapter is built for ``intermediate_size`` = ``w`` (transformers' default Llama 4 config: a vision tower 768 wide,
+    shuffled to 3072, before an adapter built for 5632 = 1408 / 0.5**2, Llama 4's own tower): the repair that sets
+    that config's ``hidden_size`` to ``w * r**2`` (where its attention heads divide it). Else None."""
+    m = _REDUCTION.search(str(exc)) if exc is not None else None
+    if not m or m.group(1) == m.group(2):
+        return None
+    got, want = int(m.group(1)), int(m.group(2))
+    found = []
+    for k, c in _sub_configs(cfg):
+        r, h, inter = (vars(c).get(f) for f in ("pixel_shuffle_ratio", "hidden_size", "intermediate_size"))
+        if not (isinstance(r, float) and 0 < r < 1 and isinstance(h, int) and inter == want
+                and round(h / r**2) == got):
+            continue
+        width = want * r**2
+        heads = vars(c).get("num_attention_heads")
+        if width == int(width) and (not isinstance(heads, int) or heads <= 0 or int(width) % heads == 0):
+            found.append((k, c, h, int(width), r))
+    if len(found) != 1:
+        return None
+    k, c, h, width, r = found[0]
+    where = f"{k}." if k else ""
+
+    def repair(_cfg):
+        c.hidden_size = width
+        return (f"the config's vision adapter takes {want} features a patch ({where}intermediate_size) after a pixel "
+                f"shuffle by {r} of a tower {h} wide ({where}hidden_size), which makes {got}: forecast with "
+                f"{where}hidden_size = {width} (set the widths your model has in the config.json)")
+
+    return repair
+
+
+def _adapter_output_fix(exc, cfg):
+    """Where a forward stops on a product whose input is ``x`` wide and whose weight takes ``w``, and one (vision)
+    config says its adapter makes ``projector_output_dim`` = ``x`` features while the projector after it is built
+    for ``vision_output_dim`` = ``w`` (transformers' default Llama 4 config: 4096 and 7680): the repair that sets
+    ``vision_output_dim`` to ``x``. Else None."""
+    m = _REDUCTION.search(str(exc)) if exc is not None else None
+    if not m or m.group(1) == m.group(2):
+        return None
+    got, want = int(m.group(1)), int(m.group(2))
+    found = [(k, c) for k, c in _sub_configs(cfg)
+             if vars(c).get("projector_output_dim") == got and vars(c).get("vision_output_dim") == want]
+    if len(found) != 1:
+        return None
+    k, c = found[0]
+    where = f"{k}." if k else ""
+
+    def repair(_cfg):
+        c.vision_output_dim = got
+        return (f"the config's projector takes {want} features ({where}vision_output_dim) from a vision adapter that "
+                f"makes {got} ({where}projector_output_dim), which cannot run: forecast with {where}vision_output_dim "
+                f"= {got} (set the widths your model has in the config.json)")
+
+    return repair
+
+
 def _config_fix(exc, cfg):
     """The first repair a forward's stop ``exc`` shows for the config as a whole: a window for a sliding-window
     mask no layer uses, a token id the config class lacks, integers made with their values, a cross-attention built
     for encoder states of another width; else None."""
     return (_unused_window_fix(exc, cfg) or _family_token_fix(exc, cfg) or _real_tensors_fix(exc, cfg)
-            or _cross_width_fix(exc, cfg))
+            or _cross_width_fix(exc, cfg) or _pixel_shuffle_fix(exc, cfg) or _adapter_output_fix(exc, cfg))
 
 
 def _set_image_size(cfg, size: int) -> bool:
@@ -2644,6 +2728,10 @@ def _hf_step_once(name: str, cfg, cls, *, notes: list[str], batch_size, device, 
     elif kind != "own":
         notes.append(f"{name}: {cls.__name__} computes no loss of its own here; the step trains on the mean of its "
                      "outputs (a stand-in loss of negligible cost)")
+    if type(model) in _OUTPUT_FIELDS_ADDED:
+        notes.append(f"{name}: its forward reads a field the output of one of its parts lacks in this transformers "
+                     f"release ({', '.join(sorted(_OUTPUT_FIELDS_ADDED[type(model)]))}), which stops it after everything is "
+                     "computed; traced with that field read as None")
     cls_name = cls.__name__
 
     def make_batch(dev):
