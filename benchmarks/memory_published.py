@@ -8,7 +8,8 @@ of the 8B rows are also rows of ``fp8_cp_validation.py``, whose throughput, and 
   added with the same protocol on 2026-11-27, before they were forecast for memory);
 - each row forecast as ``fp8_cp_validation.forecast_row`` forecasts its rows (``forecast_from_options``, what
   ``traincast predict`` calls; the torchtitan H100 catalog row; 8 GPUs and 3,200 Gb/s a node), with
-  ``--kernels compiled`` where the row ran torch.compile, eager kernels otherwise; on the H100 row of that
+  ``--kernels compiled`` where the row ran torch.compile (or the mode a row names: ``compiled-blocks`` where
+  only the blocks were compiled, the loss eager), eager kernels otherwise; on the H100 row of that
   file's catalog, or the catalog's device where a row names one (``gpu``);
 - compared: the forecast peak bytes per GPU (``Forecast.peak_memory_bytes``, the fullest stage) against the
   published GiB; reported per row with the forecast's parts, MAPE and median signed error, and how many rows the
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
           "activations / transient / other")
     for r in rows:
         row = dict(r, gpu=r.get("gpu", GPU), gpus_per_node=8, network_gbit_per_node=3200, pp=1)
-        f = fp8cp.forecast_row(row, catalog, families, "compiled" if r.get("compiled") else "eager")
+        f = fp8cp.forecast_row(row, catalog, families, r.get("kernels", "compiled") if r.get("compiled") else "eager")
         gib = f.peak_memory_bytes / 2**30
         err = gib / r["memory_gib"] - 1
         errs.append(err)

@@ -12,8 +12,10 @@ from traincast.errors import png_path
 
 Catalogs = Optional[list[Path]]
 KERNELS_HELP = ("eager (every op its own kernel, as eager PyTorch) | compiled (element-wise, cast, norm and reduction "
-                "chains between GEMMs fused: torch.compile, Megatron's fused kernels) | transformer-engine (as "
-                "compiled, with cuDNN's fused attention: Megatron-Core / NeMo)")
+                "chains between GEMMs fused, the loss included, and the activations a compiler keeps: torch.compile, "
+                "Megatron's fused kernels) | compiled-blocks (as compiled inside the repeated blocks only: "
+                "torch.compile per transformer block, the loss eager) | transformer-engine (as compiled, with "
+                "cuDNN's fused attention: Megatron-Core / NeMo)")
 MEMORY_FORMAT_HELP = ("contiguous (PyTorch's default NCHW) | channels_last (NHWC: model.to(memory_format="
                       "torch.channels_last), as mixed-precision CNN recipes run; no layout transposes around "
                       "tensor-core convolutions, BF16 batch norms on PyTorch's channels-last kernels)")

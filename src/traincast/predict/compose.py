@@ -172,7 +172,8 @@ def interpolate(a: Workload, b: Workload, batch: int) -> Workload | None:
     if ca and len(ca) == len(cb):  # recurrent calls: their batch follows the step's
         calls = tuple(replace(x, batch=max(1, lin(x.batch, y.batch))) for x, y in zip(ca, cb))
     return replace(a, batch_size=batch, ops=ops, memory=mem, samples_per_step=batch, recurrent_calls=calls,
-                   interpolated_from=(a.batch_size, b.batch_size))
+                   interpolated_from=(a.batch_size, b.batch_size),
+                   recomputed_bytes=max(0, lin(a.recomputed_bytes, b.recomputed_bytes)))
 
 
 class WorkloadFamily:

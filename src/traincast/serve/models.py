@@ -69,7 +69,7 @@ class ModelChoice(BaseModel):
 
 Pos = Annotated[int, Field(gt=0)]
 # workload/fusion.py's KERNEL_MODES (a test keeps the two the same; importing it here would load torch)
-KernelMode = Literal["eager", "compiled", "transformer-engine"]
+KernelMode = Literal["eager", "compiled", "compiled-blocks", "transformer-engine"]
 
 
 class ForecastRequest(ModelChoice):

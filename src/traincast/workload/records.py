@@ -199,6 +199,9 @@ class Workload:
     interpolated_from: tuple[int, int] | None = None  # the two traced batch sizes this one is interpolated from
     kernels: str = "eager"  # workload/fusion.py's KERNEL_MODES: how the step's kernels run
     fused_pointwise: tuple[int, int] = (0, 0)  # compiled: (ops run inside fused kernels, fused kernels)
+    # compiled: bytes of the activations eager autograd saves that the compiler recomputes in the backward pass
+    # instead (workload/fusion.py, ``partition_saved``); memory.activation_bytes is already net of them
+    recomputed_bytes: int = 0
     memory_format: str = "contiguous"  # workload/layout.py: "channels_last" when convolutions run NHWC
 
     # --- aggregates -----------------------------------------------------
@@ -246,6 +249,10 @@ class Workload:
             n, k = self.fused_pointwise
             notes.append(f"kernels {self.kernels}: {n} element-wise, cast, norm and reduction ops run as {k} fused kernels "
                          "(each reads its inputs once and writes what later kernels read)")
+        if self.kernels != "eager" and self.recomputed_bytes:
+            notes.append(f"kernels {self.kernels}: {self.recomputed_bytes / 2**30:.2f} GiB of the activations eager "
+                         "autograd saves are recomputed in the backward pass from the fused kernels' inputs instead "
+                         "(the min cut a compiler's partitioner takes), at this batch")
         if self.dense_selections:
             notes.append(f"{self.dense_selections} data-dependent selections per step (torch.nonzero / where / boolean "
                          "masks) sized as a dense batch: every position selected")
@@ -283,6 +290,7 @@ class Workload:
             "interpolated_from": list(self.interpolated_from) if self.interpolated_from else None,
             "kernels": self.kernels,
             "fused_pointwise": list(self.fused_pointwise),
+            "recomputed_bytes": self.recomputed_bytes,
         }
         if with_ops:
             d["ops"] = [o.to_dict() for o in self.ops]
@@ -302,7 +310,8 @@ class Workload:
         info.update({k: d[k] for k in ("precision", "fused_attention", "recurrent_calls", "balanced_expert_gemms",
                                         "data_dependent_reads", "routed_selections", "dense_selections",
                                         "unregistered_ops", "fused_kernels", "param_tensors", "trace_s",
-                                        "interpolated_from", "kernels", "fused_pointwise") if k in d})
+                                        "interpolated_from", "kernels", "fused_pointwise", "recomputed_bytes")
+                     if k in d})
         calls = info.get("recurrent_calls", info.get("rnn_calls")) or []
         interp = info.get("interpolated_from")
         return cls(
@@ -329,6 +338,7 @@ class Workload:
             interpolated_from=tuple(interp) if interp else None,
             kernels=str(info.get("kernels", "eager")),
             fused_pointwise=tuple(int(x) for x in info.get("fused_pointwise", (0, 0))),
+            recomputed_bytes=int(info.get("recomputed_bytes", 0) or 0),
         )
 
     @classmethod

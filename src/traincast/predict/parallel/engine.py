@@ -730,7 +730,15 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     # bytes per gathered parameter: the trace's, or 1 for the layers' FP8 weights with an FP8 all-gather
     # (torchao float8 / Megatron FSDP: each rank casts its shard, the gather moves FP8)
     fp8_gather = cfg.fp8_all_gather and get_precision(base.precision).fp8 is not None
-    gather_item = [1.0 if fp8_gather and 0 < u < n_units - 1 else pbytes for u in range(n_units)]
+    # mixed precision with sharded parameters: FSDP's MixedPrecisionPolicy(param_dtype=bf16) (torchtitan, which
+    # then runs no autocast: "Mixed precision training is handled by fully_shard"), FSDP1's MixedPrecision and
+    # DeepSpeed ZeRO-3's half-precision parameters cast each rank's shard and gather half-precision parameters,
+    # which are the copies the layers run with: the gather moves 2 bytes a parameter and autocast's per-step
+    # weight casts are not made
+    half = {"bf16": 2.0, "fp16": 2.0}.get(get_precision(base.precision).autocast or "")
+    mp_gather = bool(sh.parameters and shard_group.ranks > 1 and half is not None and pbytes > half)
+    gather_item = [1.0 if fp8_gather and 0 < u < n_units - 1 else half if mp_gather else pbytes
+                   for u in range(n_units)]
     if sh.parameters and shard_group.ranks > 1:
         for u in range(n_units):
             size = per_gpu_params[u] * gather_item[u]
@@ -911,6 +919,8 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         copies = sum(lay.weight_copy_bytes[u] for u in us) / t if lay.weight_copy_bytes else 0.0
         if sh.parameters and shard_group.ranks > 1:  # only the gathered units' copies exist at once
             copies = 2 * max((lay.weight_copy_bytes[u] for u in us), default=0) / t if lay.weight_copy_bytes else 0.0
+        if mp_gather:  # the gathered half-precision parameters are the copies (in ``buffers``)
+            copies = 0.0
         if grads_apart:
             peak = params_b + opt_b + copies + max(activations, grads_b) + transient + buffers
         else:

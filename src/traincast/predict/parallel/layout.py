@@ -387,7 +387,9 @@ def _analyse(wl: Workload) -> ModelLayout:
             if shp in ((k, n), (n, k), (n,)):  # a weight (or bias) cast: saved once per step, not an activation
                 copies[op_unit[i]] += int(o.bytes_written)
             continue
-        out_bytes[i] = float(_eager_written(o))
+        # eager: every output an op makes; compiled: what its kernel writes, less what the partitioner recomputes
+        # (workload/fusion.py), as the step's saved total is then net of it
+        out_bytes[i] = float(_eager_written(o) if wl.recomputed_bytes <= 0 else o.bytes_written)
     tot = sum(out_bytes) or 1.0
     share = tuple(b / tot for b in out_bytes)
     # one hidden state of a layer: tokens x h x the residual stream's item size
