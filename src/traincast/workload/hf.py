@@ -1935,7 +1935,6 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
     from traincast.workload.selections import ExpectedSelections
     from traincast.workload.tracer import BalancedExperts
 
-    import os; os.environ.get("TC_DBG") and print("DBGKW", {k: tuple(v.shape) for k, v in kw.items() if isinstance(v, torch.Tensor)})
     mode = _DryRun([v for k, v in kw.items() if k in _FEATURE_MASKS and isinstance(v, torch.Tensor)
                     and v.dtype != torch.bool and not v.is_floating_point()])
     _LAST_CHECKS.clear()
@@ -1959,7 +1958,6 @@ def _dry_run(model, kw) -> tuple[Exception | None, list[int]]:
                 exc.failed_checks = list(failed)
             except Exception:  # noqa: BLE001 - an exception that takes no attributes
                 pass
-            os.environ.get("TC_DBG") and print("DBGEXC", repr(exc)[:300])
             return exc, mode.scattered_rows
     _LAST_CHECKS[:] = failed
     if mode.widths is not None:  # features of one width put into embeddings of another: the config's towers
