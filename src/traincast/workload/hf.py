@@ -2266,6 +2266,15 @@ _ENCODER_WIDTH_FIELDS = ("encoder_hidden_size",)  # the width of the encoder sta
 _TOWER_WIDTH_FIELDS = ("hidden_size", "hidden_dim", "d_model", "embed_dim")
 
 
+def _reduction_widths(exc) -> tuple[int, int] | None:
+    """(``x``, ``w``) where a forward stopped on a product whose input is ``x`` wide and whose weight takes ``w``
+    (``a and b must have same reduction dim, but got [N, x] X [w, M]``) and the two differ; else None."""
+    m = _REDUCTION.search(str(exc)) if exc is not None else None
+    if not m or m.group(1) == m.group(2):
+        return None
+    return int(m.group(1)), int(m.group(2))
+
+
 def _cross_width_fix(exc, cfg):
     """Where a forward stops on a product whose input is ``x`` wide and whose weight takes ``w`` (``a and b must have
     same reduction dim, but got [N, x] X [w, M]``), exactly one config field naming the width of the encoder states
@@ -2273,10 +2282,10 @@ def _cross_width_fix(exc, cfg):
     (transformers' default Granite Speech config: a Blip-2 Q-Former projector built for 1408-wide states,
     ``encoder_hidden_size``, after a 1024-wide audio encoder, ``hidden_dim``, where Blip2Config itself aligns them):
     the repair that sets that field to ``x``. Else None."""
-    m = _REDUCTION.search(str(exc)) if exc is not None else None
-    if not m or m.group(1) == m.group(2):
+    widths = _reduction_widths(exc)
+    if widths is None:
         return None
-    got, want = int(m.group(1)), int(m.group(2))
+    got, want = widths
     named = list(_sub_configs(cfg))
     fields = [(f"{k}.{f}" if k else f, c, f) for k, c in named for f in _ENCODER_WIDTH_FIELDS
               if vars(c).get(f) == want and not isinstance(vars(c).get(f), bool)]
@@ -2294,16 +2303,25 @@ def _cross_width_fix(exc, cfg):
     return repair
 
 
+def _field_repair(config, field_: str, value, note: str):
+    """The repair that sets ``config.field_`` to ``value`` and returns ``note`` (what the forecast says)."""
+    def repair(_cfg):
+        setattr(config, field_, value)
+        return note
+
+    return repair
+
+
 def _pixel_shuffle_fix(exc, cfg):
     """Where a forward stops on a product whose input is ``x`` wide and whose weight takes ``w``, and a (vision)
     config with a ``pixel_shuffle_ratio`` r feeds its adapter ``hidden_size / r**2`` = ``x`` features while the
     adapter is built for ``intermediate_size`` = ``w`` (transformers' default Llama 4 config: a vision tower 768 wide,
     shuffled to 3072, before an adapter built for 5632 = 1408 / 0.5**2, Llama 4's own tower): the repair that sets
     that config's ``hidden_size`` to ``w * r**2`` (where its attention heads divide it). Else None."""
-    m = _REDUCTION.search(str(exc)) if exc is not None else None
-    if not m or m.group(1) == m.group(2):
+    widths = _reduction_widths(exc)
+    if widths is None:
         return None
-    got, want = int(m.group(1)), int(m.group(2))
+    got, want = widths
     found = []
     for k, c in _sub_configs(cfg):
         r, h, inter = (vars(c).get(f) for f in ("pixel_shuffle_ratio", "hidden_size", "intermediate_size"))
@@ -2318,14 +2336,10 @@ def _pixel_shuffle_fix(exc, cfg):
         return None
     k, c, h, width, r = found[0]
     where = f"{k}." if k else ""
-
-    def repair(_cfg):
-        c.hidden_size = width
-        return (f"the config's vision adapter takes {want} features a patch ({where}intermediate_size) after a pixel "
-                f"shuffle by {r} of a tower {h} wide ({where}hidden_size), which makes {got}: forecast with "
-                f"{where}hidden_size = {width} (set the widths your model has in the config.json)")
-
-    return repair
+    return _field_repair(c, "hidden_size", width,
+                         f"the config's vision adapter takes {want} features a patch ({where}intermediate_size) after "
+                         f"a pixel shuffle by {r} of a tower {h} wide ({where}hidden_size), which makes {got}: forecast "
+                         f"with {where}hidden_size = {width} (set the widths your model has in the config.json)")
 
 
 def _adapter_output_fix(exc, cfg):
@@ -2333,30 +2347,26 @@ def _adapter_output_fix(exc, cfg):
     config says its adapter makes ``projector_output_dim`` = ``x`` features while the projector after it is built
     for ``vision_output_dim`` = ``w`` (transformers' default Llama 4 config: 4096 and 7680): the repair that sets
     ``vision_output_dim`` to ``x``. Else None."""
-    m = _REDUCTION.search(str(exc)) if exc is not None else None
-    if not m or m.group(1) == m.group(2):
+    widths = _reduction_widths(exc)
+    if widths is None:
         return None
-    got, want = int(m.group(1)), int(m.group(2))
+    got, want = widths
     found = [(k, c) for k, c in _sub_configs(cfg)
              if vars(c).get("projector_output_dim") == got and vars(c).get("vision_output_dim") == want]
     if len(found) != 1:
         return None
-    k, c = found[0]
-    where = f"{k}." if k else ""
-
-    def repair(_cfg):
-        c.vision_output_dim = got
-        return (f"the config's projector takes {want} features ({where}vision_output_dim) from a vision adapter that "
-                f"makes {got} ({where}projector_output_dim), which cannot run: forecast with {where}vision_output_dim "
-                f"= {got} (set the widths your model has in the config.json)")
-
-    return repair
+    where = f"{found[0][0]}." if found[0][0] else ""
+    return _field_repair(found[0][1], "vision_output_dim", got,
+                         f"the config's projector takes {want} features ({where}vision_output_dim) from a vision "
+                         f"adapter that makes {got} ({where}projector_output_dim), which cannot run: forecast with "
+                         f"{where}vision_output_dim = {got} (set the widths your model has in the config.json)")
 
 
 def _config_fix(exc, cfg):
     """The first repair a forward's stop ``exc`` shows for the config as a whole: a window for a sliding-window
     mask no layer uses, a token id the config class lacks, integers made with their values, a cross-attention built
-    for encoder states of another width; else None."""
+    for encoder states of another width, a vision adapter or projector built for another width than what comes
+    before it; else None."""
     return (_unused_window_fix(exc, cfg) or _family_token_fix(exc, cfg) or _real_tensors_fix(exc, cfg)
             or _cross_width_fix(exc, cfg) or _pixel_shuffle_fix(exc, cfg) or _adapter_output_fix(exc, cfg))
 
