@@ -126,6 +126,20 @@ def test_cli_compiled_is_faster_and_a_bad_mode_is_one_line(capsys, tmp_path):
     code = run(["predict", str(p), "--gpu", "H100", "-b", "8", "--kernels", "inductor"])
     err = capsys.readouterr().err
     assert code == 2 and "kernel mode" in err and "compiled" in err and "Traceback" not in err
+    # `trace` shows the step as the compiler runs it too: fewer saved activations, said in a note
+    acts = {}
+    for k in ("eager", "compiled"):
+        assert run(["trace", str(p), "-b", "8", "--seq-len", "256", "--precision", "amp-bf16", "--kernels", k,
+                    "--json"]) == 0
+        wl = json.loads(capsys.readouterr().out)
+        acts[k] = wl["memory"]["activation_bytes"]
+        assert wl["kernels"] == k
+    assert acts["compiled"] < acts["eager"]
+    assert run(["trace", str(p), "-b", "8", "--kernels", "compiled"]) == 0
+    assert "recomputed in the backward pass" in " ".join(capsys.readouterr().out.split())  # however rich wraps it
+    code = run(["trace", str(p), "-b", "8", "--kernels", "inductor"])
+    err = capsys.readouterr().err
+    assert code == 2 and "kernel mode" in err and "Traceback" not in err
 
 
 def test_parallel_layouts_take_the_kernel_mode(tmp_path):

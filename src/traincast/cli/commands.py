@@ -265,14 +265,19 @@ def register(app: typer.Typer) -> None:
         audio_seconds: Optional[float] = typer.Option(None, "--audio-seconds", help="seconds of audio per sample "
                                                       "of a Hugging Face speech model (default: 10; Whisper: 30)"),
         num_frames: Optional[int] = typer.Option(None, "--num-frames", help=NUM_FRAMES_HELP),
+        kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
     ):
-        """Trace one training step on the meta device: ops, FLOPs, bytes, memory."""
+        """Trace one training step on the meta device: ops, FLOPs, bytes, memory (with ``--kernels``: as a
+        compiler runs it, its fused kernels' bytes and the activations it keeps)."""
         from traincast.predict.options import hf_inputs
         from traincast.workload import PHASES, trace
+        from traincast.workload.fusion import apply_kernels, check_kernels
 
+        check_kernels(kernels)
         with hf_inputs(task, image_size, audio_seconds, num_frames) as notes:
-            wl = trace(model, batch_size=batch_size, precision=precision, optimizer=optimizer, seq_len=seq_len,
-                       freeze=freeze, inputs=_inputs(input_shape))
+            wl = apply_kernels(trace(model, batch_size=batch_size, precision=precision, optimizer=optimizer,
+                                     seq_len=seq_len, freeze=freeze, inputs=_inputs(input_shape)), kernels)
+            notes.extend(wl.kernel_notes() if kernels != "eager" else [])
         if out is not None:
             wl.to_json(out)
         if as_json:
