@@ -2122,6 +2122,15 @@ def _backbone_width_fix(exc, cfg):
     return repair
 
 
+def _field_repair(config, field_: str, value, note: str):
+    """The repair that sets ``config.field_`` to ``value`` and returns ``note`` (what the forecast says)."""
+    def repair(_cfg):
+        setattr(config, field_, value)
+        return note
+
+    return repair
+
+
 _UNBOUND_CLAMP = "clamp called but both min and max are none"
 
 
@@ -2141,14 +2150,10 @@ def _unbound_clamp_fix(exc, cfg):
     if exc is None or _UNBOUND_CLAMP not in str(exc).lower() or len(unset) != 1:
         return None
     dotted, c, field_ = unset[0]
-
-    def repair(_cfg):
-        setattr(c, field_, float("inf"))
-        return (f"the model clamps by {dotted}, which the config leaves None (the forward stops: clamp called but "
-                f"both min and max are none): forecast with {dotted} = inf, a bound that never binds (a clamp "
-                "costs the same whatever its bound; set the model's own in the config.json)")
-
-    return repair
+    return _field_repair(c, field_, float("inf"),
+                         f"the model clamps by {dotted}, which the config leaves None (the forward stops: clamp called "
+                         f"but both min and max are none): forecast with {dotted} = inf, a bound that never binds (a "
+                         "clamp costs the same whatever its bound; set the model's own in the config.json)")
 
 
 def _family_token_default(exc, cfg) -> tuple[object, str, int, str] | None:
@@ -2182,13 +2187,9 @@ def _family_token_fix(exc, cfg):
     if found is None:
         return None
     c, field_, value, other = found
-
-    def repair(_cfg):
-        setattr(c, field_, value)
-        return (f"the config's {type(c).__name__} has no {field_}, which its forward reads: it takes {value}, the "
-                f"default its model family's {other} declares (a token id: it sizes nothing)")
-
-    return repair
+    return _field_repair(c, field_, value,
+                         f"the config's {type(c).__name__} has no {field_}, which its forward reads: it takes {value}, "
+                         f"the default its model family's {other} declares (a token id: it sizes nothing)")
 
 
 _META_VALUES = "cannot copy out of meta tensor"
@@ -2293,23 +2294,10 @@ def _cross_width_fix(exc, cfg):
     if len(fields) != 1 or not towers or any(t is fields[0][1] for t in towers):
         return None
     dotted, c, field_ = fields[0]
-
-    def repair(_cfg):
-        setattr(c, field_, got)
-        return (f"the config's cross-attention takes encoder states {want} wide ({dotted}) from a tower that makes "
-                f"them {got} wide, which cannot run: forecast with {dotted} = {got} (set the widths your model has in "
-                "the config.json)")
-
-    return repair
-
-
-def _field_repair(config, field_: str, value, note: str):
-    """The repair that sets ``config.field_`` to ``value`` and returns ``note`` (what the forecast says)."""
-    def repair(_cfg):
-        setattr(config, field_, value)
-        return note
-
-    return repair
+    return _field_repair(c, field_, got,
+                         f"the config's cross-attention takes encoder states {want} wide ({dotted}) from a tower that "
+                         f"makes them {got} wide, which cannot run: forecast with {dotted} = {got} (set the widths your "
+                         "model has in the config.json)")
 
 
 def _pixel_shuffle_fix(exc, cfg):

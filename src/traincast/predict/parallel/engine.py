@@ -52,6 +52,7 @@ from traincast.predict.collectives import CollectiveParams, Group, collective_s,
 from traincast.predict.host import predict_with_host
 from traincast.predict.parallel.layout import ModelLayout, analyse
 from traincast.predict.parallel.schedule import PipelineResult, closed_form, simulate
+from traincast.predict.roofline import ITEMSIZE
 from traincast.predict.parallel.strategy import ParallelConfig
 from traincast.workload.precision import get_precision
 from traincast.workload.records import OpRecord, Workload
@@ -735,7 +736,8 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     # DeepSpeed ZeRO-3's half-precision parameters cast each rank's shard and gather half-precision parameters,
     # which are the copies the layers run with: the gather moves 2 bytes a parameter and autocast's per-step
     # weight casts are not made
-    half = {"bf16": 2.0, "fp16": 2.0}.get(get_precision(base.precision).autocast or "")
+    autocast = get_precision(base.precision).autocast
+    half = float(ITEMSIZE[autocast]) if autocast else None
     mp_gather = bool(sh.parameters and shard_group.ranks > 1 and half is not None and pbytes > half)
     gather_item = [1.0 if fp8_gather and 0 < u < n_units - 1 else half if mp_gather else pbytes
                    for u in range(n_units)]
