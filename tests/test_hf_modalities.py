@@ -1691,3 +1691,108 @@ def test_llama4_default_widths_are_repaired_and_its_output_field_read_as_none(ca
     with torch.device("meta"):
         n = sum(q.numel() for q in tf.Llama4ForConditionalGeneration(fixed).parameters())
     assert f["parameters"] == n
+
+
+@pytest.mark.parametrize("model_type,fields,where", [
+    ("bert", dict(hidden_size=48, num_attention_heads=5, intermediate_size=96, num_hidden_layers=1, vocab_size=100),
+     "num_attention_heads"),
+    ("siglip", dict(vision_config=dict(hidden_size=48, num_attention_heads=5, intermediate_size=96,
+                                       num_hidden_layers=1, image_size=32, patch_size=16),
+                    text_config=dict(hidden_size=48, num_attention_heads=4, intermediate_size=64,
+                                     num_hidden_layers=1, vocab_size=100)),
+     "vision_config.num_attention_heads"),
+])
+def test_heads_that_do_not_divide_the_width_take_the_nearest_count_that_does(capsys, tmp_path, model_type, fields,
+                                                                             where):
+    """transformers' default Aya Vision config splits a SigLIP tower 1152 wide over 14 heads, which its constructor
+    refuses. A width of 48 over 5 heads (in BERT's wording and in SigLIP's): forecast with 6 heads of 8 (4 and 6 are
+    as near; the larger), said in a note, with the FLOPs of the model built with 6 heads; the heads only split the
+    width, so the one built with 4 differs at most by a softmax over fewer score matrices (under 0.1%)."""
+    p = _write(tmp_path, model_type, fields, None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "16", "--json")
+    assert code == 0, err
+    wl = json.loads(out)
+    assert any(f"48 over 5 attention heads ({where})" in n and "6 heads of 8" in n for n in wl["notes"]), wl["notes"]
+    flops = []
+    for heads in (6, 4):
+        fixed = json.loads(json.dumps(fields))
+        (fixed["vision_config"] if "vision_config" in fixed else fixed)["num_attention_heads"] = heads
+        q = _write(tmp_path, model_type, fixed, None, folder=f"{model_type}-{heads}")
+        code, out, err = cli(capsys, "predict", q, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "16", "--json")
+        assert code == 0, err
+        flops.append(json.loads(out)["flops"])
+        assert not any("attention heads" in n for n in json.loads(out)["notes"])
+    assert wl["flops"] == flops[0]
+    assert 0 <= flops[0]["total"] - flops[1]["total"] < 1e-3 * flops[0]["total"]
+
+
+def test_layer_type_lists_left_empty_follow_transformers_convention(capsys, tmp_path):
+    """``layer_types`` left None (transformers' default LFM2-MoE config, whose class, unlike Lfm2Config, does not
+    derive it) is every layer ``full_attention``; ``mlp_layer_types`` left None is ``dense`` for the first
+    ``first_k_dense_replace`` layers (1 where the config names none) and ``sparse`` after, as the configs that
+    derive it do. The LFM2-MoE forecast has the parameters of the model built with that list."""
+    import torch
+    import transformers as tf
+
+    from traincast.workload import hf
+
+    fields = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+                  num_attention_heads=4, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                  num_dense_layers=1, vocab_size=1000)
+    p = _write(tmp_path, "lfm2_moe", fields, None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "2", "--seq-len", "16", "--json")
+    assert code == 0, err
+    f = json.loads(out)
+    assert any("layer_types empty; it is taken as full_attention x 3" in n for n in f["notes"]), f["notes"]
+    with torch.device("meta"):
+        model = tf.Lfm2MoeForCausalLM(tf.Lfm2MoeConfig(**fields, layer_types=["full_attention"] * 3))
+    assert f["parameters"] == sum(q.numel() for q in model.parameters())
+    for dense, want in ((None, ["dense"] + ["sparse"] * 3), (2, ["dense"] * 2 + ["sparse"] * 2)):
+        cfg = tf.AutoConfig.for_model("deepseek_ocr2_text", num_hidden_layers=4)
+        assert cfg.mlp_layer_types is None
+        if dense is not None:
+            cfg.first_k_dense_replace = dense
+        c, k, v = hf._derived_fields(cfg)["mlp_layer_types"]
+        assert (c, k, v) == (cfg, "mlp_layer_types", want)
+
+
+def test_a_misspelt_config_field_is_read_as_the_field_one_letter_away():
+    """transformers' default EdgeTAM config names its timm backbone ``archirecture: repvit_m1``: the backbone built
+    is TimmWrapperConfig's default ``resnet50``, whose channels the neck does not take. A field the class does not
+    declare, one typing slip from one it does that the config leaves at its default, is read as that field where
+    the forward stops; of every default config transformers has, only EdgeTAM's holds such a slip."""
+    import transformers as tf
+
+    from traincast.workload import hf
+
+    assert hf._one_edit("archirecture", "architecture") and hf._one_edit("hiden_size", "hidden_size")
+    assert hf._one_edit("hidden_szie", "hidden_size") and not hf._one_edit("hidden_size", "hidden_size")
+    assert not hf._one_edit("layer_norm_epsilon", "layer_norm_eps")
+    cfg = tf.AutoConfig.for_model("edgetam")
+    [(name, c, key, field_)] = hf._misspelt_fields(cfg)
+    assert (name, key, field_, c.architecture) == ("vision_config.backbone_config", "archirecture", "architecture",
+                                                   "resnet50")
+    note = hf._misspelt_fix(RuntimeError("Invalid channel dimensions"), cfg)(cfg)
+    assert c.architecture == "repvit_m1" and "archirecture ('repvit_m1')" in note
+    assert hf._misspelt_fields(tf.AutoConfig.for_model("vit")) == []
+    assert hf._misspelt_fix(None, tf.AutoConfig.for_model("edgetam")) is None
+
+
+def test_a_detectors_per_label_post_processing_values_left_empty_get_stand_ins(capsys, tmp_path):
+    """PP-DocLayoutV2's default config leaves ``class_thresholds`` and ``class_order`` (a score threshold and a
+    reading priority per label) empty, and its forward indexes them by the predicted classes. They size nothing:
+    filled with 0.5 and the labels' order in one repair, said in a note, and the forecast is that of the model
+    given the values by hand."""
+    p = _write(tmp_path, "pp_doclayout_v2", {}, None)
+    code, out, err = cli(capsys, "predict", p, "--gpu", "A100-SXM4-80GB", "-b", "1", "--json")
+    assert code == 0, err
+    wl = json.loads(out)
+    assert any("class_thresholds empty; it is taken as 0.5 x 2" in n and "class_order empty" in n
+               for n in wl["notes"]), wl["notes"]
+    q = _write(tmp_path, "pp_doclayout_v2", dict(class_thresholds=[0.3, 0.7], class_order=[1, 0]), None,
+               folder="given")
+    code, out, err = cli(capsys, "predict", q, "--gpu", "A100-SXM4-80GB", "-b", "1", "--json")
+    assert code == 0, err
+    given = json.loads(out)
+    assert not any("class_thresholds" in n for n in given["notes"])
+    assert (wl["flops"], wl["parameters"]) == (given["flops"], given["parameters"])

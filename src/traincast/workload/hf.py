@@ -1507,6 +1507,14 @@ _DERIVED_WHY = {
     "head_dim": "(hidden_size / num_attention_heads)",
     "num_key_value_heads": "(num_attention_heads)",
     "vocabulary_map": "(a map of token ids, which sizes nothing)",
+    "layer_types": "(every layer full attention: the type transformers' configs give a layer the config does not "
+                   "name otherwise, Lfm2Config's where it names no attention layers)",
+    "class_thresholds": "(a detector's score threshold per label, which selects boxes but sizes nothing: 0.5, "
+                        "the usual one, for each of its num_labels labels)",
+    "class_order": "(a reading-order priority per label, which sizes nothing: the labels' own order)",
+    "mlp_layer_types": "(the first first_k_dense_replace layers dense, the rest mixture-of-experts: the convention of "
+                       "transformers' configs that derive the list, DeepSeek-V3's, Kimi Linear's, Cohere 2 MoE's, "
+                       "with their default of one dense layer where the config names none)",
 }
 
 
@@ -1524,8 +1532,11 @@ def _image_vocabulary(vocab: int, codes: int) -> dict[str, int]:
 
 def _derived_fields(cfg) -> dict[str, tuple[object, str, object]]:
     """Config fields left ``None`` that follow from the config's own other fields by transformers' convention:
-    ``head_dim`` (``hidden_size / num_attention_heads``) and ``num_key_value_heads`` (``num_attention_heads``:
-    no grouped-query attention); and a tokenizer's ``vocabulary_map`` of image tokens (Chameleon), which holds
+    ``head_dim`` (``hidden_size / num_attention_heads``), ``num_key_value_heads`` (``num_attention_heads``:
+    no grouped-query attention), a detector's per-label ``class_thresholds`` (0.5) and ``class_order`` (the labels'
+    order), values that size nothing, the per-layer type lists ``layer_types`` (every layer ``full_attention``) and
+    ``mlp_layer_types`` (``dense`` for the first ``first_k_dense_replace`` layers, default 1, then ``sparse``), as
+    the transformers configs that derive them do; and a tokenizer's ``vocabulary_map`` of image tokens (Chameleon), which holds
     only ids: :func:`_image_vocabulary`, one token per code of the config's image tokenizer (``vq_config``).
     Keyed by field name: (the config holding it, its name, the value)."""
     out: dict[str, tuple[object, str, object]] = {}
@@ -1536,6 +1547,21 @@ def _derived_fields(cfg) -> dict[str, tuple[object, str, object]]:
         if "vocabulary_map" in fields and fields["vocabulary_map"] is None and isinstance(vocab, int) \
                 and isinstance(codes, int) and not isinstance(codes, bool) and 0 < codes < vocab - 1:
             out.setdefault("vocabulary_map", (c, "vocabulary_map", _image_vocabulary(vocab, codes)))
+        layers = fields.get("num_hidden_layers")
+        if isinstance(layers, int) and not isinstance(layers, bool) and 0 < layers <= _HF_LIMITS["layers"]:
+            if "layer_types" in fields and fields["layer_types"] is None:
+                out.setdefault("layer_types", (c, "layer_types", ["full_attention"] * layers))
+            dense = fields.get("first_k_dense_replace", 1)
+            if "mlp_layer_types" in fields and fields["mlp_layer_types"] is None and isinstance(dense, int) \
+                    and not isinstance(dense, bool) and dense >= 0:
+                out.setdefault("mlp_layer_types", (c, "mlp_layer_types",
+                                                   ["dense" if i < dense else "sparse" for i in range(layers)]))
+        labels = fields.get("id2label")
+        if isinstance(labels, dict) and labels:
+            if "class_thresholds" in fields and fields["class_thresholds"] is None:
+                out.setdefault("class_thresholds", (c, "class_thresholds", [0.5] * len(labels)))
+            if "class_order" in fields and fields["class_order"] is None:
+                out.setdefault("class_order", (c, "class_order", list(range(len(labels)))))
         heads, hidden = fields.get("num_attention_heads"), fields.get("hidden_size")
         if not (isinstance(heads, int) and not isinstance(heads, bool) and heads > 0):
             continue
@@ -1544,6 +1570,13 @@ def _derived_fields(cfg) -> dict[str, tuple[object, str, object]]:
         if "num_key_value_heads" in fields and fields["num_key_value_heads"] is None:
             out.setdefault("num_key_value_heads", (c, "num_key_value_heads", heads))
     return out
+
+
+def _runs(values: list) -> str:
+    """A per-layer list said by its runs: ``dense x 1, sparse x 26``."""
+    import itertools
+
+    return ", ".join(f"{v} x {len(list(g))}" for v, g in itertools.groupby(values))
 
 
 def _fill_derived(exc: BaseException, cfg, notes: list[str] | None) -> bool:
@@ -1568,10 +1601,38 @@ def _fill_derived(exc: BaseException, cfg, notes: list[str] | None) -> bool:
         c, k, v = derived[f]
         setattr(c, k, v)
         if notes is not None:
-            shown = v if not isinstance(v, dict) else (f"one made for it: <image> and {len(v) - 1:,} image codes on the "
-                                                   "vocabulary's last ids")
-            notes.append(f"the config leaves {k} empty; it is taken as {shown} {_DERIVED_WHY[k]}")
+            notes.append(_derived_note(k, v))
     return bool(used)
+
+
+_DERIVED_TOGETHER = ("class_thresholds", "class_order")  # a detector's per-label post-processing values
+
+
+def _derived_note(k: str, v) -> str:
+    shown = v if not isinstance(v, (dict, list)) else _runs(v) if isinstance(v, list) else (
+        f"one made for it: <image> and {len(v) - 1:,} image codes on the vocabulary's last ids")
+    return f"the config leaves {k} empty; it is taken as {shown} {_DERIVED_WHY[k]}"
+
+
+def _derived_fix(exc, cfg):
+    """Where a forward stops reading derivable fields the config leaves empty (:func:`_derived_fields`): the repair
+    that fills them, as :func:`_fill_derived` does for a constructor. Else None."""
+    if exc is None:
+        return None
+    derived = _derived_fields(cfg)
+    used = [f for f in _empty_fields_used(exc, cfg) if f in derived]
+    if not used:
+        return None
+    used += [f for f in _DERIVED_TOGETHER if f in derived and f not in used
+             and any(g in used for g in _DERIVED_TOGETHER)]  # filled at once: one repair, not two
+
+    def repair(_cfg):
+        for f in used:
+            c, k, v = derived[f]
+            setattr(c, k, v)
+        return "; ".join(_derived_note(derived[f][1], derived[f][2]) for f in used)
+
+    return repair
 
 
 _ROPE_THETA = 10000.0  # RoPE's base where a config names none (the RoFormer / Llama default)
@@ -1620,6 +1681,48 @@ def _fill_rope(exc: BaseException, cfg, notes: list[str] | None) -> bool:
     return False
 
 
+# a constructor's refusal of a width its attention heads do not divide, in transformers' wordings: "embed_dim must be
+# divisible by num_heads (got `embed_dim`: 1152 and `num_heads`: 14)", "The hidden size (768) is not a multiple of the
+# number of attention heads (10)", "embed_dim (d_model) must be divisible by num_heads, but got 512 and 6"
+_HEADS_REFUSAL = re.compile(r"(?:must be divisible by num_heads|is not a multiple of the number of attention heads)")
+_WIDTH_FIELDS = ("hidden_size", "d_model", "embed_dim", "hidden_dim", "dim")
+_HEADS_FIELDS = ("num_attention_heads", "num_heads", "n_head", "n_heads", "encoder_attention_heads",
+                 "decoder_attention_heads", "attention_heads")
+
+
+def _fill_heads(exc: BaseException, cfg, notes: list[str] | None) -> bool:
+    """Where a constructor refused a width ``w`` that its ``h`` attention heads do not divide (transformers' default
+    Aya Vision config: a SigLIP tower 1152 wide with 14 heads; SigLIP so400m has 16): each config holding that width
+    and that head count takes the head count nearest ``h`` that divides ``w`` (the larger of two as near). The heads
+    only split the width: the projections' and the attention products' FLOPs are those of the width whatever the
+    count; only the softmax over the scores grows with it. A note says so. True if any config changed."""
+    if not isinstance(exc, ValueError) or not _HEADS_REFUSAL.search(str(exc)):
+        return False
+    numbers = [int(x) for x in re.findall(r"\d+", str(exc))]
+    if len(numbers) < 2:
+        return False
+    width, heads = numbers[0], numbers[1]
+    if not (0 < heads and width % heads):
+        return False
+    fit = min((d for d in range(1, width + 1) if width % d == 0), key=lambda d: (abs(d - heads), -d))
+    changed = []
+    for name, c in _sub_configs(cfg):
+        fields = vars(c)
+        if not any(fields.get(f) == width and not isinstance(fields.get(f), bool) for f in _WIDTH_FIELDS):
+            continue
+        for f in _HEADS_FIELDS:
+            if fields.get(f) == heads and not isinstance(fields.get(f), bool):
+                setattr(c, f, fit)
+                changed.append(f"{name}.{f}" if name else f)
+    if changed and notes is not None:
+        notes.append(f"the config splits a width of {width} over {heads} attention heads ({', '.join(changed)}), which "
+                     f"its model refuses: forecast with {fit} heads of {width // fit}, the nearest count that divides "
+                     "the width (the heads only split it: the projections and the attention's products cost the same "
+                     "whatever the count, the softmax over the scores in proportion to it; set the heads your model "
+                     "has in the config.json)")
+    return bool(changed)
+
+
 _LIST_PLUS_TUPLE = 'can only concatenate list (not "tuple") to list'
 
 
@@ -1662,7 +1765,7 @@ def _build(cls, cfg, device, name, notes: list[str] | None = None):
         except ConfigError as exc:
             cause = exc.__cause__ or exc.__context__
             if isinstance(cause, Exception) and (_fill_derived(cause, cfg, notes) or _fill_rope(cause, cfg, notes)
-                                                 or _fill_lists(cause, cfg, notes)):
+                                                 or _fill_lists(cause, cfg, notes) or _fill_heads(cause, cfg, notes)):
                 continue
             if _get(cfg, "is_decoder", None) is False and "is_decoder" in str(exc) \
                     and cls.__name__ in _mapping_names().get("CAUSAL_LM", {}).values():
@@ -2350,13 +2453,71 @@ def _adapter_output_fix(exc, cfg):
                          f"{where}vision_output_dim = {got} (set the widths your model has in the config.json)")
 
 
+def _one_edit(a: str, b: str) -> bool:
+    """``a`` and ``b`` differ by exactly one typing slip: a letter changed, added, dropped, or two neighbours
+    swapped."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]]
+                                  and a[diff[1]] == b[diff[0]])
+    short, long_ = sorted((a, b), key=len)
+    return any(long_[:i] + long_[i + 1:] == short for i in range(len(long_)))
+
+
+def _misspelt_fields(cfg) -> list[tuple[str, object, str, str]]:
+    """The fields a config holds that its class does not declare and that are one typing slip (:func:`_one_edit`)
+    from one it does, which the config leaves at its class default while the slip holds a value of the same type
+    (transformers' default EdgeTAM config: its timm backbone named as ``archirecture: repvit_m1``, so the
+    ``architecture`` built is the default ``resnet50``, whose channels its neck does not take): (dotted name of the
+    config, the config, the slip, the field)."""
+    found = []
+    for name, c in _sub_configs(cfg):
+        declared = set(getattr(c, "attribute_map", None) or {})
+        for k in type(c).__mro__:
+            declared |= set(getattr(k, "__annotations__", {}))
+        for key, value in list(vars(c).items()):
+            if key.startswith("_") or key in declared or len(key) < 6 or value is None:
+                continue
+            near = [f for f in declared if not f.startswith("_") and _one_edit(key, f)]
+            if len(near) != 1:
+                continue
+            default = getattr(type(c), near[0], None)
+            if default is not None and vars(c).get(near[0], default) == default and type(value) is type(default) \
+                    and value != default:
+                found.append((name, c, key, near[0]))
+    return found
+
+
+def _misspelt_fix(exc, cfg):
+    """Where a forward stops and the config holds fields misspelt (:func:`_misspelt_fields`): the repair that gives
+    each declared field the value its slip holds. Else None."""
+    found = _misspelt_fields(cfg) if exc is not None else []
+    if not found:
+        return None
+
+    def repair(_cfg):
+        said = []
+        for name, c, key, field_ in found:
+            setattr(c, field_, vars(c)[key])
+            where = f"{name}." if name else ""
+            said.append(f"{where}{key} ({vars(c)[key]!r}) as {where}{field_} (was its default, "
+                        f"{getattr(type(c), field_)!r})")
+        return ("the config names fields its class does not have, one letter from ones it has: read "
+                + "; ".join(said) + " (correct the names in the config.json)")
+
+    return repair
+
+
 def _config_fix(exc, cfg):
-    """The first repair a forward's stop ``exc`` shows for the config as a whole: a window for a sliding-window
-    mask no layer uses, a token id the config class lacks, integers made with their values, a cross-attention built
-    for encoder states of another width, a vision adapter or projector built for another width than what comes
-    before it; else None."""
-    return (_unused_window_fix(exc, cfg) or _family_token_fix(exc, cfg) or _real_tensors_fix(exc, cfg)
-            or _cross_width_fix(exc, cfg) or _pixel_shuffle_fix(exc, cfg) or _adapter_output_fix(exc, cfg))
+    """The first repair a forward's stop ``exc`` shows for the config as a whole: derivable fields it leaves empty
+    (:func:`_derived_fields`), a window for a sliding-window mask no layer uses, a token id the config class lacks,
+    integers made with their values, a cross-attention built for encoder states of another width, a vision adapter
+    or projector built for another width than what comes before it, a field's name misspelt; else None."""
+    return (_derived_fix(exc, cfg) or _unused_window_fix(exc, cfg) or _family_token_fix(exc, cfg)
+            or _real_tensors_fix(exc, cfg) or _cross_width_fix(exc, cfg) or _pixel_shuffle_fix(exc, cfg)
+            or _adapter_output_fix(exc, cfg) or _misspelt_fix(exc, cfg))
 
 
 def _set_image_size(cfg, size: int) -> bool:
