@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_map
 from torch.utils.weak import WeakTensorKeyDictionary
 from torch.utils.module_tracker import ModuleTracker
 
@@ -49,8 +49,22 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def _tensors(obj) -> list[torch.Tensor]:
-    flat, _ = tree_flatten(obj)
-    return [t for t in flat if isinstance(t, torch.Tensor)]
+    """The tensors in an op's arguments or results (tuples, lists and dicts of them, as aten's schemas allow), in
+    order: what ``tree_flatten`` finds there, without its cost on every op of a trace."""
+    out: list[torch.Tensor] = []
+    _collect(obj, out)
+    return out
+
+
+def _collect(obj, out: list) -> None:
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            _collect(x, out)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            _collect(x, out)
 
 
 def _scalar_args(args) -> tuple:
@@ -131,7 +145,7 @@ class _OpRecorder(TorchDispatchMode):
         # computed from them is marked too, and no selection or size is taken from their values
         self.guessed = WeakTensorKeyDictionary()
 
-    def _follow(self, func, args, kwargs, out) -> None:
+    def _follow(self, func, args, kwargs, out, ins: list[torch.Tensor], results: list[torch.Tensor]) -> None:
         """Keep the real values of small meta tensors computed only from real values (CPU inputs moved to meta,
         ``arange``/``ones``/``full``/``zeros`` made on meta, and what follows from them: masks, positions), by
         running the same op on the CPU, so that a value read of one (``if (mask > 0).any():``) gets the answer
@@ -139,8 +153,9 @@ class _OpRecorder(TorchDispatchMode):
         it; so do ``empty`` (no values to follow) and random ops. The indices :mod:`selections` makes for a
         selection it sized without values are zeros made this way: they read as 0, a valid index of the same
         shape (a loop's ``if expert_idx == num_experts`` skip test is then False, as in training). A write into a
-        storage (an in-place op, ``out=``) drops what the other tensors on that storage held (views)."""
-        outs = [o for o in _tensors(out) if o.device.type == "meta"]
+        storage (an in-place op, ``out=``) drops what the other tensors on that storage held (views). ``ins`` and
+        ``results``: the tensors of the arguments and of ``out``."""
+        outs = [o for o in results if o.device.type == "meta"]
         if not outs:
             return
         ok = (all(o.numel() <= _FOLLOW_MAX for o in outs) and torch.Tag.nondeterministic_seeded not in func.tags
@@ -154,9 +169,11 @@ class _OpRecorder(TorchDispatchMode):
                 return r
             return torch.device("cpu") if isinstance(x, torch.device) and x.type == "meta" else x
 
+        if ok:  # most ops read a weight or an activation, which has no values: known before mapping the arguments
+            ok = all(t in self.values for t in ins if t.device.type == "meta")
         kept: list[torch.Tensor] = []
         if ok and self.guessed and following_numbers() \
-                and any(t in self.guessed for t in _tensors((args, kwargs)) if t.device.type == "meta"):
+                and any(t in self.guessed for t in ins if t.device.type == "meta"):
             for o in outs:
                 self.guessed[o] = True
         if ok:
@@ -166,8 +183,8 @@ class _OpRecorder(TorchDispatchMode):
                 rout = _tensors(func(*rargs, **rkwargs))
             except Exception:  # noqa: BLE001 - an op the CPU refuses: no values
                 rout = None
-            if rout is not None and len(rout) == len(_tensors(out)):
-                for o, r in zip(_tensors(out), rout):
+            if rout is not None and len(rout) == len(results):
+                for o, r in zip(results, rout):
                     if o.device.type == "meta" and tuple(o.shape) == tuple(r.shape):
                         self.values[o] = r
                         self.value_storages.add(_storage_key(o))
@@ -234,7 +251,9 @@ class _OpRecorder(TorchDispatchMode):
             out = func(*args, **kwargs)
         if func.namespace not in ("aten", "traincast") and name not in fused.FUSED:
             return out
-        self._follow(func, args, kwargs, out)
+        ins = _tensors((args, kwargs))
+        outs = _tensors(out)
+        self._follow(func, args, kwargs, out, ins, outs)
         if name in costs.FREE_OPS or getattr(func, "is_view", False):
             return out
         fused_cost = None
@@ -245,8 +264,6 @@ class _OpRecorder(TorchDispatchMode):
                 fused_cost = None
             if func.namespace == "traincast":
                 self.fused[name] += 1
-        ins = _tensors((args, kwargs))
-        outs = _tensors(out)
         # unique input tensors; in-place outputs are the inputs themselves
         seen: set[int] = set()
         read = 0
