@@ -1536,8 +1536,9 @@ def _derived_fields(cfg) -> dict[str, tuple[object, str, object]]:
     no grouped-query attention), a detector's per-label ``class_thresholds`` (0.5) and ``class_order`` (the labels'
     order), values that size nothing, the per-layer type lists ``layer_types`` (every layer ``full_attention``) and
     ``mlp_layer_types`` (``dense`` for the first ``first_k_dense_replace`` layers, default 1, then ``sparse``), as
-    the transformers configs that derive them do; and a tokenizer's ``vocabulary_map`` of image tokens (Chameleon), which holds
-    only ids: :func:`_image_vocabulary`, one token per code of the config's image tokenizer (``vq_config``).
+    the transformers configs that derive them do; and a tokenizer's ``vocabulary_map`` of image tokens (Chameleon),
+    which holds only ids: :func:`_image_vocabulary`, one token per code of the config's image tokenizer
+    (``vq_config``).
     Keyed by field name: (the config holding it, its name, the value)."""
     out: dict[str, tuple[object, str, object]] = {}
     for c in [cfg, *_subconfigs(cfg)]:
@@ -1704,7 +1705,8 @@ def _fill_heads(exc: BaseException, cfg, notes: list[str] | None) -> bool:
     width, heads = numbers[0], numbers[1]
     if not (0 < heads and width % heads):
         return False
-    fit = min((d for d in range(1, width + 1) if width % d == 0), key=lambda d: (abs(d - heads), -d))
+    divisors = {d for k in range(1, math.isqrt(width) + 1) if width % k == 0 for d in (k, width // k)}
+    fit = min(divisors, key=lambda d: (abs(d - heads), -d))
     changed = []
     for name, c in _sub_configs(cfg):
         fields = vars(c)
