@@ -1598,12 +1598,20 @@ def _fill_derived(exc: BaseException, cfg, notes: list[str] | None) -> bool:
                 return True
     derived = _derived_fields(cfg)
     used = [f for f in _empty_fields_used(exc, cfg) if f in derived]
+    said = _set_derived(derived, used)
+    if notes is not None:
+        notes.extend(said)
+    return bool(used)
+
+
+def _set_derived(derived: dict, used: list[str]) -> list[str]:
+    """Set the fields ``used`` of :func:`_derived_fields`' answer ``derived``; the notes that say so."""
+    said = []
     for f in used:
         c, k, v = derived[f]
         setattr(c, k, v)
-        if notes is not None:
-            notes.append(_derived_note(k, v))
-    return bool(used)
+        said.append(_derived_note(k, v))
+    return said
 
 
 _DERIVED_TOGETHER = ("class_thresholds", "class_order")  # a detector's per-label post-processing values
@@ -1627,13 +1635,7 @@ def _derived_fix(exc, cfg):
     used += [f for f in _DERIVED_TOGETHER if f in derived and f not in used
              and any(g in used for g in _DERIVED_TOGETHER)]  # filled at once: one repair, not two
 
-    def repair(_cfg):
-        for f in used:
-            c, k, v = derived[f]
-            setattr(c, k, v)
-        return "; ".join(_derived_note(derived[f][1], derived[f][2]) for f in used)
-
-    return repair
+    return lambda _cfg: "; ".join(_set_derived(derived, used))
 
 
 _ROPE_THETA = 10000.0  # RoPE's base where a config names none (the RoFormer / Llama default)
@@ -1686,7 +1688,6 @@ def _fill_rope(exc: BaseException, cfg, notes: list[str] | None) -> bool:
 # divisible by num_heads (got `embed_dim`: 1152 and `num_heads`: 14)", "The hidden size (768) is not a multiple of the
 # number of attention heads (10)", "embed_dim (d_model) must be divisible by num_heads, but got 512 and 6"
 _HEADS_REFUSAL = re.compile(r"(?:must be divisible by num_heads|is not a multiple of the number of attention heads)")
-_WIDTH_FIELDS = ("hidden_size", "d_model", "embed_dim", "hidden_dim", "dim")
 _HEADS_FIELDS = ("num_attention_heads", "num_heads", "n_head", "n_heads", "encoder_attention_heads",
                  "decoder_attention_heads", "attention_heads")
 
@@ -1710,7 +1711,8 @@ def _fill_heads(exc: BaseException, cfg, notes: list[str] | None) -> bool:
     changed = []
     for name, c in _sub_configs(cfg):
         fields = vars(c)
-        if not any(fields.get(f) == width and not isinstance(fields.get(f), bool) for f in _WIDTH_FIELDS):
+        if not any(fields.get(f) == width and not isinstance(fields.get(f), bool)
+                   for f in (*_TOWER_WIDTH_FIELDS, "dim")):
             continue
         for f in _HEADS_FIELDS:
             if fields.get(f) == heads and not isinstance(fields.get(f), bool):

@@ -161,16 +161,14 @@ class _OpRecorder(TorchDispatchMode):
         ok = (all(o.numel() <= _FOLLOW_MAX for o in outs) and torch.Tag.nondeterministic_seeded not in func.tags
               and costs.op_name(func) not in _NO_VALUES)
 
-        def real(x):
-            nonlocal ok
-            if isinstance(x, torch.Tensor) and x.device.type == "meta":
-                r = self.values.get(x)
-                ok = ok and r is not None
-                return r
-            return torch.device("cpu") if isinstance(x, torch.device) and x.type == "meta" else x
-
         if ok:  # most ops read a weight or an activation, which has no values: known before mapping the arguments
             ok = all(t in self.values for t in ins if t.device.type == "meta")
+
+        def real(x):  # (called only where every meta tensor among ``ins`` has values)
+            if isinstance(x, torch.Tensor) and x.device.type == "meta":
+                return self.values[x]
+            return torch.device("cpu") if isinstance(x, torch.device) and x.type == "meta" else x
+
         kept: list[torch.Tensor] = []
         if ok and self.guessed and following_numbers() \
                 and any(t in self.guessed for t in ins if t.device.type == "meta"):
@@ -178,7 +176,6 @@ class _OpRecorder(TorchDispatchMode):
                 self.guessed[o] = True
         if ok:
             rargs, rkwargs = tree_map(real, (args, kwargs))
-        if ok:
             try:
                 rout = _tensors(func(*rargs, **rkwargs))
             except Exception:  # noqa: BLE001 - an op the CPU refuses: no values

@@ -52,8 +52,8 @@ from traincast.predict.collectives import CollectiveParams, Group, collective_s,
 from traincast.predict.host import predict_with_host
 from traincast.predict.parallel.layout import ModelLayout, analyse
 from traincast.predict.parallel.schedule import PipelineResult, closed_form, simulate
-from traincast.predict.roofline import ITEMSIZE
 from traincast.predict.parallel.strategy import ParallelConfig
+from traincast.predict.roofline import ITEMSIZE
 from traincast.workload.precision import get_precision
 from traincast.workload.records import OpRecord, Workload
 
