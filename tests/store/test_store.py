@@ -189,12 +189,17 @@ def test_a_database_newer_than_this_traincast_is_refused(tmp_path):
 
 def test_two_processes_creating_one_database_at_once(tmp_path):
     db = tmp_path / "race.db"
-    code = "import sys; from traincast.store import Store; Store(sys.argv[1]).close()"
+    # each process imports first and then waits for one shared instant, so that all open the new
+    # file together: SQLite refuses a concurrent switch to WAL at once, whatever the busy timeout
+    code = ("import sys, time; from traincast.store import Store\n"
+            "while time.time() < float(sys.argv[2]): time.sleep(0.001)\n"
+            "Store(sys.argv[1]).close()")
     env = {**os.environ, "PYTHONPATH": SRC}
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(db)], env=env, stderr=subprocess.PIPE, text=True)
-             for _ in range(4)]
+    start = time.time() + 4
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(db), str(start)], env=env, stderr=subprocess.PIPE,
+                              text=True) for _ in range(6)]
     errs = [p.communicate(timeout=60)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0] * 4, errs
+    assert [p.returncode for p in procs] == [0] * 6, errs
     with Store(db) as s:
         assert [r[0] for r in s.conn.execute("SELECT version FROM traincast_schema ORDER BY version")] == \
             [m.version for m in MIGRATIONS]

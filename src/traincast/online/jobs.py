@@ -252,9 +252,9 @@ def load_series(store: Store, name: str) -> JobSeries:
             s, e = online_steps.c, online_events.c
             recs = [StepRecord(*r) for r in c.execute(
                 select(s.step, s.time_s, s.loss, s.metric, s.epoch, s.learning_rate).where(s.job_id == jid)
-                .order_by(s.step)).tuples()]
+                .order_by(s.step))]
             evs = [Event(*r) for r in c.execute(
-                select(e.kind, e.step, e.time_s, e.value).where(e.job_id == jid).order_by(e.step, e.id)).tuples()]
+                select(e.kind, e.step, e.time_s, e.value).where(e.job_id == jid).order_by(e.step, e.id))]
     if jid is None:
         raise UnknownNameError("job", name, list_job_names(store))
     return JobSeries.from_records(recs, evs, info.planned_steps, info.steps_per_epoch, name=name)

@@ -27,6 +27,7 @@ import os
 import pkgutil
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,10 +96,30 @@ def _sqlite_connect(path: str, row_factory: bool) -> sqlite3.Connection:
         c.row_factory = sqlite3.Row
     c.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     if path != ":memory:":
-        c.execute("PRAGMA journal_mode=WAL")
+        _set_wal(c)
     c.execute("PRAGMA synchronous=NORMAL")
     c.execute("PRAGMA foreign_keys=ON")
     return c
+
+
+def _set_wal(c: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode=WAL``, retried while another connection holds the lock it needs.
+
+    SQLite answers this pragma "database is locked" at once, without its busy handler, when
+    another process is switching the same new file to WAL (several writers creating one
+    database together); so it is retried here, with backoff, for up to the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    wait = 0.005
+    while True:
+        try:
+            c.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + wait > deadline:
+                raise
+        time.sleep(wait)
+        wait = min(wait * 2, 0.25)
 
 
 def _mask(url) -> str:
