@@ -15,8 +15,20 @@ Protocol, written before the first campaign was measured (2026-11-27):
    predictor made after these rows were seen is chosen on ``dev`` rows only and reported once on ``held`` rows
    beside the figure before the change (``--split dev|held``). Nothing is fitted to these rows.
 
+Addendum, written before the second lease's rows were measured (2026-11-27, an H200 lent; no H200 step had been
+measured by this project, and no parameter was ever set from an H200 row):
+
+5. The H200 rows are scored three ways, each reported, none tuned afterwards: (a) the defaults with
+   ``--gpu H200-SXM-141GB`` (a GPU this project never measured: the unseen-GPU figure); (b) with the host-only
+   profile ``traincast calibrate --device cuda --host-only`` measured in the same lease (``--profile``: what a user
+   gets from a 30-second calibration of their own machine); (c) scaled from another GPU's measured rows
+   (``--scale-from H100_ROWS --scale-gpu H100-SXM5-80GB``: forecast = that GPU's measured step of the same key x
+   the forecast ratio of the two GPUs, the way a user who timed a job on one GPU asks about another, and
+   Habitat's question), over the keys both files hold.
+
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_measured.py benchmarks/data/gpu_campaign/h100_2026-11-27.jsonl
        --gpu H100-SXM5-80GB [--split all|dev|held] [--predictor NAME | --profile FILE] [--worst 8]
+       [--scale-from OTHER_ROWS --scale-gpu OTHER_GPU]
 ``--profile``: the profile ``traincast calibrate --device cuda`` fitted on the measured machine in the same lease
 (its own five calibration models at batch 32 and 128; two of them, resnet18 and mobilenet_v2, are campaign models
 too) -- the figure a user who calibrates on their own GPU gets.
@@ -25,6 +37,7 @@ too) -- the figure a user who calibrates on their own GPU gets.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import sys
@@ -105,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                     "measured machine): forecast with it instead of the catalog GPU")
     ap.add_argument("--refit", action="store_true", help="with --profile: fit its parameters again from the steps "
                     "it stores, with this checkout's calibration code, and forecast with that fit")
+    ap.add_argument("--scale-from", type=Path, default=None, help="another GPU's campaign rows: forecast each row "
+                    "as that GPU's measured step of the same key x the forecast ratio (this GPU / --scale-gpu)")
+    ap.add_argument("--scale-gpu", default=None, help="with --scale-from: the catalog name of the GPU it was measured on")
     ap.add_argument("--exclude", default="", help="comma-separated row keys left out (say why where they are)")
     ap.add_argument("--worst", type=int, default=8)
     a = ap.parse_args(argv)
@@ -112,7 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         if not a.profile:
             ap.error("--refit needs --profile")
         a.profile = refit(Path(a.profile))
+    if a.scale_from and not a.scale_gpu:
+        ap.error("--scale-from needs --scale-gpu (the GPU its rows were measured on)")
     rows = load(a.rows)
+    other = {}
+    if a.scale_from:
+        other = {r["key"]: r for r in load(a.scale_from) if "error" not in r}
+        rows = [r for r in rows if r["key"] in other]
     drop = set(filter(None, a.exclude.split(",")))
     rows = [r for r in rows if (a.split == "all" or split_of(r["key"]) == a.split) and r["key"] not in drop]
     bad = [r for r in rows if "error" in r]
@@ -120,13 +142,20 @@ def main(argv: list[str] | None = None) -> int:
     boards = sorted({r["fingerprint"].get("gpu_name") or "?" for r in rows})
     print(f"{len(rows)} rows measured on {', '.join(boards)} (torch "
           f"{', '.join(sorted({r['fingerprint'].get('torch_version', '?') for r in rows}))}); "
-          f"forecast for {a.profile or a.gpu}; split {a.split}; {len(bad)} rows failed to measure")
+          f"forecast for {a.profile or a.gpu}"
+          f"{f' scaled from {a.scale_gpu} rows measured ({a.scale_from.name})' if a.scale_from else ''}; split {a.split}; {len(bad)} rows failed to measure")
     out = []
     for r in rows:
         where = dict(profile=a.profile) if a.profile else dict(gpu=a.gpu, predictor=a.predictor)
         f = forecast_from_options(model_path(r["model"]), batch_size=r["batch_size"], precision=r["precision"],
                                   optimizer=r["optimizer"], seq_len=r["seq_len"], **where)
         meas = r["step"]["median_ms"] / 1e3
+        if a.scale_from:  # the other GPU's measured step x the forecast ratio of the two GPUs
+            o = other[r["key"]]
+            f0 = forecast_from_options(model_path(r["model"]), batch_size=r["batch_size"], precision=r["precision"],
+                                       optimizer=r["optimizer"], seq_len=r["seq_len"], gpu=a.scale_gpu,
+                                       predictor=a.predictor)
+            f = dataclasses.replace(f, iteration_s=o["step"]["median_ms"] / 1e3 * f.iteration_s / f0.iteration_s)
         mem = r.get("peak_allocated_bytes")
         out.append(dict(key=r["key"], group=group_of(r), meas=meas, fc=f.iteration_s, err=f.iteration_s / meas - 1,
                         mem_err=(f.peak_memory_bytes / mem - 1) if mem else None))
