@@ -24,7 +24,8 @@ measured by this project, and no parameter was ever set from an H200 row):
    gets from a 30-second calibration of their own machine); (c) scaled from another GPU's measured rows
    (``--scale-from H100_ROWS --scale-gpu H100-SXM5-80GB``: forecast = that GPU's measured step of the same key x
    the forecast ratio of the two GPUs, the way a user who timed a job on one GPU asks about another, and
-   Habitat's question), over the keys both files hold.
+   Habitat's question; ``traincast predict --measured-step-ms MS --measured-on GPU`` since), over the keys both
+   files hold.
 
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_measured.py benchmarks/data/gpu_campaign/h100_2026-11-27.jsonl
        --gpu H100-SXM5-80GB [--split all|dev|held] [--predictor NAME | --profile FILE] [--worst 8]
@@ -37,7 +38,6 @@ too) -- the figure a user who calibrates on their own GPU gets.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import sys
@@ -147,22 +147,29 @@ def main(argv: list[str] | None = None) -> int:
     out = []
     for r in rows:
         where = dict(profile=a.profile) if a.profile else dict(gpu=a.gpu, predictor=a.predictor)
+        if a.scale_from:  # the other GPU's measured step x the forecast ratio of the two GPUs (predict's option)
+            where.update(measured_step_ms=other[r["key"]]["step"]["median_ms"], measured_on=a.scale_gpu)
         f = forecast_from_options(model_path(r["model"]), batch_size=r["batch_size"], precision=r["precision"],
                                   optimizer=r["optimizer"], seq_len=r["seq_len"], **where)
         meas = r["step"]["median_ms"] / 1e3
-        if a.scale_from:  # the other GPU's measured step x the forecast ratio of the two GPUs
-            o = other[r["key"]]
-            f0 = forecast_from_options(model_path(r["model"]), batch_size=r["batch_size"], precision=r["precision"],
-                                       optimizer=r["optimizer"], seq_len=r["seq_len"], gpu=a.scale_gpu,
-                                       predictor=a.predictor)
-            f = dataclasses.replace(f, iteration_s=o["step"]["median_ms"] / 1e3 * f.iteration_s / f0.iteration_s)
         mem = r.get("peak_allocated_bytes")
-        out.append(dict(key=r["key"], group=group_of(r), meas=meas, fc=f.iteration_s, err=f.iteration_s / meas - 1,
-                        mem_err=(f.peak_memory_bytes / mem - 1) if mem else None))
+        o = dict(key=r["key"], group=group_of(r), meas=meas, fc=f.iteration_s, err=f.iteration_s / meas - 1,
+                 mem_err=(f.peak_memory_bytes / mem - 1) if mem else None)
+        if f.measured:  # this GPU / the other: forecast (unscaled) and measured
+            o.update(fc_ratio=f.iteration_s / f.measured["ratio"] / f.measured["forecast_s"],
+                     meas_ratio=meas / f.measured["measured_s"])
+        out.append(o)
     groups = sorted({o["group"] for o in out})
     print(f"{'all':22s} {stats([o['err'] for o in out])}")
     for g in groups:
         print(f"{g:22s} {stats([o['err'] for o in out if o['group'] == g])}")
+    if a.scale_from:
+        print(f"step time {a.gpu} / {a.scale_gpu}, median (range) per group:")
+        for g in groups:
+            fr = [o["fc_ratio"] for o in out if o["group"] == g]
+            mr = [o["meas_ratio"] for o in out if o["group"] == g]
+            print(f"  {g:20s} forecast {np.median(fr):.3f} ({min(fr):.2f}-{max(fr):.2f})  measured {np.median(mr):.3f} "
+                  f"({min(mr):.2f}-{max(mr):.2f})")
     mem = [o["mem_err"] for o in out if o["mem_err"] is not None]
     if mem:
         print(f"{'memory (vs allocated)':22s} {stats(mem)}")

@@ -389,3 +389,50 @@ def test_auto_reads_shapes_only_where_the_learned_model_times_ops():
     assert auto.needs_shapes_on(cat.device("A100-SXM4-40GB"))
     assert not auto.needs_shapes_on(cat.device("H100-SXM5-80GB"))
     assert not auto.needs_shapes_on(cat.device("MI250"))
+
+
+def test_a_step_measured_on_another_gpu_scales_the_compute_not_the_communication():
+    """--measured-step-ms on --measured-on: one GPU's forecast becomes measured x forecast here / forecast there
+    (by hand); on 8 GPUs the compute takes the same ratio and the gradient all-reduce does not; epoch, cost and the
+    scaling table follow the new step."""
+    from traincast.predict.options import forecast_from_options
+
+    kw = dict(batch_size=32, dataset_size=3200, epochs=2)
+    here = forecast_from_options("resnet18", gpu="H100", **kw)
+    there = forecast_from_options("resnet18", gpu="A100", **kw)
+    f = forecast_from_options("resnet18", gpu="H100", measured_step_ms=50.0, measured_on="A100", **kw)
+    k = 0.050 / there.iteration_s
+    assert f.measured["ratio"] == pytest.approx(k) and f.measured["device"] == there.device
+    assert f.iteration_s == pytest.approx(0.050 * here.iteration_s / there.iteration_s)
+    assert f.total_s == pytest.approx(2 * f.steps_per_epoch * f.iteration_s)
+    assert f.cost_usd == pytest.approx(f.total_s / 3600 * f.usd_per_hour)
+    assert "scaled from a step measured on A100" in f.notes[0]
+
+    many = dict(batch_size=256, gpus=8)
+    plain = forecast_from_options("resnet18", gpu="H100", **many)
+    g = forecast_from_options("resnet18", gpu="H100", measured_step_ms=50.0, measured_on="A100", **many)
+    k8 = g.measured["ratio"]
+    assert g.measured["per_gpu_batch"] == 32 and k8 == pytest.approx(k)
+    assert g.communication_s == plain.communication_s > 0
+    compute = plain.forward_s + plain.backward_s + plain.optimizer_s + plain.overhead_s + plain.straggler_s
+    assert g.iteration_s == pytest.approx(plain.iteration_s + (k8 - 1) * compute)
+    last = g.scaling[-1]
+    assert last.gpus == 8 and last.iteration_s == pytest.approx(g.iteration_s)
+    assert g.scaling[0].speedup == 1.0
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--measured-step-ms", "30"], "go together"),
+    (["--measured-on", "A100"], "go together"),
+    (["--measured-step-ms", "0", "--measured-on", "A100"], "positive number of milliseconds"),
+    (["--measured-step-ms", "nan", "--measured-on", "A100"], "positive number of milliseconds"),
+    (["--measured-step-ms", "30", "--measured-on", "Z999"], "unknown GPU 'Z999'"),
+    (["--measured-step-ms", "30", "--measured-on", "A100", "--gpus", "8", "--tp", "2"], "data-parallel forecasts"),
+])
+def test_a_measured_step_given_wrong_is_refused_with_exit_2(capsys, args, msg):
+    from traincast.cli.main import _register_all, run
+
+    _register_all()
+    code = run(["predict", "resnet18", "--gpu", "H100", "-b", "32", *args])
+    err = capsys.readouterr().err
+    assert code == 2 and msg in err and "Traceback" not in err

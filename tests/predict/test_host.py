@@ -110,3 +110,28 @@ def test_a_recurrent_layer_is_issued_once_per_phase_not_per_traced_step():
     charged = sorted((o.phase, round(float(x) * 1e6, 6)) for o, x, r in zip(wl.ops, h, in_rnn) if r and x > 0)
     assert charged == [("backward", 8.0), ("forward", 15.0)]
     assert all(x > 0 for x, r in zip(h, in_rnn) if not r)
+
+
+def test_a_host_bound_forecast_names_the_step_on_the_slowest_host_measured():
+    """GPT-2 at batch 1 x 32 tokens on an H100 with the catalog's host: the note gives the step on the slowest host
+    measured (SLOW_HOST_US), which must equal the forecast of a predictor whose profile sets those host costs; a
+    long-kernel step gets no note, nor a forecast whose host costs come from a profile (they were measured)."""
+    import re
+
+    from traincast.predict.compose import forecast
+    from traincast.predict.host import SLOW_HOST_US
+
+    small = dict(batch_size=1, seq_len=32, optimizer="adamw")
+
+    def host_notes(f):
+        return [n for n in f.notes if "issues them" in n]
+
+    f = forecast("gpt2", gpu="H100", **small)
+    (note,) = host_notes(f)
+    slow = AnalyticalPredictor(overrides={"host_forward_us": SLOW_HOST_US[0], "host_backward_us": SLOW_HOST_US[1]})
+    g = forecast("gpt2", gpu="H100", predictor=slow, **small)
+    ms = float(re.search(r"it takes ([\d.]+) ms", note).group(1))
+    assert ms == pytest.approx(1e3 * g.iteration_s, rel=1e-3)
+    assert g.iteration_s > 1.1 * f.iteration_s
+    assert not host_notes(g)
+    assert not host_notes(forecast("gpt2", gpu="H100", batch_size=16, seq_len=1024, optimizer="adamw"))

@@ -226,6 +226,12 @@ def register(app: typer.Typer) -> None:
         audio_seconds: Optional[float] = typer.Option(None, "--audio-seconds", help="seconds of audio per sample "
                                                       "of a Hugging Face speech model (default: 10; Whisper: 30)"),
         num_frames: Optional[int] = typer.Option(None, "--num-frames", help=NUM_FRAMES_HELP),
+        measured_step_ms: Optional[float] = typer.Option(None, "--measured-step-ms", help="one training step of "
+                                                         "this job (its per-GPU batch, one GPU) timed on the GPU "
+                                                         "--measured-on names: the forecast's compute is scaled by "
+                                                         "measured / forecast there"),
+        measured_on: Optional[str] = typer.Option(None, "--measured-on", help="the GPU --measured-step-ms was "
+                                                  "timed on (see `traincast gpus`)"),
     ):
         """Forecast iteration, epoch and total time, cost and memory of a training job."""
         from traincast.predict.options import forecast_from_options
@@ -242,7 +248,7 @@ def register(app: typer.Typer) -> None:
                                   tp_comm_overlap=tp_comm_overlap,
                                   loader_workers=loader_workers, inputs=_inputs(input_shape), kernels=kernels,
                                   memory_format=memory_format, task=task, image_size=image_size, audio_seconds=audio_seconds,
-                                  num_frames=num_frames)
+                                  num_frames=num_frames, measured_step_ms=measured_step_ms, measured_on=measured_on)
         if as_json:
             print_json(f.to_dict())
         else:

@@ -21,13 +21,15 @@ class OpTimes:
     """Predicted seconds of each op of a workload (same order as ``workload.ops``).
 
     ``bound`` says per op what limits it: ``compute``, ``memory`` or ``latency``
-    (launch/dispatch floor). ``step_overhead_s`` is the fixed cost per step.
+    (launch/dispatch floor). ``step_overhead_s`` is the fixed cost per step. ``kernel_s``: each op's own time
+    before the GPU's wait for the host that issues it was added (predict/host.py); None where none was.
     """
 
     predictor: str
     times_s: tuple[float, ...]
     bound: tuple[str, ...]
     step_overhead_s: float = 0.0
+    kernel_s: tuple[float, ...] | None = None
 
     def total_s(self) -> float:
         return sum(self.times_s) + self.step_overhead_s

@@ -13,7 +13,7 @@ from traincast.hardware.catalog import Catalog, get_catalog, system_table
 from traincast.hardware.records import GIB, Cluster, Device
 from traincast.predict.base import OpTimes, Predictor
 from traincast.predict.comm import SYNC_METHODS, CommTime, gradient_sync
-from traincast.predict.host import predict_with_host
+from traincast.predict.host import predict_with_host, slow_host_note
 from traincast.predict.inputs import input_pipeline, workers_per_gpu
 from traincast.predict.inputs import note as input_note
 from traincast.predict.registry import default_predictor
@@ -327,6 +327,9 @@ class Forecast:
     # iteration: fp8_gemm, fp8_cast_amax (casts, transposes, amax passes and the amax-history update),
     # cp_comm_exposed, cp_comm_hidden (the key/value exchange hidden behind attention)
     shares: dict = field(default_factory=dict)
+    # scaled from a step the user measured on another GPU (scale_by_measurement): that GPU, the step measured
+    # and forecast there, and their ratio, which multiplies this forecast's compute; None: not scaled
+    measured: dict | None = None
     workload: Workload | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
@@ -342,6 +345,37 @@ class Forecast:
         d["scaling"] = [asdict(r) for r in self.scaling]
         d["stages"] = [dict(x) for x in self.stages]
         return d
+
+
+def scale_by_measurement(f: Forecast, source: Forecast, measured_s: float) -> Forecast:
+    """``f`` with its compute scaled by how a step measured on another GPU compares with the forecast of the same
+    step there (``source``: that GPU, one GPU, ``f``'s per-GPU batch): ratio ``k = measured_s /
+    source.iteration_s``. The forward, backward, optimizer, per-step overhead and straggler wait take ``k``; the
+    exposed communication and the input pipeline's wait do not. Epoch, total, cost and the scaling table follow.
+    Habitat's question (a step timed on one GPU, asked of another), answered with the whole step's ratio."""
+    k = measured_s / source.iteration_s
+    compute = f.forward_s + f.backward_s + f.optimizer_s + f.overhead_s + f.straggler_s
+    it = f.iteration_s + (k - 1) * compute
+    epoch = f.steps_per_epoch * it if f.steps_per_epoch is not None else None
+    total = epoch * f.epochs if epoch is not None else None
+    cost = total / 3600 * f.usd_per_hour if total is not None and f.usd_per_hour is not None else None
+    rows, base = [], None
+    for r in f.scaling:
+        r_it = r.communication_s + k * (r.iteration_s - r.communication_s)
+        rate = r.global_batch / r_it
+        base = base or rate
+        rows.append(replace(r, iteration_s=r_it, samples_per_s=rate,
+                            epoch_s=r.epoch_s / r.iteration_s * r_it if r.epoch_s is not None else None,
+                            speedup=rate / base, efficiency=rate / base / r.gpus))
+    note = (f"scaled from a step measured on {source.device}: {1e3 * measured_s:.4g} ms measured, "
+            f"{1e3 * source.iteration_s:.4g} ms forecast there (x{k:.3f}); the compute forecast here takes that "
+            "ratio, the communication does not")
+    return replace(f, iteration_s=it, forward_s=f.forward_s * k, backward_s=f.backward_s * k,
+                   optimizer_s=f.optimizer_s * k, overhead_s=f.overhead_s * k, straggler_s=f.straggler_s * k,
+                   epoch_s=epoch, total_s=total, cost_usd=cost, scaling=tuple(rows), notes=(note,) + f.notes,
+                   top_modules=tuple(dict(m, time_s=m["time_s"] * k) for m in f.top_modules),
+                   measured=dict(device=source.device, per_gpu_batch=source.per_gpu_batch, measured_s=measured_s,
+                                 forecast_s=source.iteration_s, ratio=k))
 
 
 def memory_capacity(device: Device) -> int:
@@ -557,6 +591,9 @@ def forecast(
             exact=exact, notes=notes)
     st = step_time(wl, cluster_for(gpn, n_nodes), predictor, precision, sync, overlap)
     notes.extend(predictor.notes(wl, device, precision))
+    slow_host = slow_host_note(st.op_times, wl, predictor, device, st.iteration_s)
+    if slow_host:
+        notes.append(slow_host)
     notes.extend(wl.kernel_notes())
     ip = None
     if device.kind == "gpu":  # on a CPU the loader shares the cores that train: not modelled

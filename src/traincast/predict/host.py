@@ -30,6 +30,13 @@ import numpy as np
 
 from traincast.predict.base import OpTimes
 
+# The slowest GPU host this project measured: `traincast calibrate --device cuda --host-only` on a Firecracker
+# virtual machine (16 vCPUs) with one H200, torch 2.11 (benchmarks/data/gpu_campaign/h200_host_profile_2026-11-27.yaml).
+# Not a default: the figure the forecast's note names when a step's time depends on its host.
+SLOW_HOST_US = (38.7, 37.0)
+# the note is given where that host would lengthen the step by this share or more
+SLOW_HOST_NOTE_SHARE = 0.10
+
 
 def host_seconds(ops: Sequence, forward_us: float, backward_us: float,
                  recurrent: frozenset = frozenset()) -> np.ndarray:
@@ -94,7 +101,8 @@ def with_host(ot: OpTimes, workload, forward_us: float, backward_us: float, by_p
         eff = issue_bound(ot.times_s, h)
     waited = eff > np.asarray(ot.times_s, dtype=float) * (1 + 1e-9) + 1e-15
     bound = tuple("latency" if w else b for w, b in zip(waited, ot.bound))
-    return replace(ot, times_s=tuple(float(x) for x in eff), bound=bound)
+    return replace(ot, times_s=tuple(float(x) for x in eff), bound=bound,
+                   kernel_s=ot.kernel_s if ot.kernel_s is not None else tuple(ot.times_s))
 
 
 def host_costs(predictor, device) -> tuple[float, float]:
@@ -109,3 +117,26 @@ def host_costs(predictor, device) -> tuple[float, float]:
         p = getattr(p, "inner", None)
     params = RooflineParams.for_device(device, overrides if isinstance(overrides, dict) else None)
     return params.host_forward_us, params.host_backward_us
+
+
+def slow_host_note(ot: OpTimes, workload, predictor, device, iteration_s: float) -> str | None:
+    """A note for a GPU forecast made with the catalog's host whose step would be ``SLOW_HOST_NOTE_SHARE`` or more
+    longer on the slowest host measured here (``SLOW_HOST_US``): the step there, and how to measure one's own.
+    None where the host costs come from a profile (measured), no host was applied, or the step barely depends on it."""
+    if device.kind != "gpu" or ot.kernel_s is None or not workload.ops:
+        return None
+    from traincast.predict.roofline import RooflineParams
+
+    fwd, bwd = host_costs(predictor, device)
+    cat = RooflineParams.for_device(device)
+    if (fwd, bwd) != (cat.host_forward_us, cat.host_backward_us) or fwd >= SLOW_HOST_US[0]:
+        return None
+    recurrent = frozenset(c.module for c in getattr(workload, "recurrent_calls", ()) or ())
+    slow = issue_bound(ot.kernel_s, host_seconds(workload.ops, *SLOW_HOST_US, recurrent)).sum()
+    longer = float(slow) - float(np.sum(ot.times_s))
+    if iteration_s <= 0 or longer < SLOW_HOST_NOTE_SHARE * iteration_s:
+        return None
+    return (f"short kernels: the step waits on the host that issues them (the catalog's host, {fwd:g} / {bwd:g} us "
+            f"per forward / backward op); on a host as slow as the slowest measured here ({SLOW_HOST_US[0]:g} / "
+            f"{SLOW_HOST_US[1]:g} us, a virtual machine) it takes {1e3 * (iteration_s + longer):.4g} ms "
+            f"(+{100 * longer / iteration_s:.0f}%): `traincast calibrate --device cuda --host-only` measures yours")

@@ -8,12 +8,13 @@ call it, so the two give one answer.
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import replace
 
 from traincast.errors import ConfigError
 from traincast.hardware.catalog import Catalog, get_catalog
-from traincast.predict.compose import Forecast, WorkloadFamily, forecast
+from traincast.predict.compose import Forecast, WorkloadFamily, forecast, scale_by_measurement
 from traincast.predict.registry import make_predictor
 
 
@@ -53,7 +54,8 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                           fp8_attention: bool = False, kernels: str = "eager", memory_format: str = "contiguous",
                           task: str | None = None,
                           image_size: int | None = None, audio_seconds: float | None = None,
-                          num_frames: int | None = None, **layout) -> Forecast:
+                          num_frames: int | None = None, measured_step_ms: float | None = None,
+                          measured_on: str | None = None, **layout) -> Forecast:
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
 
     ``device='local'`` or ``profile=NAME|FILE``: the calibrated device profile instead of a catalog GPU (they
@@ -64,7 +66,9 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
     ``layout``: the parallel options (``tp``, ``pp``, ``dp``, ``ep``, ``zero``, ``fsdp``, ``micro_batch``,
     ``schedule``, ``recompute``, ``sequence_parallel``, ``offload_optimizer``: :func:`strategy_from_options`).
     ``task``, ``image_size``, ``audio_seconds``, ``num_frames``: the head and inputs of a Hugging Face model
-    (:func:`traincast.workload.hf.hf_options`); their notes join the forecast's."""
+    (:func:`traincast.workload.hf.hf_options`); their notes join the forecast's.
+    ``measured_step_ms`` on ``measured_on``: one training step of the same job (its per-GPU batch, one GPU) timed
+    on another GPU; the forecast's compute is scaled by measured / forecast there (:func:`scale_by_measurement`)."""
     cat = catalog or get_catalog()
     pred = None  # None: the default predictor (``auto``)
     if predictor is not None or adaptation != "none":
@@ -81,15 +85,44 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
         prof = find_profile(profile or "local")
         gpu, pred = prof.device_record(), prof.predictor()
     strategy, warnings = strategy_from_options(gpus, nodes, instance, cat, **layout)
+    source = _measured_source(measured_step_ms, measured_on, cat, strategy, device or profile)
     with hf_inputs(task, image_size, audio_seconds, num_frames) as hf_notes:
+        if source is not None and family is None:  # one family: the measured GPU's forecast reuses the traces
+            family = WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze,
+                                    inputs=inputs, fp8_attention=fp8_attention, kernels=kernels,
+                                    memory_format=memory_format)
         f = forecast(model, gpu=gpu, gpus=gpus, predictor=pred, nodes=nodes, batch_size=batch_size,
                      per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size, precision=precision,
                      optimizer=optimizer, instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap,
                      freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=family, strategy=strategy,
                      fp8_attention=fp8_attention, loader_workers=loader_workers, inputs=inputs, kernels=kernels,
                      memory_format=memory_format)
+        if source is not None:  # the same traces, one GPU of the measured kind, the same per-GPU batch
+            src = forecast(model, gpu=source, gpus=1, predictor=pred, batch_size=f.per_gpu_batch, precision=precision,
+                           optimizer=optimizer, seq_len=seq_len, freeze=freeze, catalog=cat, family=family,
+                           fp8_attention=fp8_attention, inputs=inputs, kernels=kernels, memory_format=memory_format)
+            f = scale_by_measurement(f, src, measured_step_ms / 1e3)
     warnings = list(warnings) + list(dict.fromkeys(hf_notes))
     return replace(f, notes=tuple(warnings) + f.notes) if warnings else f
+
+
+def _measured_source(measured_step_ms, measured_on, cat: Catalog, strategy, profile) -> str | None:
+    """The catalog name of the GPU a measured step was timed on (checked), or None without one."""
+    if measured_step_ms is None and measured_on is None:
+        return None
+    if measured_step_ms is None or measured_on is None:
+        raise ConfigError("--measured-step-ms and --measured-on go together: the step's time in milliseconds and "
+                          "the GPU it was measured on")
+    if isinstance(measured_step_ms, bool) or not isinstance(measured_step_ms, (int, float)) \
+            or not math.isfinite(measured_step_ms) or measured_step_ms <= 0:
+        raise ConfigError(f"--measured-step-ms must be a positive number of milliseconds, got {measured_step_ms!r}")
+    if profile is not None:
+        raise ConfigError("--measured-step-ms scales a catalog GPU's forecast; a device profile is a measurement "
+                          "already (drop --device/--profile, or the measured step)")
+    if strategy is not None and not strategy.is_plain_data_parallel:
+        raise ConfigError("--measured-step-ms scales data-parallel forecasts (one replica per GPU); a step of a "
+                          "sharded or model-parallel layout differs by more than its GPU")
+    return cat.device(measured_on).name
 
 
 @contextmanager
