@@ -27,6 +27,11 @@ measured by this project, and no parameter was ever set from an H200 row):
    Habitat's question; ``traincast predict --measured-step-ms MS --measured-on GPU`` since), over the keys both
    files hold.
 
+6. Written after the H200 rows were scored and before this was run (2026-11-27, evening): the H100 rows forecast
+   with the H200 lease's host-only profile on the H100 (``--profile h200_host_profile_2026-11-27.yaml --gpu
+   H100-SXM5-80GB``): whether one host measurement carries to another machine of the same kind with another GPU
+   (a user who calibrates the host once for a fleet). Reported once, beside (a) on the same rows.
+
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_measured.py benchmarks/data/gpu_campaign/h100_2026-11-27.jsonl
        --gpu H100-SXM5-80GB [--split all|dev|held] [--predictor NAME | --profile FILE] [--worst 8]
        [--scale-from OTHER_ROWS --scale-gpu OTHER_GPU]
@@ -111,7 +116,8 @@ def stats(err: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rows", type=Path)
-    ap.add_argument("--gpu", default="H100-SXM5-80GB")
+    ap.add_argument("--gpu", default=None, help="catalog GPU the rows are forecast on (default H100-SXM5-80GB; "
+                    "with --profile: only a host-only profile takes it, its host with this GPU)")
     ap.add_argument("--split", choices=("all", "dev", "held"), default="all")
     ap.add_argument("--predictor", default=None, help="predictor name (default: predict's default)")
     ap.add_argument("--profile", default=None, help="a device profile (`traincast calibrate --device cuda` on the "
@@ -130,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         a.profile = refit(Path(a.profile))
     if a.scale_from and not a.scale_gpu:
         ap.error("--scale-from needs --scale-gpu (the GPU its rows were measured on)")
+    if not a.profile:
+        a.gpu = a.gpu or "H100-SXM5-80GB"
     rows = load(a.rows)
     other = {}
     if a.scale_from:
@@ -142,11 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     boards = sorted({r["fingerprint"].get("gpu_name") or "?" for r in rows})
     print(f"{len(rows)} rows measured on {', '.join(boards)} (torch "
           f"{', '.join(sorted({r['fingerprint'].get('torch_version', '?') for r in rows}))}); "
-          f"forecast for {a.profile or a.gpu}"
+          f"forecast for {' on '.join(filter(None, (a.profile, a.gpu)))}"
           f"{f' scaled from {a.scale_gpu} rows measured ({a.scale_from.name})' if a.scale_from else ''}; split {a.split}; {len(bad)} rows failed to measure")
     out = []
     for r in rows:
-        where = dict(profile=a.profile) if a.profile else dict(gpu=a.gpu, predictor=a.predictor)
+        where = dict(profile=a.profile, gpu=a.gpu) if a.profile else dict(gpu=a.gpu, predictor=a.predictor)
         if a.scale_from:  # the other GPU's measured step x the forecast ratio of the two GPUs (predict's option)
             where.update(measured_step_ms=other[r["key"]]["step"]["median_ms"], measured_on=a.scale_gpu)
         f = forecast_from_options(model_path(r["model"]), batch_size=r["batch_size"], precision=r["precision"],
