@@ -2,7 +2,8 @@
 # One lease of a GPU machine, every check in one call (benchmarks/README: "GPU sessions").
 # Writes under $OUT: env.txt, log.txt, fp8_gemm.json, campaign.jsonl, bench_resnet50.json, profile.yaml.
 # Wheels of the packages the machine's image lacks travel in .whl/ (carried); LIMIT: seconds this script may run.
-# STEPS: which checks, in this order (default: all but host): fp8 bench pytest host campaign calibrate.
+# STEPS: which checks, in this order (default: all but host and profile): fp8 bench profile pytest host campaign
+# calibrate. profile: `traincast bench model` breakdowns of ConvNeXt-T and MobileNet v2 in FP32.
 # host: `traincast calibrate --device cuda --host-only` -> host_profile.yaml. FP8_REPS: replays per FP8 GEMM.
 set -u
 STEPS=" ${STEPS:-fp8 bench pytest campaign calibrate} "
@@ -34,6 +35,14 @@ if want bench; then
   step "bench model (CLI, CUDA events + profiler breakdown)"
   timeout 75 python3 -m traincast bench model resnet50 -b 128 --device cuda --precision amp-bf16 --no-save \
     --out "$OUT/bench_resnet50.json" >> "$L" 2>&1; echo "bench rc=$?" >> "$L"
+fi
+if want profile; then
+  # the native depthwise kernels (docs/gpu-accuracy.md, the H200 lease): per-op breakdown of two FP32 steps
+  for m in convnext_tiny mobilenet_v2; do
+    step "bench model $m fp32 (profiler breakdown)"
+    timeout 75 python3 -m traincast bench model $m -b 64 --device cuda --precision fp32 --no-save \
+      --out "$OUT/bench_${m}_fp32.json" >> "$L" 2>&1; echo "profile $m rc=$?" >> "$L"
+  done
 fi
 if want pytest; then
   step "pytest: the CUDA autocast test"

@@ -103,3 +103,29 @@ def test_plan_times_each_gpu_with_the_predictor_asked_for(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "timed by the learned predictor: T4" in out and "plot:" not in out
     assert list(tmp_path.iterdir()) == []  # --plot "" draws nothing
+
+
+def test_plan_with_a_host_only_profile_issues_every_gpu_from_that_host(capsys):
+    """plan --profile HOST: each configuration's step equals `predict --gpu ... --profile HOST`'s (the default
+    predictor per GPU, issued by the measured host), slower than without it on a host-bound model; a profile fitted
+    to its own device is refused with exit 2."""
+    from pathlib import Path
+
+    from traincast.predict.options import forecast_from_options
+
+    data = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "gpu_campaign"
+    host = str(data / "h200_host_profile_2026-11-27.yaml")
+    kw = dict(epochs=1, dataset_size=10_000, batch_size=8, gpus=(1,), instances=("a2-highgpu-1g", "p3.2xlarge"))
+    res, plain = plan("mobilenet_v2", host_profile=host, **kw), plan("mobilenet_v2", **kw)
+    for c in res.configs:
+        f = forecast_from_options("mobilenet_v2", instance=c.instance, batch_size=8, epochs=1, dataset_size=10_000,
+                                  profile=host)
+        assert c.iteration_s == pytest.approx(f.iteration_s, rel=1e-6)
+        assert c.iteration_s > 1.2 * next(p for p in plain.configs if p.instance == c.instance).iteration_s
+    assert {c.predictor for c in res.configs} == {c.predictor for c in plain.configs}
+    args = ["plan", "mobilenet_v2", "--epochs", "1", "--dataset-size", "10000", "-b", "8", "--gpus", "1",
+            "--instances", "a2-highgpu-1g", "--plot", ""]
+    assert run(args + ["--profile", str(data / "h100_calibrated_profile_2026-11-27.yaml")]) == 2
+    assert "only a `calibrate --host-only` profile goes with another GPU" in capsys.readouterr().err
+    assert run(args + ["--profile", host]) == 0
+    assert "profile 'host-lease' (38.71 / 36.98 us" in capsys.readouterr().out

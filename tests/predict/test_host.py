@@ -135,3 +135,31 @@ def test_a_host_bound_forecast_names_the_step_on_the_slowest_host_measured():
     assert g.iteration_s > 1.1 * f.iteration_s
     assert not host_notes(g)
     assert not host_notes(forecast("gpt2", gpu="H100", batch_size=16, seq_len=1024, optimizer="adamw"))
+
+
+def test_a_host_only_profile_goes_with_any_catalog_gpu():
+    """A `calibrate --host-only` profile (the H200 lease's) with --gpu: the default predictor on that GPU, issued by
+    the profile's host -- on the H100 (analytical by default) the forecast equals the analytical predictor's with
+    those two costs; on the A100 the learned predictor stays the default. A profile fitted to its own device is
+    refused with --gpu."""
+    from pathlib import Path
+
+    from traincast.errors import ConfigError
+    from traincast.predict.compose import forecast
+    from traincast.predict.options import forecast_from_options
+    from traincast.predict.profile import DeviceProfile
+
+    data = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "gpu_campaign"
+    path = data / "h200_host_profile_2026-11-27.yaml"
+    ov = DeviceProfile.load(path).overrides
+    kw = dict(batch_size=2, seq_len=64, precision="amp-bf16", optimizer="adamw")
+    f = forecast_from_options("bert-tiny", gpu="H100", profile=str(path), **kw)
+    ref = forecast("bert-tiny", gpu="H100", predictor=AnalyticalPredictor(overrides=dict(ov)), **kw)
+    assert f.device == ref.device == "H100-SXM5-80GB"
+    assert f.iteration_s == pytest.approx(ref.iteration_s, rel=1e-9)
+    assert f.iteration_s > 1.5 * forecast("bert-tiny", gpu="H100", **kw).iteration_s
+    assert any("measured with H200-SXM-141GB" in n for n in f.notes)
+    assert forecast_from_options("bert-tiny", gpu="A100", profile=str(path), **kw).predictor.startswith("learned")
+    with pytest.raises(ConfigError, match="only a `calibrate --host-only` profile goes with another GPU"):
+        forecast_from_options("bert-tiny", gpu="H100", profile=str(data / "h100_calibrated_profile_2026-11-27.yaml"),
+                              **kw)

@@ -400,6 +400,8 @@ def register(app: typer.Typer) -> None:
         memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
         catalog: Catalogs = typer.Option(None, "--catalog"),
         as_json: bool = typer.Option(False, "--json"),
+        profile: Optional[str] = typer.Option(None, "--profile", help="a `calibrate --device cuda --host-only` "
+                                              "profile: every GPU's kernels issued by that host"),
     ):
         """Which hardware? Every (instance x count): Pareto front of time vs cost, deadline and budget."""
         from traincast.plan.pareto import parse_duration_s, plan, plot
@@ -416,7 +418,8 @@ def register(app: typer.Typer) -> None:
                    deadline_s=parse_duration_s(deadline) if deadline else None, budget_usd=budget,
                    precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog),
                    predictor=predictor_name.strip().lower(), adaptation=adaptation.strip().lower(),
-                   layouts=layouts.strip().lower(), kernels=kernels.strip().lower(), memory_format=memory_format)
+                   layouts=layouts.strip().lower(), kernels=kernels.strip().lower(), memory_format=memory_format,
+                   host_profile=profile)
         if plot_path:
             plot(res, str(plot_path))
         if as_json:
@@ -433,6 +436,10 @@ def register(app: typer.Typer) -> None:
         for c in res.configs:
             by.setdefault(c.predictor, set()).add(c.device)
         console.print("timed by " + "; ".join(f"the {p} predictor: {', '.join(sorted(d))}" for p, d in sorted(by.items())))
+        if profile:
+            from traincast.predict.profile import find_profile
+
+            console.print(find_profile(profile).host_note())
         for label, c in (("fastest", res.fastest), ("cheapest", res.cheapest),
                          ("cheapest meeting deadline and budget", res.cheapest_feasible)):
             console.print(f"{label}: " + ("none" if c is None else

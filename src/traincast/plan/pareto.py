@@ -117,8 +117,12 @@ def plan(
     layouts: str = "auto",
     kernels: str = "eager",
     memory_format: str = "contiguous",
+    host_profile=None,
 ) -> PlanResult:
     """Forecast every priced (instance type x instance count) whose GPU total is in ``gpus``.
+
+    ``host_profile``: a ``calibrate --host-only`` profile (name, file or :class:`DeviceProfile`): every GPU's
+    kernels issued by that host (:class:`traincast.predict.host.WithHost`), for a fleet of one kind of machine.
 
     ``kernels``: ``eager``, ``compiled`` or ``transformer-engine`` (:mod:`traincast.workload.fusion`).
     ``memory_format``: ``contiguous`` or ``channels_last`` (convolutions NHWC: :mod:`traincast.workload.layout`).
@@ -182,12 +186,18 @@ def plan(
         raise ConfigError(f"--adaptation must be auto or none for a plan (one file cannot adapt every GPU), "
                           f"got {adaptation!r}")
     per_device: dict = {}
+    if host_profile is not None:
+        from traincast.predict.profile import DeviceProfile, find_profile
+
+        prof = host_profile if isinstance(host_profile, DeviceProfile) else find_profile(str(host_profile))
+        host_profile = prof.require_host_only()
 
     def predictor_for(dev):
-        if not isinstance(predictor, str):
-            return predictor
         if dev.name not in per_device:
-            per_device[dev.name] = make_predictor(predictor, dev, adaptation)
+            p = make_predictor(predictor, dev, adaptation) if isinstance(predictor, str) else predictor
+            if host_profile is not None:
+                p = host_profile.host_predictor(p if p is not None else make_predictor("auto", dev, adaptation))
+            per_device[dev.name] = p
         return per_device[dev.name]
     if layouts not in ("auto", "data-parallel", "search"):
         raise ConfigError(f"layouts must be auto, data-parallel or search, got {layouts!r}")

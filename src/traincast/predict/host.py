@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from traincast.predict.base import OpTimes
+from traincast.predict.base import OpTimes, PredictorWrapper
 
 # The slowest GPU host this project measured: `traincast calibrate --device cuda --host-only` on a Firecracker
 # virtual machine (16 vCPUs) with one H200, torch 2.11 (benchmarks/data/gpu_campaign/h200_host_profile_2026-11-27.yaml).
@@ -140,3 +140,15 @@ def slow_host_note(ot: OpTimes, workload, predictor, device, iteration_s: float)
             f"per forward / backward op); on a host as slow as the slowest measured here ({SLOW_HOST_US[0]:g} / "
             f"{SLOW_HOST_US[1]:g} us, a virtual machine) it takes {1e3 * (iteration_s + longer):.4g} ms "
             f"(+{100 * longer / iteration_s:.0f}%): `traincast calibrate --device cuda --host-only` measures yours")
+
+
+class WithHost(PredictorWrapper):
+    """``inner``'s op times, issued by a host measured elsewhere (a ``calibrate --host-only`` profile used with
+    another catalog GPU): its ``overrides`` hold only the two host costs, which :func:`host_costs` reads."""
+
+    def __init__(self, inner, forward_us: float, backward_us: float):
+        super().__init__(inner)
+        self.overrides = {"host_forward_us": float(forward_us), "host_backward_us": float(backward_us)}
+
+    def predict(self, workload, device, precision: str = "fp32") -> OpTimes:
+        return self.inner.predict(workload, device, precision)

@@ -59,7 +59,8 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
 
     ``device='local'`` or ``profile=NAME|FILE``: the calibrated device profile instead of a catalog GPU (they
-    exclude ``gpu``, ``instance`` and another predictor). ``family``: reuse the traces of an earlier call.
+    exclude ``gpu``, ``instance`` and another predictor; a ``calibrate --host-only`` profile takes ``gpu`` or
+    ``instance``: its host's issue costs with that GPU). ``family``: reuse the traces of an earlier call.
     ``loader_workers``: data-loader worker processes per GPU (the image input pipeline, predict/inputs.py).
     ``kernels``: ``eager``, ``compiled`` (element-wise chains fused, as ``torch.compile`` runs them) or
     ``transformer-engine`` (the same, and cuDNN's fused attention; workload/fusion.py). ``memory_format``: ``contiguous`` or ``channels_last`` (workload/layout.py).
@@ -71,6 +72,7 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
     on another GPU; the forecast's compute is scaled by measured / forecast there (:func:`scale_by_measurement`)."""
     cat = catalog or get_catalog()
     pred = None  # None: the default predictor (``auto``)
+    host_note = None
     if predictor is not None or adaptation != "none":
         dev = cat.instance(instance).device if instance else cat.device(gpu) if gpu else None
         pred = make_predictor(predictor or "auto", dev, adaptation)
@@ -80,10 +82,15 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
         if device not in (None, "local"):
             raise ConfigError(f"--device takes 'local' (this machine, calibrated), got {device!r}; "
                               "for catalog hardware use --gpu")
-        if gpu is not None or instance is not None or pred is not None:
+        if pred is not None:
             raise ConfigError("--device/--profile exclude --gpu, --instance and --predictor")
         prof = find_profile(profile or "local")
-        gpu, pred = prof.device_record(), prof.predictor()
+        if gpu is None and instance is None:
+            gpu, pred = prof.device_record(), prof.predictor()
+        else:  # a host-only profile: the host measured, with the catalog GPU asked for
+            from traincast.predict.registry import default_predictor
+
+            pred, host_note = prof.host_predictor(default_predictor()), prof.host_note()
     strategy, warnings = strategy_from_options(gpus, nodes, instance, cat, **layout)
     source = _measured_source(measured_step_ms, measured_on, cat, strategy, device or profile)
     with hf_inputs(task, image_size, audio_seconds, num_frames) as hf_notes:
@@ -102,7 +109,7 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                            optimizer=optimizer, seq_len=seq_len, freeze=freeze, catalog=cat, family=family,
                            fp8_attention=fp8_attention, inputs=inputs, kernels=kernels, memory_format=memory_format)
             f = scale_by_measurement(f, src, measured_step_ms / 1e3)
-    warnings = list(warnings) + list(dict.fromkeys(hf_notes))
+    warnings = list(warnings) + list(dict.fromkeys(hf_notes)) + ([host_note] if host_note else [])
     return replace(f, notes=tuple(warnings) + f.notes) if warnings else f
 
 

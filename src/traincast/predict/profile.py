@@ -100,6 +100,29 @@ class DeviceProfile:
             ov["light_overhead_us"] = ov["op_overhead_us"]
         return with_cudnn_recurrent(AnalyticalPredictor(overrides=ov, name=f"analytical (profile {self.name})"))
 
+    @property
+    def host_only(self) -> bool:
+        """Whether this is a ``calibrate --host-only`` profile (the host's two issue costs and nothing else)."""
+        return bool((self.fit or {}).get("host_only"))
+
+    def require_host_only(self) -> DeviceProfile:
+        if not self.host_only:
+            raise ConfigError(f"the profile {self.name!r} was fitted to its own device; only a `calibrate "
+                              "--host-only` profile goes with another GPU (--gpu, --instance, plan)")
+        return self
+
+    def host_predictor(self, inner: Predictor) -> Predictor:
+        """``inner`` issued by this profile's host (a host-only profile used with another catalog GPU)."""
+        from traincast.predict.host import WithHost
+
+        self.require_host_only()
+        return WithHost(inner, self.overrides["host_forward_us"], self.overrides["host_backward_us"])
+
+    def host_note(self) -> str:
+        return (f"the host that issues the kernels: profile {self.name!r} ({self.overrides['host_forward_us']:g} / "
+                f"{self.overrides['host_backward_us']:g} us per forward / backward op, measured with "
+                f"{self.device.get('name', 'another GPU')})")
+
     def save(self, path: str | Path | None = None) -> Path:
         path = Path(path) if path else profiles_dir() / f"{self.name}.yaml"
         try:
