@@ -345,3 +345,14 @@ def test_parallel_layouts_through_the_service_are_the_cli_answers(client, cli_ap
     assert got == want and len(got["top"]) <= 3
     bad = client.post("/api/v1/parallelize", json={**body, "gpus": 0})
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "gpus"
+
+
+def test_a_forecast_scaled_from_a_measured_step_is_predict_json(client, cli_app, capsys):
+    body = {"model": "resnet18", "gpu": "H100", "batch_size": 32, "measured_step_ms": 40.0, "measured_on": "A100"}
+    r = client.post("/api/v1/forecast", json=body)
+    assert r.status_code == 200, r.text
+    want = cli_json(cli_app, capsys, "predict", "resnet18", "--gpu", "H100", "--batch-size", "32",
+                    "--measured-step-ms", "40", "--measured-on", "A100", "--json")
+    assert r.json() == want and want["measured"]["device"] == "A100-SXM4-40GB"
+    half = client.post("/api/v1/forecast", json={k: v for k, v in body.items() if k != "measured_on"})
+    assert half.status_code == 422 and "go together" in half.text

@@ -112,6 +112,10 @@ class ForecastRequest(ModelChoice):
     # how the kernels run (traincast predict --kernels / --memory-format; workload/fusion.py, workload/layout.py)
     kernels: KernelMode = "eager"
     memory_format: Literal["contiguous", "channels_last"] = "contiguous"
+    # a step of this job timed on another GPU (traincast predict --measured-step-ms/--measured-on): the compute
+    # is scaled by measured / forecast there
+    measured_step_ms: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    measured_on: str | None = Field(None, examples=["A100-SXM4-80GB"])
 
 
 class ParallelizeRequest(ModelChoice):
