@@ -23,7 +23,8 @@ Protocol (written 2026-11-25, before any forecast of these rows was looked at; n
 - Goal (issue 17): <= 10% MAPE (vTrain itself: 8.4%).
 
     python benchmarks/parallel_vtrain.py [--device A100-SXM4-40GB] [--recompute none] [--pp1-whole-batch]
-                                         [--attention fused] [--precision fp16] [--slopes] [--rows N] [--csv out.csv]
+                                         [--attention fused] [--precision fp16] [--host-scale K] [--slopes] [--rows N]
+                                         [--csv out.csv]
                                          [--plot out.png]
 """
 
@@ -64,8 +65,10 @@ def load_rows() -> list[dict]:
 
 
 def forecast_rows(rows: list[dict], device: str = "A100-SXM4-80GB", attention: str = "eager", recompute: str = "full",
-                  pp1_whole_batch: bool = False, precision: str = "amp-fp16", kernels: str = "eager") -> list[dict]:
-    """Each row with the forecast iteration (ms) and its signed error (%) added, under this file's protocol."""
+                  pp1_whole_batch: bool = False, precision: str = "amp-fp16", kernels: str = "eager",
+                  host_scale: float = 1.0) -> list[dict]:
+    """Each row with the forecast iteration (ms) and its signed error (%) added, under this file's protocol.
+    ``host_scale``: the host's issue costs at that multiple of the catalog's (a sensitivity)."""
     from traincast.hardware import get_catalog
     from traincast.hardware.records import Cluster
     from traincast.predict.compose import WorkloadFamily
@@ -74,6 +77,12 @@ def forecast_rows(rows: list[dict], device: str = "A100-SXM4-80GB", attention: s
 
     dev = get_catalog().device(device)
     pred = default_predictor()
+    if host_scale != 1.0:
+        from traincast.predict.host import WithHost
+        from traincast.predict.roofline import RooflineParams
+
+        cat_host = RooflineParams.for_device(dev)
+        pred = WithHost(pred, cat_host.host_forward_us * host_scale, cat_host.host_backward_us * host_scale)
     tmp = Path(tempfile.mkdtemp(prefix="vtrain_cfg_"))
     families, models, recs = {}, {}, []
     for r in rows:
@@ -142,6 +151,8 @@ def main() -> None:
                     help="eager (the protocol's) or compiled: element-wise chains fused (workload/fusion.py), as "
                          "Megatron's fused kernels run them (a sensitivity added 2026-11-26 with the fusion model)")
     ap.add_argument("--rows", type=int, default=0, help="only the first N rows (quick look)")
+    ap.add_argument("--host-scale", type=float, default=1.0, help="sensitivity: the host's issue costs at this "
+                    "multiple of the catalog's (chosen after the protocol's runs; never used to choose)")
     ap.add_argument("--slopes", action="store_true",
                     help="diagnosis: time per micro-batch vs micro-batch size (intercept and slope), measured and forecast")
     ap.add_argument("--csv", default=None)
@@ -153,7 +164,7 @@ def main() -> None:
         rows = rows[: args.rows]
     t0 = time.perf_counter()
     recs = forecast_rows(rows, args.device, args.attention, args.recompute, args.pp1_whole_batch, args.precision,
-                         args.kernels)
+                         args.kernels, args.host_scale)
     elapsed = time.perf_counter() - t0
     errs = [x["err"] for x in recs]
     absr = sorted(abs(e) for e in errs)
