@@ -397,7 +397,7 @@ def test_a_step_measured_on_another_gpu_scales_the_compute_not_the_communication
     scaling table follow the new step."""
     from traincast.predict.options import forecast_from_options
 
-    kw = dict(batch_size=32, dataset_size=3200, epochs=2)
+    kw = dict(batch_size=8, dataset_size=3200, epochs=2, family=WorkloadFamily("resnet18"))
     here = forecast_from_options("resnet18", gpu="H100", **kw)
     there = forecast_from_options("resnet18", gpu="A100", **kw)
     f = forecast_from_options("resnet18", gpu="H100", measured_step_ms=50.0, measured_on="A100", **kw)
@@ -408,11 +408,11 @@ def test_a_step_measured_on_another_gpu_scales_the_compute_not_the_communication
     assert f.cost_usd == pytest.approx(f.total_s / 3600 * f.usd_per_hour)
     assert "scaled from a step measured on A100" in f.notes[0]
 
-    many = dict(batch_size=256, gpus=8)
+    many = dict(batch_size=64, gpus=8, family=kw["family"])
     plain = forecast_from_options("resnet18", gpu="H100", **many)
     g = forecast_from_options("resnet18", gpu="H100", measured_step_ms=50.0, measured_on="A100", **many)
     k8 = g.measured["ratio"]
-    assert g.measured["per_gpu_batch"] == 32 and k8 == pytest.approx(k)
+    assert g.measured["per_gpu_batch"] == 8 and k8 == pytest.approx(k)
     assert g.communication_s == plain.communication_s > 0
     compute = plain.forward_s + plain.backward_s + plain.optimizer_s + plain.overhead_s + plain.straggler_s
     assert g.iteration_s == pytest.approx(plain.iteration_s + (k8 - 1) * compute)
