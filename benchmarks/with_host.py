@@ -26,16 +26,13 @@ def main(argv: list[str]) -> int:
         return 2
     sys.path.insert(0, str(ROOT / "src"))
     import traincast.predict.host as host
-    from traincast.predict.roofline import RooflineParams
 
     catalog_costs = host.host_costs
 
     def host_costs(predictor, device):
-        f, b = catalog_costs(predictor, device)
-        cat = RooflineParams.for_device(device)
-        if device.kind == "gpu" and (f, b) == (cat.host_forward_us, cat.host_backward_us):
+        if device.kind == "gpu" and not host.host_measured(predictor):
             return fwd, bwd
-        return f, b
+        return catalog_costs(predictor, device)
 
     host.host_costs = host_costs
     script = argv[2]

@@ -294,12 +294,12 @@ def fit_parameters(workloads: list[Workload], measured_s: list[float], dev: Devi
     # model would then pay). Host time per op is linear in (forward, backward) microseconds: two fixed vectors.
     host_vec = None
     if base.host_forward_us or base.host_backward_us:
-        from traincast.predict.host import host_seconds, issue_bound
+        from traincast.predict.host import host_seconds, issue_bound, recurrent_modules
 
-        def rec(w):
-            return frozenset(c.module for c in getattr(w, "recurrent_calls", ()) or ())
-
-        host_vec = [(host_seconds(w.ops, 1.0, 0.0, rec(w)), host_seconds(w.ops, 0.0, 1.0, rec(w))) for w in workloads]
+        host_vec = []
+        for w in workloads:
+            rec = recurrent_modules(w)
+            host_vec.append((host_seconds(w.ops, 1.0, 0.0, rec), host_seconds(w.ops, 0.0, 1.0, rec)))
     layers = _sample_arrays(layer_samples, dev, base) if layer_samples else None
     free = free_parameters(arrs + ([layers[0]] if layers and len(layers[0]) else []), base)
     names = free + ([WARM] if layers and len(layers[0]) else [])

@@ -88,8 +88,7 @@ def with_host(ot: OpTimes, workload, forward_us: float, backward_us: float, by_p
     ops = workload.ops
     if not (forward_us or backward_us) or not ops:
         return ot
-    recurrent = frozenset(c.module for c in getattr(workload, "recurrent_calls", ()) or ())
-    h = host_seconds(ops, forward_us, backward_us, recurrent)
+    h = host_seconds(ops, forward_us, backward_us, recurrent_modules(workload))
     if by_phase:
         eff = np.empty(len(ops))
         back = np.array([o.phase == "backward" for o in ops])
@@ -105,17 +104,31 @@ def with_host(ot: OpTimes, workload, forward_us: float, backward_us: float, by_p
                    kernel_s=ot.kernel_s if ot.kernel_s is not None else tuple(ot.times_s))
 
 
+def recurrent_modules(workload) -> frozenset:
+    """The paths of the workload's recurrent modules (issued once per phase: :func:`host_seconds`)."""
+    return frozenset(c.module for c in getattr(workload, "recurrent_calls", ()) or ())
+
+
+def _overrides(predictor) -> dict | None:
+    """The parameter overrides (a device profile's) the predictor or one it wraps carries, if any."""
+    p, overrides = predictor, None
+    while p is not None and overrides is None:
+        overrides = getattr(p, "overrides", None)
+        p = getattr(p, "inner", None)
+    return overrides if isinstance(overrides, dict) else None
+
+
+def host_measured(predictor) -> bool:
+    """Whether the predictor's host costs come from a profile (measured), not from the catalog."""
+    return bool({"host_forward_us", "host_backward_us"} & set(_overrides(predictor) or ()))
+
+
 def host_costs(predictor, device) -> tuple[float, float]:
     """(host_forward_us, host_backward_us) for forecasts on ``device`` by ``predictor``: a device profile's
     values where the predictor carries one (``overrides``), else the catalog's for the device's generation."""
     from traincast.predict.roofline import RooflineParams
 
-    p = predictor
-    overrides = None
-    while p is not None and overrides is None:
-        overrides = getattr(p, "overrides", None)
-        p = getattr(p, "inner", None)
-    params = RooflineParams.for_device(device, overrides if isinstance(overrides, dict) else None)
+    params = RooflineParams.for_device(device, _overrides(predictor))
     return params.host_forward_us, params.host_backward_us
 
 
@@ -123,16 +136,12 @@ def slow_host_note(ot: OpTimes, workload, predictor, device, iteration_s: float)
     """A note for a GPU forecast made with the catalog's host whose step would be ``SLOW_HOST_NOTE_SHARE`` or more
     longer on the slowest host measured here (``SLOW_HOST_US``): the step there, and how to measure one's own.
     None where the host costs come from a profile (measured), no host was applied, or the step barely depends on it."""
-    if device.kind != "gpu" or ot.kernel_s is None or not workload.ops:
+    if device.kind != "gpu" or ot.kernel_s is None or not workload.ops or host_measured(predictor):
         return None
-    from traincast.predict.roofline import RooflineParams
-
     fwd, bwd = host_costs(predictor, device)
-    cat = RooflineParams.for_device(device)
-    if (fwd, bwd) != (cat.host_forward_us, cat.host_backward_us) or fwd >= SLOW_HOST_US[0]:
+    if fwd >= SLOW_HOST_US[0]:
         return None
-    recurrent = frozenset(c.module for c in getattr(workload, "recurrent_calls", ()) or ())
-    slow = issue_bound(ot.kernel_s, host_seconds(workload.ops, *SLOW_HOST_US, recurrent)).sum()
+    slow = issue_bound(ot.kernel_s, host_seconds(workload.ops, *SLOW_HOST_US, recurrent_modules(workload))).sum()
     longer = float(slow) - float(np.sum(ot.times_s))
     if iteration_s <= 0 or longer < SLOW_HOST_NOTE_SHARE * iteration_s:
         return None

@@ -83,7 +83,8 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
             raise ConfigError(f"--device takes 'local' (this machine, calibrated), got {device!r}; "
                               "for catalog hardware use --gpu")
         if pred is not None:
-            raise ConfigError("--device/--profile exclude --gpu, --instance and --predictor")
+            raise ConfigError("--device/--profile exclude --predictor (a profile times with its own parameters; "
+                              "a `calibrate --host-only` profile with the default predictor)")
         prof = find_profile(profile or "local")
         if gpu is None and instance is None:
             gpu, pred = prof.device_record(), prof.predictor()
