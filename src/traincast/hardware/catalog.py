@@ -15,6 +15,7 @@ import yaml
 
 from pydantic import Field
 
+from traincast import yamlio
 from traincast.errors import SpecError, UnknownNameError
 from traincast.hardware.records import GIB, Device, Instance, Link
 from traincast.schema import Document, NonNegativeFloat, PositiveFloat, parse
@@ -157,7 +158,7 @@ class Catalog:
                 raise SpecError(f"catalog file {label!r} does not exist")
             text = p.read_text()
         try:
-            data = yaml.safe_load(text) or {}
+            data = yamlio.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise SpecError(f"{label}: not valid YAML: {str(exc).splitlines()[0]}") from None
         if not isinstance(data, dict) or not ({"devices", "instances"} & set(data)):
@@ -250,11 +251,11 @@ def get_catalog(extra_files: Iterable[str | Path] = ()) -> Catalog:
 @functools.lru_cache(maxsize=1)
 def efficiency_table() -> dict:
     """Per-generation default parameters of the roofline (``efficiency.yaml``)."""
-    return yaml.safe_load(_shipped("efficiency.yaml"))
+    return yamlio.safe_load(_shipped("efficiency.yaml"))
 
 
 @functools.lru_cache(maxsize=1)
 def system_table() -> dict:
     """System constants with their sources (``system.yaml``): tensor-core generations, memory reserve and
     allocator slack, default network and collective latencies, the DDP bucket size."""
-    return yaml.safe_load(_shipped("system.yaml"))
+    return yamlio.safe_load(_shipped("system.yaml"))

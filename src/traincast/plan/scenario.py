@@ -182,9 +182,10 @@ def load_scenario(ref: str | Path) -> Scenario:
         text = (resources.files("traincast.plan") / "data" / f"{ref}.yaml").read_text()
         where = f"built-in scenario {ref}"
     import yaml
+    from traincast import yamlio
 
     try:
-        doc = yaml.safe_load(text)
+        doc = yamlio.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
-import yaml
+from traincast import yamlio
 
 from traincast.registry import Registry
 
@@ -144,7 +144,7 @@ class CollectiveParams:
 def default_params() -> CollectiveParams:
     """The fitted parameters shipped in ``hardware/data/collectives.yaml``."""
     text = resources.files("traincast.hardware").joinpath("data", "collectives.yaml").read_text()
-    return CollectiveParams.from_table(yaml.safe_load(text))
+    return CollectiveParams.from_table(yamlio.safe_load(text))
 
 
 def fabric_of(link_type: str) -> str:

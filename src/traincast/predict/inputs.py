@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from traincast import yamlio
 
 from traincast.errors import ConfigError
 from traincast.workload.records import Workload
@@ -28,7 +28,7 @@ DATA = Path(__file__).resolve().parent.parent / "hardware" / "data" / "input_pip
 
 @functools.cache
 def pipeline_table() -> dict:
-    return yaml.safe_load(DATA.read_text())["image_pipeline"]
+    return yamlio.safe_load(DATA.read_text())["image_pipeline"]
 
 
 def image_input_size(wl: Workload) -> tuple[int, int] | None:

@@ -18,6 +18,7 @@ import yaml
 
 from pydantic import ConfigDict, Field
 
+from traincast import yamlio
 from traincast.errors import ConfigError, DataError
 from traincast.hardware.records import Device, Link
 from traincast.paths import profiles_dir
@@ -140,7 +141,7 @@ class DeviceProfile:
         if not p.exists():
             raise DataError(f"device profile {str(p)!r} does not exist; run `traincast calibrate` first")
         try:
-            d = yaml.safe_load(p.read_text())
+            d = yamlio.safe_load(p.read_text())
         except yaml.YAMLError as exc:
             raise DataError(f"{p}: not a traincast device profile (not valid YAML: {str(exc).splitlines()[0]})") from None
         if not isinstance(d, dict):

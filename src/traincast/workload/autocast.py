@@ -42,9 +42,9 @@ _KEYSET = torch._C.DispatchKeySet(_KEY)
 @functools.lru_cache(maxsize=1)
 def policy_table() -> dict:
     """The CUDA autocast policy: the data file as read (``source``, ``torch_version``, lists by policy)."""
-    import yaml
+    from traincast import yamlio
 
-    return yaml.safe_load(_DATA.read_text())
+    return yamlio.safe_load(_DATA.read_text())
 
 
 @functools.lru_cache(maxsize=1)

@@ -310,9 +310,9 @@ DIFFUSERS_STEPS: Registry[Callable] = Registry("diffusers model class")
 @functools.lru_cache(maxsize=1)
 def diffusers_defaults() -> dict:
     """Per class: the pipeline's text length and latent side (``data/diffusers_inputs.yaml``, with its source)."""
-    import yaml
+    from traincast import yamlio
 
-    return yaml.safe_load((Path(__file__).parent / "data" / "diffusers_inputs.yaml").read_text())["classes"]
+    return yamlio.safe_load((Path(__file__).parent / "data" / "diffusers_inputs.yaml").read_text())["classes"]
 
 
 def _text_len(seq_len, cls: str) -> int:

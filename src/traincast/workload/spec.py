@@ -162,9 +162,9 @@ def load_spec(source: str | Path | dict | LayerSpec) -> LayerSpec:
         if path.suffix == ".json":
             data = json.loads(text)
         else:
-            import yaml
+            from traincast import yamlio
 
-            data = yaml.safe_load(text)
+            data = yamlio.safe_load(text)
     except Exception as exc:  # json/yaml syntax errors
         raise SpecError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {str(exc).splitlines()[0]}") from None
     if isinstance(data, dict):

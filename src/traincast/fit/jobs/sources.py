@@ -46,9 +46,9 @@ def accelerator_peaks_tflops() -> dict[str, float]:
     (``fit/data/mlperf_accelerators.yaml``, each with its source)."""
     from importlib import resources
 
-    import yaml
+    from traincast import yamlio
 
-    data = yaml.safe_load(resources.files("traincast.fit").joinpath("data", "mlperf_accelerators.yaml").read_text())
+    data = yamlio.safe_load(resources.files("traincast.fit").joinpath("data", "mlperf_accelerators.yaml").read_text())
     return {k: float(v["peak_tflops"]) for k, v in data["accelerators"].items()}
 
 

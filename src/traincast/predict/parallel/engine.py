@@ -42,7 +42,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 
-import yaml
+from traincast import yamlio
 
 from traincast.errors import ConfigError
 from traincast.hardware.records import Cluster, Device
@@ -61,7 +61,7 @@ from traincast.workload.records import OpRecord, Workload
 @functools.lru_cache(maxsize=1)
 def parallel_table() -> dict:
     """``hardware/data/parallel.yaml``: stragglers, offload and pipeline constants with their sources."""
-    return yaml.safe_load(resources.files("traincast.hardware").joinpath("data", "parallel.yaml").read_text())
+    return yamlio.safe_load(resources.files("traincast.hardware").joinpath("data", "parallel.yaml").read_text())
 
 
 def expected_max_normal(n: int) -> float:
