@@ -22,12 +22,21 @@ app = typer.Typer(
 )
 
 
+_registered = False
+
+
 def _register_all() -> None:
+    """Add every command group to ``app``, once: a second call adds nothing (typer would list each command
+    again, and every later invocation would build all the copies)."""
+    global _registered
+    if _registered:
+        return
     from traincast.cli import commands
 
     commands.register(app)
     for name in ("bench", "calibrate", "learn", "online", "plan", "serve", "parallel"):
         __import__(f"traincast.cli.{name}", fromlist=["register"]).register(app)
+    _registered = True
 
 
 def run(argv: list[str] | None = None, the_app: typer.Typer | None = None) -> int:
