@@ -88,7 +88,7 @@ def test_profile_round_trip(tmp_path):
 
 
 def test_real_calibration_and_validation_smoke(tmp_path, capsys, monkeypatch):
-    """1-minute smoke: tiny models, few steps; the forecast must be within 3x of the measured step."""
+    """Smoke: tiny models, few steps; the forecast must be within 3x of the measured step."""
     from traincast.cli.main import _register_all, run
 
     _register_all()
@@ -103,8 +103,11 @@ def test_real_calibration_and_validation_smoke(tmp_path, capsys, monkeypatch):
     code = run(["predict", "alexnet", "--device", "local", "--batch-size", "2", "--dataset-size", "10", "--json"])
     assert code == 0
     f = json.loads(capsys.readouterr().out)
+    # validate in-process (calibrate above ran its steps in fresh processes; test_isolated_measurement_...
+    # checks that routing): the same fit and comparison, without paying a Python start per (model, batch)
     code = run(["validate", "--calibrate-on", "mnist-cnn,resnet18", "--models", "alexnet", "--batch-sizes", "1,2",
-                "--steps", "2", "--threads", "1", "--layer-samples", "30", "--plot", str(tmp_path / "v.png"), "--json"])
+                "--steps", "2", "--threads", "1", "--layer-samples", "30", "--in-process",
+                "--plot", str(tmp_path / "v.png"), "--json"])
     v = json.loads(capsys.readouterr().out)
     assert code == 0 and (tmp_path / "v.png").exists()
     for r in v["held_out"]:
