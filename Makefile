@@ -34,8 +34,9 @@ system-deps:
 demo: $(VENV)/.installed
 	$(BIN)/traincast demo
 
+# the suite runs on every core up to four (pytest-xdist)
 test: $(VENV)/.installed system-deps
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses 4
 
 serve: $(VENV)/.installed
 	$(BIN)/traincast serve
