@@ -34,9 +34,9 @@ system-deps:
 demo: $(VENV)/.installed
 	$(BIN)/traincast demo
 
-# the suite runs on every core up to four (pytest-xdist)
+# the suite runs on every logical CPU up to four (pytest-xdist)
 test: $(VENV)/.installed system-deps
-	$(BIN)/python -m pytest -n auto --maxprocesses 4
+	$(BIN)/python -m pytest -n logical --maxprocesses 4
 
 serve: $(VENV)/.installed
 	$(BIN)/traincast serve
