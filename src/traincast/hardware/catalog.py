@@ -157,13 +157,10 @@ class Catalog:
             if not p.exists():
                 raise SpecError(f"catalog file {label!r} does not exist")
             text = p.read_text()
-        try:
-            data = yamlio.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise SpecError(f"{label}: not valid YAML: {str(exc).splitlines()[0]}") from None
-        if not isinstance(data, dict) or not ({"devices", "instances"} & set(data)):
-            raise SpecError(f"{label}: a catalog file has a 'devices' and/or 'instances' list")
-        doc = parse(CatalogFile, data, label)
+        self._add_doc(label, _parse_catalog(label, text))
+
+    def _add_doc(self, label: str, doc: CatalogFile) -> None:
+        self._check_open()
         for row in doc.devices:
             self.add_device(_device(row))
         for i, row in enumerate(doc.instances):
@@ -233,11 +230,28 @@ def _shipped(name: str) -> str:
     return resources.files("traincast.hardware").joinpath("data", name).read_text()
 
 
+def _parse_catalog(label: str, text: str) -> CatalogFile:
+    """A catalog file's text read and checked (SpecError naming ``label`` and what is wrong)."""
+    try:
+        data = yamlio.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{label}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not ({"devices", "instances"} & set(data)):
+        raise SpecError(f"{label}: a catalog file has a 'devices' and/or 'instances' list")
+    return parse(CatalogFile, data, label)
+
+
+@functools.cache
+def _shipped_doc(name: str) -> CatalogFile:
+    """A shipped catalog file, read and checked once (the document is frozen): every catalog starts from it."""
+    return _parse_catalog(name, _shipped(name))
+
+
 @functools.lru_cache(maxsize=8)
 def _load(extra: tuple[str, ...]) -> Catalog:
     cat = Catalog()
-    cat.add_file("gpus.yaml", _shipped("gpus.yaml"))
-    cat.add_file("instances.yaml", _shipped("instances.yaml"))
+    cat._add_doc("gpus.yaml", _shipped_doc("gpus.yaml"))
+    cat._add_doc("instances.yaml", _shipped_doc("instances.yaml"))
     for f in extra:
         cat.add_file(f)
     return cat.freeze()
