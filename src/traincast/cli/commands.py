@@ -126,8 +126,10 @@ def render_forecast(f, console=console) -> None:
         for n in f.notes:
             console.print(f"[yellow]note:[/yellow] {n}")
         return
-    mods = [[m["module"], dur(m["time_s"]), f"{100 * m['share']:.1f}%", flops(m["flops"])] for m in f.top_modules]
-    console.print(table("costliest modules (fwd+bwd)", ["module", "time", "share", "FLOPs"], mods))
+    mods = [[m["module"], str(m.get("count", 1)), dur(m["time_s"]), f"{100 * m['share']:.1f}%", flops(m["flops"])]
+            for m in f.top_modules]
+    console.print(table("costliest modules (fwd+bwd; a repeated block's copies summed: *)",
+                        ["module", "copies", "time", "share", "FLOPs"], mods))
     if len(f.scaling) > 1:
         rows = [[r.gpus, r.nodes, r.per_gpu_batch, dur(r.iteration_s), dur(r.communication_s),
                  f"{r.samples_per_s:,.0f}", dur(r.epoch_s), f"{r.speedup:.2f}x", f"{100 * r.efficiency:.0f}%"]
@@ -273,8 +275,8 @@ def register(app: typer.Typer) -> None:
         num_frames: Optional[int] = typer.Option(None, "--num-frames", help=NUM_FRAMES_HELP),
         kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
     ):
-        """Trace one training step on the meta device: ops, FLOPs, bytes, memory (with ``--kernels``: as a
-        compiler runs it, its fused kernels' bytes and the activations it keeps)."""
+        """Trace one training step on the meta device: ops, FLOPs, bytes, memory (with --kernels: as a compiler
+        runs it, its fused kernels' bytes and the activations it keeps)."""
         from traincast.predict.options import hf_inputs
         from traincast.workload import PHASES, trace
         from traincast.workload.fusion import apply_kernels, check_kernels

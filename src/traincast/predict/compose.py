@@ -20,7 +20,7 @@ from traincast.predict.registry import default_predictor
 from traincast.predict.rnn import with_cudnn_recurrent
 from traincast.predict.roofline import check_precision
 from traincast.workload.precision import get_precision
-from traincast.workload.records import PHASES, MemoryFootprint, Workload
+from traincast.workload.records import PHASES, MemoryFootprint, Workload, repeated_blocks
 
 
 @dataclass(frozen=True)
@@ -468,10 +468,13 @@ def _fp8_times(ops, times) -> tuple[float, float]:
 
 
 def _top_modules(wl: Workload, op_times: OpTimes, n: int = 10) -> tuple[dict, ...]:
+    """The ``n`` costliest modules, a repeated block's copies summed into one row (``model.layers.*.mlp``,
+    ``count`` 32: :func:`traincast.workload.records.repeated_blocks`)."""
+    rows = repeated_blocks(wl.ops)
     agg: dict[str, dict] = {}
     for op, t in zip(wl.ops, op_times.times_s):
-        name = op.module if op.phase != "optimizer" else "(optimizer)"
-        d = agg.setdefault(name, {"module": name, "time_s": 0.0, "flops": 0, "bytes": 0})
+        name, count = rows[op.module] if op.phase != "optimizer" else ("(optimizer)", 1)
+        d = agg.setdefault(name, {"module": name, "count": count, "time_s": 0.0, "flops": 0, "bytes": 0})
         d["time_s"] += t
         d["flops"] += op.flops
         d["bytes"] += op.bytes_total

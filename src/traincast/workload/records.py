@@ -24,6 +24,51 @@ OP_CLASSES = (
 )
 
 
+def repeated_blocks(ops) -> dict[str, tuple[str, int]]:
+    """Each module path of ``ops`` -> (its row in a per-block summary, how many modules that row folds).
+
+    A numbered module with submodules (``model.layers.7``, ``layer1.1``) whose siblings under the same parent
+    have the same submodules (the same set of paths below it that run ops: a stack of transformer blocks, a
+    ResNet stage's repeated blocks) is one of a repeated block; its number becomes ``*``, and its submodules are
+    summed one level below it (``model.layers.*.mlp``, ``model.layers.*.self_attn``), so the row holds every
+    copy. A numbered module without such a sibling keeps its number (a ResNet stage's first block, which has
+    the downsampling branch), and so does a numbered leaf (VGG's ``features.0`` is a convolution,
+    ``features.1`` an activation: a row each). Paths without numbers, and pseudo-modules such as
+    ``(optimizer)``, stay as they are, with a count of 1."""
+    sig: dict[tuple[str, str], set] = defaultdict(set)  # (parent path, index) -> {path below it}
+    paths = set()
+    for o in ops:
+        paths.add(o.module)
+        parts = o.module.split(".")
+        for i, p in enumerate(parts):
+            if p.isdigit() and i:
+                sig[(".".join(parts[:i]), p)].add(".".join(parts[i + 1:]))
+    groups: dict[tuple[str, frozenset], list[str]] = defaultdict(list)
+    for (parent, idx), s in sig.items():
+        if s != {""}:  # has submodules
+            groups[(parent, frozenset(s))].append(idx)
+    repeated = {(parent, idx) for (parent, _), idxs in groups.items() if len(idxs) > 1 for idx in idxs}
+    out: dict[str, tuple[str, int]] = {}
+    folded: dict[str, set] = defaultdict(set)
+    for path in paths:
+        parts = path.split(".")
+        key, last = [], None
+        for i, p in enumerate(parts):
+            if p.isdigit() and i and (".".join(parts[:i]), p) in repeated:
+                key.append("*")
+                last = i
+            else:
+                key.append(p)
+        if last is None:
+            out[path] = (path, 1)
+            continue
+        cut = last + 2  # one level below the innermost repeated block
+        row = ".".join(key[:cut])
+        out[path] = (row, 0)
+        folded[row].add(".".join(parts[:last + 1]))
+    return {path: (row, n or len(folded[row])) for path, (row, n) in out.items()}
+
+
 @dataclass(frozen=True)
 class OpRecord:
     """One aten op executed in a training step.
