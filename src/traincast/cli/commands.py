@@ -317,10 +317,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def models(as_json: bool = typer.Option(False, "--json")):
-        """The model zoo, and every torchvision model."""
-        from traincast.workload import tvtasks, zoo
+        """The model zoo, the named language models, and every torchvision model."""
+        from traincast.workload import llms, tvtasks, zoo
 
         rows = [[e.name, e.family, e.description] for e in zoo.ZOO.values()]
+        rows += [[n, "llm", e["about"] + (f" (hub: {e['hub']})" if e["hub"] else "")] for n, e in llms.models().items()]
         tv = [n for n in zoo.torchvision_names() if n not in zoo.ZOO]
         tasks = tvtasks.task_names()
         if as_json:

@@ -3101,12 +3101,17 @@ def hf_config_step(source, *, batch_size, device, optimizer, precision, freeze, 
     The class is ``task``'s (or ``--task``'s, :func:`hf_options`) head for the model type, else the config's
     first ``architectures`` entry, else the first head of ``DEFAULT_TASK_ORDER`` the model type has (else, where the
     config cannot build that one, the next that it can: a note says which and why; never for a head the user named).
-    ``seq_len`` defaults to the config's position limit (512 where it has none)."""
-    path = Path(str(source))
-    try:
-        data = json.loads(path.read_text())
-    except ValueError as exc:
-        raise SpecError(f"{path}: not JSON: {exc}") from None
+    ``seq_len`` defaults to the config's position limit (512 where it has none). ``source`` may also be the
+    config's content, a dict (a named model of ``data/llms.yaml``), named by its ``_name_or_path``."""
+    if isinstance(source, dict):
+        data = source
+        path = Path(str(data.get("_name_or_path") or "config"))
+    else:
+        path = Path(str(source))
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as exc:
+            raise SpecError(f"{path}: not JSON: {exc}") from None
     cfg = load_config(data, str(path))
     archs = data.get("architectures")
     if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):

@@ -15,6 +15,8 @@ source         the text                              the step
                                                      embeddings of the config's width, MSE on the noise
 ``hf-config``  a Hugging Face ``config.json`` (or     the model's head and loss (``workload.zoo``)
                a folder holding one)
+``llm``        a named language model or its hub id  the same, from its published config
+               (``workload/data/llms.yaml``)           (``workload.llms``)
 ``spec``       a ``.yaml``/``.json`` layer spec       ``workload.spec``
 ``zoo``        a zoo name or any torchvision model    ``workload.zoo`` (other tasks than classification:
                                                      ``workload.tvtasks``)
@@ -256,6 +258,30 @@ def _is_hf(text: str) -> bool:
 
 _add("hf-config", "a Hugging Face config.json (or a folder holding one), built from the config, no weights",
      matches=_is_hf, build=_hf_build, fused_attention=lambda _t: True, example="llama/config.json")
+
+
+def _llm_build(text, *, seq_len=None, inputs=None, **kw):
+    from traincast.workload import llms
+
+    return llms.build(text, seq_len=seq_len, **kw)
+
+
+def _llm_matches(text: str) -> bool:
+    from traincast.workload import llms
+
+    return llms.resolve(text) is not None
+
+
+def _llm_names() -> list[str]:
+    from traincast.workload import llms
+
+    return list(llms.models())
+
+
+_add("llm", "a named language model (llama-3.1-70b, qwen2.5-72b, mixtral-8x7b...) or its hub id "
+     "(meta-llama/Llama-3.1-70B): its published config.json, no weights (`traincast models`)",
+     matches=_llm_matches, build=_llm_build, fused_attention=lambda _t: True, example="llama-3.1-8b",
+     listing=_llm_names)
 
 
 def _spec_build(text, *, seq_len=None, inputs=None, **kw):

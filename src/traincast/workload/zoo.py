@@ -445,7 +445,10 @@ def get(name: str) -> ZooEntry:
     if task is not None:
         _BUILDERS.setdefault(tv, _task_builder)
         return ZooEntry(tv, "vision", tvtasks.description(tv), tvtasks.dataset_size(tv))
-    raise UnknownNameError("model", name, list(ZOO) + list(ALIASES) + list(all_torchvision_names()))
+    from traincast.workload import llms
+
+    raise UnknownNameError("model", name, list(ZOO) + list(ALIASES) + list(llms.models())
+                           + list(all_torchvision_names()))
 
 
 def names() -> list[str]:
