@@ -94,6 +94,9 @@ def render_forecast(f, console=console) -> None:
         ["  fixed per step", dur(f.overhead_s)],
     ] + ([["  waiting for the data loader", dur(f.input_wait_s)]] if f.input_wait_s > 0 else []) + [
         ["steps per epoch", "-" if f.steps_per_epoch is None else f"{f.steps_per_epoch:,}"],
+    ] + ([["tokens (per step / in all)", f"{count(f.tokens_per_sample * f.global_batch)} / "
+           + ("-" if f.steps_per_epoch is None else count(f.tokens_per_sample * f.global_batch * f.steps_per_epoch
+                                                          * f.epochs))]] if f.tokens_per_sample else []) + [
         ["epoch", dur(f.epoch_s)],
         [f"total ({f.epochs:g} epochs)", dur(f.total_s)],
         ["price", usd(f.usd_per_hour) + ("/h" if f.usd_per_hour is not None else "")],
@@ -175,7 +178,13 @@ def register(app: typer.Typer) -> None:
         per_gpu_batch: bool = typer.Option(False, "--per-gpu-batch", help="weak scaling: --batch-size is per GPU"),
         epochs: float = typer.Option(1.0, "--epochs"),
         dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="training samples per epoch "
-                                                   "(without it, and no default for the model: one iteration only)"),
+                                                   "(without it, --tokens or --steps, and no default for the model: "
+                                                   "one iteration only)"),
+        tokens: Optional[str] = typer.Option(None, "--tokens", help="training tokens per epoch, e.g. 15T, 300B, "
+                                             "2.5e12 (models that read token sequences: samples = tokens / "
+                                             "sequence length)"),
+        steps: Optional[int] = typer.Option(None, "--steps", help="optimizer steps of the whole job (instead of "
+                                            "--epochs and --dataset-size)"),
         precision: str = typer.Option("fp32", "--precision", help=_names("precision")),
         optimizer: str = typer.Option("sgd", "--optimizer", help=_names("optimizer")),
         sync: str = typer.Option("nccl", "--sync", help=_names("sync")),
@@ -250,7 +259,8 @@ def register(app: typer.Typer) -> None:
                                   tp_comm_overlap=tp_comm_overlap,
                                   loader_workers=loader_workers, inputs=_inputs(input_shape), kernels=kernels,
                                   memory_format=memory_format, task=task, image_size=image_size, audio_seconds=audio_seconds,
-                                  num_frames=num_frames, measured_step_ms=measured_step_ms, measured_on=measured_on)
+                                  num_frames=num_frames, measured_step_ms=measured_step_ms, measured_on=measured_on,
+                                  steps=steps, tokens=tokens)
         if as_json:
             print_json(f.to_dict())
         else:
@@ -379,8 +389,11 @@ def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan_cmd(
         model: str = typer.Argument(..., help=MODEL_HELP),
-        epochs: float = typer.Option(..., "--epochs"),
-        dataset_size: Optional[int] = typer.Option(None, "--dataset-size"),
+        epochs: float = typer.Option(1.0, "--epochs"),
+        dataset_size: Optional[int] = typer.Option(None, "--dataset-size", help="training samples per epoch"),
+        tokens: Optional[str] = typer.Option(None, "--tokens", help="training tokens per epoch, e.g. 15T, 300B "
+                                             "(models that read token sequences)"),
+        steps: Optional[int] = typer.Option(None, "--steps", help="optimizer steps of the whole job"),
         batch_size: int = typer.Option(..., "--batch-size", "-b", help="global batch (per GPU with --per-gpu-batch)"),
         per_gpu_batch: bool = typer.Option(False, "--per-gpu-batch", help="weak scaling"),
         deadline: Optional[str] = typer.Option(None, "--deadline", help="e.g. 24h, 90m, 2d"),
@@ -416,7 +429,10 @@ def register(app: typer.Typer) -> None:
         counts = split_list(gpus, "--gpus", int)
         types = split_list(gpu_types, "--gpu-types") if gpu_types else None
         insts = split_list(instances, "--instances") if instances else None
-        res = plan(model, epochs=epochs, dataset_size=dataset_size, batch_size=batch_size,
+        from traincast.predict.options import parse_count
+
+        res = plan(model, epochs=epochs, dataset_size=dataset_size, batch_size=batch_size, steps=steps,
+                   tokens=parse_count(tokens, "--tokens") if tokens is not None else None,
                    per_gpu_batch=per_gpu_batch, gpus=counts, gpu_types=types, instances=insts,
                    deadline_s=parse_duration_s(deadline) if deadline else None, budget_usd=budget,
                    precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog),

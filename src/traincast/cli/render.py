@@ -51,7 +51,7 @@ def flops(x: float) -> str:
 
 
 def count(n: float) -> str:
-    for unit, f in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+    for unit, f in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
         if n >= f:
             return f"{n / f:.2f}{unit}"
     return str(int(n))

@@ -97,8 +97,10 @@ def pareto_flags(points: list[tuple[float, float]]) -> list[bool]:
 def plan(
     model,
     *,
-    epochs: float,
+    epochs: float = 1.0,
     dataset_size: int | None = None,
+    steps: int | None = None,
+    tokens: float | None = None,
     batch_size: int,
     per_gpu_batch: bool = False,
     gpus: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64),
@@ -143,10 +145,11 @@ def plan(
 
     cat = catalog or get_catalog()
     positive("--epochs", epochs)
-    if dataset_size is None:
+    if dataset_size is None and steps is None and tokens is None:
         dataset_size = default_dataset_size(model)
         if dataset_size is None:
-            raise ConfigError("--dataset-size is needed to plan a whole run of this model (training samples per epoch)")
+            raise ConfigError("--dataset-size (training samples per epoch), --tokens or --steps is needed to plan a "
+                              "whole run of this model")
     positive("--batch-size", batch_size)
     for g in gpus:
         positive("--gpus entries", g)
@@ -211,7 +214,8 @@ def plan(
                 continue
             if not per_gpu_batch and batch_size < g:
                 continue
-            kw = dict(instance=inst.name, gpus=g, epochs=epochs, dataset_size=dataset_size, precision=precision,
+            kw = dict(instance=inst.name, gpus=g, epochs=epochs, dataset_size=dataset_size, steps=steps, tokens=tokens,
+                      precision=precision,
                       optimizer=optimizer, seq_len=seq_len, freeze=freeze, sync=sync, catalog=cat, scaling=False,
                       family=family, exact_trace=False, predictor=predictor_for(inst.device))
             f = forecast(model, batch_size=batch_size, per_gpu_batch=per_gpu_batch, **kw)

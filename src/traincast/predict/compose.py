@@ -6,6 +6,7 @@ Workload + Cluster + Predictor -> StepTime; StepTime + Job -> Forecast.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field, replace
 
 from traincast.errors import ConfigError, positive
@@ -330,6 +331,8 @@ class Forecast:
     # scaled from a step the user measured on another GPU (scale_by_measurement): that GPU, the step measured
     # and forecast there, and their ratio, which multiplies this forecast's compute; None: not scaled
     measured: dict | None = None
+    # a model that reads token sequences: its sequence length (tokens per step = this x global_batch)
+    tokens_per_sample: int | None = None
     workload: Workload | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
@@ -512,8 +515,14 @@ def forecast(
     loader_workers: int | None = None,
     kernels: str = "eager",
     memory_format: str = "contiguous",
+    steps: int | None = None,
+    tokens: float | None = None,
 ) -> Forecast:
     """Forecast a training job: step, epoch, total time, cost, memory.
+
+    The job's length: ``epochs`` of ``dataset_size`` samples (default: the zoo model's data set), or ``steps``
+    optimizer steps in all, or ``tokens`` training tokens per epoch (a model that reads token sequences: the
+    samples are ``tokens`` / its sequence length).
 
     ``strategy``: a :class:`~traincast.predict.parallel.ParallelConfig` (tensor, pipeline, data degrees,
     ZeRO/FSDP, micro-batch, schedule, recomputation, ...; see :func:`traincast.predict.parallel.resolve`) or
@@ -538,6 +547,7 @@ def forecast(
     positive("--epochs", epochs)
     if nodes is not None:
         positive("--nodes", nodes)
+    _check_length(epochs, dataset_size, steps, tokens)
     sync = SYNC_METHODS.canonical(sync)
     if loader_workers is not None and (isinstance(loader_workers, bool) or not isinstance(loader_workers, int)
                                        or loader_workers < 1):
@@ -575,7 +585,7 @@ def forecast(
     predictor = predictor or default_predictor()
     exact = exact_trace or predictor.needs_shapes_on(device)
     wl = None if parallel else family.trace(b) if exact else family.at(b)
-    if dataset_size is None:
+    if dataset_size is None and steps is None and tokens is None:
         dataset_size = default_dataset_size(model)
     if dataset_size is not None:
         positive("--dataset-size", dataset_size)
@@ -591,7 +601,7 @@ def forecast(
             model, strategy, family=family, device=device, inst=inst, cluster=cluster_for(gpn, n_nodes), gpus=gpus,
             n_nodes=n_nodes, batch_size=batch_size, per_gpu_batch=per_gpu_batch, epochs=epochs,
             dataset_size=dataset_size, precision=precision, optimizer=optimizer, predictor=predictor,
-            exact=exact, notes=notes)
+            exact=exact, notes=notes, total_steps=steps, tokens=tokens)
     st = step_time(wl, cluster_for(gpn, n_nodes), predictor, precision, sync, overlap)
     notes.extend(predictor.notes(wl, device, precision))
     slow_host = slow_host_note(st.op_times, wl, predictor, device, st.iteration_s)
@@ -607,12 +617,9 @@ def forecast(
         if ip is not None:
             notes.append(input_note(ip, b, st.iteration_s))
     wait_s = ip.wait_s if ip is not None else 0.0
-    if dataset_size is None:
-        steps = epoch_s = total_s = None
-        notes.append("one iteration only: the epoch, total time and cost need --dataset-size (training samples "
-                     "per epoch)")
-    else:
-        steps = math.ceil(dataset_size / global_batch)
+    dataset_size, tps, steps = _job_length(wl, global_batch, dataset_size, steps, tokens, notes)
+    epoch_s = total_s = None
+    if steps is not None:
         epoch_s = steps * (st.iteration_s + wait_s)
         total_s = epoch_s * epochs
     usd_h = None
@@ -662,6 +669,7 @@ def forecast(
                                    speed, speed / p))
     bw = wl.by_phase()
     return Forecast(
+        tokens_per_sample=tps,
         model=wl.model, device=device.name, gpus=gpus, nodes=n_nodes, instance=inst.name if inst else None,
         precision=precision, optimizer=wl.optimizer, predictor=st.op_times.predictor,
         sync=sync, overlap=overlap, per_gpu_batch=b, global_batch=global_batch,
@@ -693,7 +701,8 @@ def _usd_per_hour(inst, gpus: int, n_nodes: int, notes: list[str]) -> float | No
 
 
 def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nodes, batch_size, per_gpu_batch,
-                       epochs, dataset_size, precision, optimizer, predictor, exact, notes) -> Forecast:
+                       epochs, dataset_size, precision, optimizer, predictor, exact, notes, total_steps=None,
+                       tokens=None) -> Forecast:
     """The forecast of a parallel layout (:mod:`traincast.predict.parallel`)."""
     from traincast.predict.collectives import fabric_note
     from traincast.predict.parallel.engine import ParallelModel
@@ -717,19 +726,16 @@ def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nod
     fn = fabric_note(device.link.type)
     if fn and (cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1):
         notes.append(fn)
-    if dataset_size is None:
-        steps = epoch_s = total_s = None
-        notes.append("one iteration only: the epoch, total time and cost need --dataset-size (training samples "
-                     "per epoch)")
-    else:
-        steps = math.ceil(dataset_size / global_batch)
+    wl = pm.workload(step.micro_batch)
+    dataset_size, tps, steps = _job_length(wl, global_batch, dataset_size, total_steps, tokens, notes)
+    epoch_s = total_s = None
+    if steps is not None:
         epoch_s = steps * step.iteration_s
         total_s = epoch_s * epochs
     usd_h = _usd_per_hour(inst, gpus, n_nodes, notes)
     cost = total_s / 3600 * usd_h if usd_h is not None and total_s is not None else None
     if usd_h is None:
         notes.append(f"no priced instance with {device.name} in the catalog: cost unknown")
-    wl = pm.workload(step.micro_batch)
     bw = wl.by_phase()
     compute = step.forward_s + step.backward_s + step.optimizer_s
     idle = step.pipeline_s * step.bubble_share
@@ -740,6 +746,7 @@ def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nod
                         in_flight=x.in_flight) for x in step.stages)
     strategy = step.config.to_dict() | {"micro_batches": step.micro_batches, "pipeline": step.pipeline_method}
     return Forecast(
+        tokens_per_sample=tps,
         model=base.model, device=device.name, gpus=gpus, nodes=n_nodes, instance=inst.name if inst else None,
         precision=precision, optimizer=base.optimizer, predictor=step.predictor, sync="nccl", overlap=True,
         per_gpu_batch=per_replica, global_batch=global_batch,
@@ -760,6 +767,51 @@ def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nod
         shares=step_shares(step.iteration_s, step.fp8_gemm_s, step.fp8_cast_s,
                            step.comm_exposed_by_kind.get("context", 0.0), step.comm_total_by_kind.get("context", 0.0)),
     )
+
+
+def _check_length(epochs, dataset_size, steps, tokens) -> None:
+    """One clear line where the job's length is given twice (module docstring of :func:`forecast`)."""
+    if steps is not None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigError(f"--steps must be a positive integer, got {steps!r}")
+        given = [n for n, v in (("--dataset-size", dataset_size), ("--tokens", tokens)) if v is not None]
+        if epochs != 1:
+            given.append("--epochs")
+        if given:
+            raise ConfigError(f"--steps is the whole job's length; {' and '.join(given)} cannot be given with it")
+    if tokens is not None:
+        if isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or not math.isfinite(tokens) or tokens < 1:
+            raise ConfigError(f"--tokens must be a positive number of tokens, got {tokens!r}")
+        if dataset_size is not None:
+            raise ConfigError("--tokens and --dataset-size both give the size of an epoch; give one")
+
+
+_TOKENS = re.compile(r"(\d+) tokens")
+
+
+def tokens_per_sample(wl: Workload) -> int | None:
+    """The sequence length of a model that reads token sequences (its traced input, ``2 x (8192 tokens, vocab
+    128256)``), else None."""
+    m = _TOKENS.search(wl.input_description or "")
+    return int(m.group(1)) if m else None
+
+
+def _job_length(wl, global_batch, dataset_size, total_steps, tokens, notes):
+    """(samples per epoch, tokens per sample, steps per epoch) from the length the user gave."""
+    tps = tokens_per_sample(wl)
+    if tokens is not None:
+        if tps is None:
+            raise ConfigError(f"--tokens needs a model that reads token sequences; {wl.model} reads "
+                              f"{wl.input_description or 'other inputs'}: give --dataset-size or --steps")
+        dataset_size = math.ceil(tokens / tps)
+        notes.append(f"{tokens:,.0f} tokens per epoch at {tps:,} per sample: {dataset_size:,} samples")
+    if total_steps is not None:
+        return total_steps * global_batch, tps, total_steps
+    if dataset_size is None:
+        notes.append("one iteration only: the epoch, total time and cost need --dataset-size (training samples "
+                     "per epoch), --tokens or --steps")
+        return None, tps, None
+    return dataset_size, tps, math.ceil(dataset_size / global_batch)
 
 
 def default_dataset_size(model) -> int | None:

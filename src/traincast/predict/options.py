@@ -55,7 +55,8 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                           task: str | None = None,
                           image_size: int | None = None, audio_seconds: float | None = None,
                           num_frames: int | None = None, measured_step_ms: float | None = None,
-                          measured_on: str | None = None, **layout) -> Forecast:
+                          measured_on: str | None = None, steps: int | None = None,
+                          tokens: str | float | None = None, **layout) -> Forecast:
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
 
     ``device='local'`` or ``profile=NAME|FILE``: the calibrated device profile instead of a catalog GPU (they
@@ -69,8 +70,12 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
     ``task``, ``image_size``, ``audio_seconds``, ``num_frames``: the head and inputs of a Hugging Face model
     (:func:`traincast.workload.hf.hf_options`); their notes join the forecast's.
     ``measured_step_ms`` on ``measured_on``: one training step of the same job (its per-GPU batch, one GPU) timed
-    on another GPU; the forecast's compute is scaled by measured / forecast there (:func:`scale_by_measurement`)."""
+    on another GPU; the forecast's compute is scaled by measured / forecast there (:func:`scale_by_measurement`).
+    ``steps``: the job's optimizer steps in all; ``tokens``: training tokens per epoch, a number or text such as
+    ``15T``, ``300B`` (:func:`parse_count`)."""
     cat = catalog or get_catalog()
+    if isinstance(tokens, str):
+        tokens = parse_count(tokens, "--tokens")
     pred = None  # None: the default predictor (``auto``)
     host_note = None
     if predictor is not None or adaptation != "none":
@@ -104,7 +109,7 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                      optimizer=optimizer, instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap,
                      freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=family, strategy=strategy,
                      fp8_attention=fp8_attention, loader_workers=loader_workers, inputs=inputs, kernels=kernels,
-                     memory_format=memory_format)
+                     memory_format=memory_format, steps=steps, tokens=tokens)
         if source is not None:  # the same traces, one GPU of the measured kind, the same per-GPU batch
             src = forecast(model, gpu=source, gpus=1, predictor=pred, batch_size=f.per_gpu_batch, precision=precision,
                            optimizer=optimizer, seq_len=seq_len, freeze=freeze, catalog=cat, family=family,
@@ -112,6 +117,26 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
             f = scale_by_measurement(f, src, measured_step_ms / 1e3)
     warnings = list(warnings) + list(dict.fromkeys(hf_notes)) + ([host_note] if host_note else [])
     return replace(f, notes=tuple(warnings) + f.notes) if warnings else f
+
+
+_SCALE = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def parse_count(text: str, what: str) -> float:
+    """A count written as ``15T``, ``300B``, ``2.5e12``, ``1,000,000`` or ``500M`` (K, M, B or G, T: thousands to
+    trillions, any case), checked positive and finite; else a one-line error naming ``what``."""
+    t = str(text).strip().replace(",", "").replace("_", "")
+    scale = _SCALE.get(t[-1:].lower()) if t and t[-1:].isalpha() else 1
+    num = t[:-1] if t and t[-1:].isalpha() else t
+    try:
+        if scale is None:
+            raise ValueError
+        value = float(num) * scale
+    except ValueError:
+        raise ConfigError(f"{what} must be a count such as 15T, 300B, 2.5e12 or 1000000, got {text!r}") from None
+    if not math.isfinite(value) or value < 1:
+        raise ConfigError(f"{what} must be a positive count, got {text!r}")
+    return value
 
 
 def _measured_source(measured_step_ms, measured_on, cat: Catalog, strategy, profile) -> str | None:
