@@ -14,7 +14,7 @@ from traincast.hardware import get_catalog
 from traincast.predict.host import host_seconds
 from traincast.predict.roofline import RooflineParams, compile_ops
 from traincast.workload import trace
-from traincast.workload.fusion import fuse_pointwise, fusion_groups
+from traincast.workload.fusion import apply_kernels, fuse_pointwise, fusion_groups
 from traincast.workload.records import MemoryFootprint, Workload
 from traincast.workload.tracer import trace_call
 
@@ -156,6 +156,28 @@ def test_parallel_layouts_take_the_kernel_mode(tmp_path):
         its[k], mem[k] = f.iteration_s, f.peak_memory_bytes
     assert its["compiled"] < its["eager"]
     assert mem["compiled"] < mem["eager"]
+
+
+def test_a_compiled_layout_keeps_the_activations_the_partitioner_saves(tmp_path):
+    """A compiler recomputes autocast's weight casts from the parameters, so its saved bytes hold none of them:
+    a layout of one replica per GPU keeps exactly the compiled trace's saved activations (not those less the
+    weight copies, which had left nothing: 0 B of activations for a 7B model)."""
+    from traincast.predict.options import forecast_from_options
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "llama", "hidden_size": 256, "intermediate_size": 688,
+                             "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+                             "vocab_size": 2000, "max_position_embeddings": 512}))
+    acts = {}
+    for k in ("eager", "compiled"):
+        wl = apply_kernels(trace(str(p), batch_size=1, seq_len=512, precision="amp-bf16", optimizer="adamw"), k)
+        f = forecast_from_options(str(p), gpu="H100", gpus=2, batch_size=2, seq_len=512, precision="amp-bf16",
+                                  optimizer="adamw", zero=3, micro_batch=1, kernels=k)
+        acts[k] = (f.memory["activations"], wl.memory.activation_bytes, wl.recomputed_bytes)
+    saved, traced, recomputed = acts["compiled"]
+    assert recomputed > 0 and saved == pytest.approx(traced, rel=0.01)
+    eager_saved, eager_traced, _ = acts["eager"]
+    assert 0 < saved < eager_saved < eager_traced  # eager's copies of the weights are counted once, apart
 
 
 def test_a_workload_without_data_flow_is_refused():

@@ -398,8 +398,11 @@ class ParallelModel:
                 bwd[u] += s
                 bfl[u] += o.flops
             trans[u] = max(trans[u], 2.0 * o.bytes_written)
-        # the trace's saved bytes less the weight copies autocast keeps (those are counted once per step)
-        act_total = max(0.0, float(wl.memory.activation_bytes) - sum(lay.weight_copy_bytes))
+        # the trace's saved bytes less the weight copies autocast keeps (those are counted once per step). A
+        # compiler saves none of them: its partitioner recomputes each cast from its parameter, which is kept
+        # anyway (workload/fusion.py), so a compiled trace's saved bytes hold no weight copy to take out
+        copies = sum(lay.weight_copy_bytes) if wl.kernels == "eager" else 0
+        act_total = max(0.0, float(wl.memory.activation_bytes) - copies)
         act = [0.0] * n_units
         core_act = [0.0] * n_units
         saved_act = [0.0] * n_units
