@@ -61,6 +61,50 @@ def ideal_model(family, a100):
 
 
 # --- the layout of a traced GPT ----------------------------------------------------------------------------
+@pytest.mark.parametrize("t", [2, 4])
+def test_the_vocabulary_parallel_embedding_makes_its_share_of_the_weight_gradient(family, t):
+    """Each tensor rank of a vocabulary-parallel embedding makes the gradient rows of its 1/t of the vocabulary:
+    the dense (vocab, h) gradient, its casts and the tied head's sum are 1/t on a rank, not whole."""
+    wl = family.trace(4)
+    lay = analyse(wl)
+    idx = [i for i, o in enumerate(wl.ops) if o.phase != "optimizer"]
+    sharded = shard_ops(wl.ops, lay, t, False, idx)
+    k = next(k for k, i in enumerate(idx) if wl.ops[i].aten == "embedding_dense_backward"
+             and wl.ops[i].output_shapes[0] == (VOCAB, H))
+    assert sharded[k].output_shapes[0] == (VOCAB // t, H)
+    assert sharded[k].bytes_written * t == wl.ops[idx[k]].bytes_written
+    # the lookup's output (every token's row, all-reduced over the ranks) stays whole
+    f = next(k for k, i in enumerate(idx) if wl.ops[i].aten == "embedding" and wl.ops[i].phase == "forward")
+    assert sharded[f].output_shapes == wl.ops[idx[f]].output_shapes
+
+
+@pytest.mark.parametrize("layers,pp,v,sizes", [
+    (70, 12, 1, [5] + [6] * 10 + [5]),  # BLOOM: 70 layers on 12 stages, the ends lighter (they hold the embeddings)
+    (80, 8, 1, [10] * 8),
+    (4, 3, 1, [1, 2, 1]),
+    (7, 2, 1, [4, 3]),
+    (10, 2, 2, [2, 3, 3, 2]),  # interleaved: the chunks in order
+])
+def test_layers_that_do_not_divide_go_to_the_middle_stages(layers, pp, v, sizes):
+    from types import SimpleNamespace
+
+    from traincast.predict.parallel.engine import _layers_per_chunk
+
+    got = _layers_per_chunk(SimpleNamespace(layers=layers), SimpleNamespace(pp=pp, virtual_stages=v))
+    assert got == sizes and sum(got) == layers
+
+
+def test_an_uneven_pipeline_is_forecast_stage_by_stage(model):
+    """4 layers on 3 stages: the middle stage holds 2 layers and is the slowest; the bubble is that of equal
+    stages at the slowest one's pace or more."""
+    cfg = ParallelConfig(tp=1, pp=3, dp=1, micro_batch=1)
+    st = model.evaluate(cfg, 6)
+    assert [s.layers for s in st.stages] == [1, 2, 1]
+    fb = [s.forward_s + s.backward_s for s in st.stages]
+    assert fb[1] == max(fb)
+    assert st.bubble_share >= (3 - 1) / (6 + 3 - 1) - 1e-9
+
+
 def test_layout_finds_layers_roles_and_parameters(family):
     wl = family.trace(4)
     lay = analyse(wl)
@@ -458,8 +502,12 @@ def test_parallelize_lists_fastest_layouts_that_fit(cli, capsys, small_gpt):
     assert 1 <= len(top) <= 10 and all(c["fits_in_memory"] for c in top)
     assert [c["iteration_s"] for c in top] == sorted(c["iteration_s"] for c in top)
     assert d["considered"] > len(top)
-    # 3 GPUs: 3 divides neither the 4 heads nor the 4 layers, and 3 replicas cannot share a batch of 7
-    code, out = _run(cli, ["parallelize", small_gpt, "--gpu", "A100-80GB", "--gpus", "3", "-b", "7"], capsys)
+    # 3 GPUs: 3 pipeline stages of 1, 2 and 1 of the 4 layers (3 divides neither the heads nor the layers)
+    code, out = _run(cli, ["parallelize", small_gpt, "--gpu", "A100-80GB", "--gpus", "3", "-b", "7", "--json"], capsys)
+    assert code == 0, out.err
+    assert json.loads(out.out)["best"]["config"]["pp"] == 3
+    # 5 GPUs: 5 does not divide the 4 heads, 5 stages are more than the 4 layers, 5 replicas cannot share 7
+    code, out = _run(cli, ["parallelize", small_gpt, "--gpu", "A100-80GB", "--gpus", "5", "-b", "7"], capsys)
     assert code == 2 and "error:" in out.err
 
 

@@ -122,6 +122,12 @@ def _split_gemm_shapes(op: OpRecord, which: str, t: int):
     return tuple(tuple(s) for s in ins), tuple(tuple(s) for s in outs)
 
 
+def _split_vocab(shape, t: int, vocab: int) -> tuple:
+    """``shape`` with a vocabulary dimension (``vocab``) divided over ``t`` ranks (rounded up: Megatron pads the
+    vocabulary to a multiple of the tensor degree); other shapes as they are."""
+    return tuple(-(-d // t) if d == vocab else d for d in shape) if vocab in shape else tuple(shape)
+
+
 def _split_shape(shape, t: int, feature: int | None = None, tokens: tuple = ()) -> tuple:
     """A tensor's shape with its split dimension divided: the heads dimension of a 4-D tensor, a dimension equal
     to ``feature``, else the last one that ``t`` divides; ``tokens``: sizes of a token dimension (sequence
@@ -177,6 +183,18 @@ def shard_ops(ops, layout: ModelLayout, t: int, sp: bool, indices=None, tokens: 
         o = ops[i]
         r = layout.roles[i]
         role = r.role
+        if role in ("replicated", "none") and o.phase == "backward" and layout.vocab and \
+                any(layout.vocab in sh and len(sh) == 2 for sh in o.output_shapes):
+            # the vocabulary-parallel embedding's weight gradient (and its casts and the tied head's sum): each
+            # rank makes the rows of its 1/t of the vocabulary (Megatron's VocabParallelEmbedding)
+            v = layout.vocab
+            ins = tuple(_split_vocab(sh, t, v) for sh in o.input_shapes)
+            outs = tuple(_split_vocab(sh, t, v) for sh in o.output_shapes)
+            fr = sum(map(_numel, ins)) / max(1, sum(map(_numel, o.input_shapes)))
+            fw = sum(map(_numel, outs)) / max(1, sum(map(_numel, o.output_shapes)))
+            out.append(replace(o, flops=int(o.flops * fw), bytes_read=int(o.bytes_read * fr),
+                               bytes_written=int(o.bytes_written * fw), input_shapes=ins, output_shapes=outs))
+            continue
         if role in ("optimizer", "none") or (role == "replicated" and not sp):
             out.append(o)
             continue
@@ -553,20 +571,25 @@ class ParallelStep:
         return d
 
 
-def _layers_per_chunk(lay: ModelLayout, cfg: ParallelConfig) -> int:
+def _layers_per_chunk(lay: ModelLayout, cfg: ParallelConfig) -> list[int]:
+    """The layers of each pipeline chunk (stage, or virtual stage in order). Where they do not divide evenly, the
+    middle chunks take one layer more than the first and last, which also hold the embedding and the output
+    layer and loss (DeepSpeed's ``type:transformer|embedding`` partition; BLOOM's 70 layers on 12 stages: 5, 6 x
+    10, 5); where more are left, the first and last take theirs too."""
     chunks = cfg.pp * cfg.virtual_stages
     L = lay.layers
     if L == 0:
         if chunks > 1:
             raise ConfigError("pipeline stages need a model made of layers; this model has no repeated blocks")
-        return 0
+        return [0]
     if chunks > L:
         raise ConfigError(f"--pp {cfg.pp}" + (f" x {cfg.virtual_stages} virtual stages" if cfg.virtual_stages > 1 else "")
                           + f" = {chunks} pipeline chunks is more than the model's {L} layers")
-    if L % chunks:
-        raise ConfigError(f"the model's {L} layers do not divide into {chunks} equal pipeline chunks (--pp {cfg.pp}"
-                          + (f" x {cfg.virtual_stages} virtual stages" if cfg.virtual_stages > 1 else "") + ")")
-    return L // chunks
+    base, extra = divmod(L, chunks)
+    sizes = [base] * chunks
+    for c in (list(range(1, chunks - 1)) + [0, chunks - 1])[:extra]:
+        sizes[c] += 1
+    return sizes
 
 
 def check_against_model(lay: ModelLayout, cfg: ParallelConfig, model_name: str = "the model") -> None:
@@ -631,12 +654,13 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     cp = model.collectives
     notes: list[str] = []
     n_units = len(lay.units)
-    per_chunk = _layers_per_chunk(lay, cfg)
+    sizes = _layers_per_chunk(lay, cfg)
     chunks = p * v
     # units of each virtual stage: pre with the first, post with the last
     chunk_units: list[list[int]] = []
     for c in range(chunks):
-        us = [1 + c * per_chunk + k for k in range(per_chunk)] if per_chunk else []
+        first = 1 + sum(sizes[:c])
+        us = list(range(first, first + sizes[c])) if lay.layers else []
         if c == 0:
             us = [0] + us
         if c == chunks - 1:

@@ -93,7 +93,7 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
         if tp > max_tp or gpus % (tp * cp):
             continue
         for pp in _divisors(gpus // (tp * cp)):
-            if pp > 1 and (layers == 0 or layers % pp):
+            if pp > 1 and (layers == 0 or layers < pp):
                 continue
             dp = gpus // (tp * pp * cp)
             if global_batch % dp:
