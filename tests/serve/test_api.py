@@ -70,6 +70,20 @@ def test_a_timm_model_by_name_is_forecast_as_the_cli_does(client, cli_app, capsy
                                 "--json")
 
 
+def test_a_named_language_model_by_hub_id_with_its_tokens_is_forecast_as_the_cli_does(client, cli_app, capsys):
+    body = {"model": "Qwen/Qwen2.5-7B", "gpu": "H100", "gpus": 2, "batch_size": 2, "seq_len": 128,
+            "precision": "amp-bf16", "optimizer": "adamw", "fsdp": "full", "micro_batch": 1, "tokens": 1e9}
+    r = client.post("/api/v1/forecast", json=body)
+    assert r.status_code == 200, r.text
+    want = cli_json(cli_app, capsys, "predict", "Qwen/Qwen2.5-7B", "--gpu", "H100", "--gpus", "2", "-b", "2",
+                    "--seq-len", "128", "--precision", "amp-bf16", "--optimizer", "adamw", "--fsdp", "full",
+                    "--micro-batch", "1", "--tokens", "1B", "--json")
+    assert r.json() == want and want["tokens_per_sample"] == 128 and want["dataset_size"] == 7812500
+    assert any(m["name"] == "qwen2.5-7b" for m in client.get("/api/v1/models").json())
+    bad = client.post("/api/v1/forecast", json={**body, "steps": 10})
+    assert bad.status_code == 422 and "--steps is the whole job's length" in bad.text
+
+
 def test_an_uploaded_hugging_face_config_is_traced_from_a_file_of_the_server(client, tmp_path):
     cfg = {"model_type": "gpt2", "n_embd": 128, "n_head": 4, "n_layer": 2, "n_positions": 64, "vocab_size": 500}
     r = client.post("/api/v1/forecast", json={"hf_config": cfg, "gpu": "T4", "batch_size": 8, "dataset_size": 800})

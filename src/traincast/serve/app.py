@@ -67,9 +67,10 @@ def api_router() -> APIRouter:
 
     @r.get("/models", tags=["about"])
     def models():
-        from traincast.workload import zoo
+        from traincast.workload import llms, zoo
 
-        return [dict(name=e.name, family=e.family, description=e.description) for e in zoo.ZOO.values()]
+        return ([dict(name=e.name, family=e.family, description=e.description) for e in zoo.ZOO.values()]
+                + [dict(name=n, family="llm", description=e["about"]) for n, e in llms.models().items()])
 
     @r.get("/gpus", tags=["about"])
     def gpus():

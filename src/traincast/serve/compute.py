@@ -163,7 +163,8 @@ class Compute:
         key = "plan:" + json.dumps({"model": mkey, **opts}, sort_keys=True)
 
         def run():
-            res = plan(source, epochs=req.epochs, dataset_size=req.dataset_size, batch_size=req.batch_size,
+            res = plan(source, epochs=req.epochs, dataset_size=req.dataset_size, steps=req.steps, tokens=req.tokens,
+                       batch_size=req.batch_size,
                        per_gpu_batch=req.per_gpu_batch, gpus=tuple(req.gpus),
                        gpu_types=tuple(req.gpu_types) if req.gpu_types else None,
                        instances=tuple(req.instances) if req.instances else None,

@@ -31,6 +31,10 @@ def _zoo_name(v: str | None) -> str | None:
             raise UnknownNameError("timm model", name, timm_names())
         return v
 
+    from traincast.workload import llms
+
+    if llms.resolve(v):  # a named language model, or its hub id (meta-llama/Llama-3.1-70B): no file is read
+        return v
     if any(ch in v for ch in "/\\:") or v.lower().endswith((".yaml", ".yml", ".json")) or v.startswith("."):
         raise ValueError("must be a model of the zoo (GET /api/v1/models) or timm:NAME; the server never reads files named in "
                          "a request: send a Hugging Face config.json as hf_config instead")
@@ -82,6 +86,9 @@ class ForecastRequest(ModelChoice):
     per_gpu_batch: bool = False
     epochs: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
     dataset_size: Pos | None = None
+    tokens: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = Field(
+        None, description="training tokens per epoch (models that read token sequences; traincast predict --tokens)")
+    steps: Pos | None = Field(None, description="optimizer steps of the whole job (traincast predict --steps)")
     precision: str = "fp32"
     optimizer: str = "sgd"
     sync: str = "nccl"
@@ -147,8 +154,11 @@ def _csv(v, cast):
 class PlanRequest(ModelChoice):
     """The options of ``traincast plan``; the answer is what ``plan --json`` prints."""
 
-    epochs: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    epochs: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
     dataset_size: Pos | None = None
+    tokens: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = Field(
+        None, description="training tokens per epoch (models that read token sequences; traincast plan --tokens)")
+    steps: Pos | None = Field(None, description="optimizer steps of the whole job (traincast plan --steps)")
     batch_size: Annotated[int, Field(gt=0, lt=2**31)]
     per_gpu_batch: bool = False
     deadline: str | None = Field(None, examples=["24h"], description="e.g. 24h, 90m, 2d")
