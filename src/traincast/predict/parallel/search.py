@@ -93,7 +93,10 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
         if tp > max_tp or gpus % (tp * cp):
             continue
         for pp in _divisors(gpus // (tp * cp)):
-            if pp > 1 and (layers == 0 or layers < pp):
+            # stages that do not divide the layers: only where the fullest stage holds at most 10% more than
+            # the mean (BLOOM's 70 layers on 12 stages: 6 vs 5.8; Llama 3 405B's 126 on 16); a more uneven one
+            # idles the rest of the pipeline, and the search has the even ones
+            if pp > 1 and (layers == 0 or layers < pp or -(-layers // pp) > 1.1 * layers / pp):
                 continue
             dp = gpus // (tp * pp * cp)
             if global_batch % dp:
