@@ -502,12 +502,9 @@ def test_parallelize_lists_fastest_layouts_that_fit(cli, capsys, small_gpt):
     assert 1 <= len(top) <= 10 and all(c["fits_in_memory"] for c in top)
     assert [c["iteration_s"] for c in top] == sorted(c["iteration_s"] for c in top)
     assert d["considered"] > len(top)
-    # 3 GPUs: 3 pipeline stages of 1, 2 and 1 of the 4 layers (3 divides neither the heads nor the layers)
-    code, out = _run(cli, ["parallelize", small_gpt, "--gpu", "A100-80GB", "--gpus", "3", "-b", "7", "--json"], capsys)
-    assert code == 0, out.err
-    assert json.loads(out.out)["best"]["config"]["pp"] == 3
-    # 5 GPUs: 5 does not divide the 4 heads, 5 stages are more than the 4 layers, 5 replicas cannot share 7
-    code, out = _run(cli, ["parallelize", small_gpt, "--gpu", "A100-80GB", "--gpus", "5", "-b", "7"], capsys)
+    # 3 GPUs: 3 divides neither the 4 heads nor the 4 layers (stages of 1, 2 and 1 layers are too uneven for the
+    # search: the fullest holds 50% more than the mean), and 3 replicas cannot share a batch of 7
+    code, out = _run(cli, ["parallelize", small_gpt, "--gpu", "A100-80GB", "--gpus", "3", "-b", "7"], capsys)
     assert code == 2 and "error:" in out.err
 
 
