@@ -374,7 +374,7 @@ def test_a_config_without_a_dataset_size_forecasts_one_iteration(tmp_path, capsy
     out = capsys.readouterr().out
     assert "iteration" in out and "--dataset-size" in out
     assert run(["plan", str(cfg), "--epochs", "1", "-b", "4", "--seq-len", "32", "--plot", ""]) == 2
-    assert "--dataset-size is needed" in capsys.readouterr().err
+    assert "--dataset-size (training samples per epoch), --tokens or --steps is needed" in capsys.readouterr().err
 
 
 def test_auto_reads_shapes_only_where_the_learned_model_times_ops():

@@ -51,7 +51,8 @@ def test_sources_are_recognised_by_prefix_and_shape(tmp_path):
     hf = tmp_path / "config.json"
     hf.write_text(json.dumps({"model_type": "gpt2", "n_layer": 1}))
     assert source_of(str(hf)).name == "hf-config"
-    assert set(SOURCES.names()) == {"timm", "python", "diffusers", "hf-config", "spec", "zoo"}
+    assert source_of("llama-3.1-8b").name == source_of("meta-llama/Llama-3.1-8B").name == "llm"
+    assert set(SOURCES.names()) == {"timm", "python", "diffusers", "hf-config", "llm", "spec", "zoo"}
 
 
 def test_timm_model_traces_at_its_own_input_size():

@@ -770,7 +770,7 @@ def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nod
 
 
 def _check_length(epochs, dataset_size, steps, tokens) -> None:
-    """One clear line where the job's length is given twice (module docstring of :func:`forecast`)."""
+    """One clear line where the job's length is given twice or is not a count (:func:`forecast`'s docstring)."""
     if steps is not None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ConfigError(f"--steps must be a positive integer, got {steps!r}")
