@@ -331,16 +331,20 @@ def register(app: typer.Typer) -> None:
         from traincast.workload import llms, tvtasks, zoo
 
         rows = [[e.name, e.family, e.description] for e in zoo.ZOO.values()]
-        rows += [[n, "llm", e["about"] + (f" (hub: {e['hub']})" if e["hub"] else "")] for n, e in llms.models().items()]
+        rows += [[n, "llm", e["about"]] for n, e in llms.models().items()]
         tv = [n for n in zoo.torchvision_names() if n not in zoo.ZOO]
         tasks = tvtasks.task_names()
         if as_json:
-            print_json([dict(name=r[0], family=r[1], description=r[2]) for r in rows]
+            hub = {n: e["hub"] for n, e in llms.models().items() if e["hub"]}
+            print_json([dict(name=r[0], family=r[1], description=r[2]) | ({"hub": hub[r[0]]} if r[0] in hub else {})
+                        for r in rows]
                        + [dict(name=n, family="vision", description=f"{n} (torchvision)") for n in tv]
                        + [dict(name=n, family="vision", description=tvtasks.description(n)) for n in tasks])
             return
         console.print(table("models", ["name", "family", "description"], rows, justify_right_from=9))
         console.print("aliases: " + ", ".join(f"{a} -> {b}" for a, b in zoo.ALIASES.items()))
+        console.print("named language models by their hub id too: " + ", ".join(
+            f"{e['hub']} -> {n}" for n, e in llms.models().items() if e["hub"]))
         console.print(f"and every torchvision classification model ({len(tv)} more, ImageNet-1k input): "
                       + ", ".join(tv))
         for task in dict.fromkeys(tasks.values()):
