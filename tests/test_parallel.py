@@ -508,6 +508,22 @@ def test_parallelize_lists_fastest_layouts_that_fit(cli, capsys, small_gpt):
     assert code == 2 and "error:" in out.err
 
 
+def test_predict_with_the_best_layout_takes_parallelizes_choice(small_gpt):
+    from traincast.errors import ConfigError
+    from traincast.predict.options import forecast_from_options
+    from traincast.predict.parallel.search import parallelize
+
+    kw = dict(gpu="A100-SXM4-80GB", gpus=8, batch_size=32, seq_len=SEQ, precision="amp-bf16", optimizer="adamw")
+    best = parallelize(small_gpt, **kw).best
+    f = forecast_from_options(small_gpt, best_layout=True, steps=10, **kw)
+    label = f.strategy["label"] if f.strategy else "plain data parallel"
+    assert label == (best.config.label() if not best.config.is_plain_data_parallel else "plain data parallel")
+    assert f.iteration_s == pytest.approx(best.iteration_s, rel=1e-6) and f.total_s == pytest.approx(10 * f.iteration_s)
+    assert any("as `traincast parallelize` finds it" in n for n in f.notes)
+    with pytest.raises(ConfigError, match="--best-layout searches the layout itself"):
+        forecast_from_options(small_gpt, best_layout=True, tp=2, **kw)
+
+
 def test_strategy_registries_name_every_choice():
     from traincast.predict.parallel import RECOMPUTATIONS, SCHEDULES, SHARDINGS
 

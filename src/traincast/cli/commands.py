@@ -217,6 +217,8 @@ def register(app: typer.Typer) -> None:
                                                help="split norms and dropout over the tensor ranks by tokens"),
         offload_optimizer: bool = typer.Option(False, "--offload-optimizer",
                                                help="optimizer states and step on the CPU (ZeRO-Offload)"),
+        best_layout: bool = typer.Option(False, "--best-layout", help="the fastest layout that fits, as "
+                                         "`traincast parallelize` finds it (instead of --tp/--pp/--zero/...)"),
         cp: int = typer.Option(1, "--cp", help="context-parallel degree: the sequence split over cp GPUs"),
         cp_kind: str = typer.Option("ring", "--cp-kind", help=_parallel_names("cp_kind")),
         fp8_all_gather: bool = typer.Option(False, "--fp8-all-gather",
@@ -260,7 +262,7 @@ def register(app: typer.Typer) -> None:
                                   loader_workers=loader_workers, inputs=_inputs(input_shape), kernels=kernels,
                                   memory_format=memory_format, task=task, image_size=image_size, audio_seconds=audio_seconds,
                                   num_frames=num_frames, measured_step_ms=measured_step_ms, measured_on=measured_on,
-                                  steps=steps, tokens=tokens)
+                                  steps=steps, tokens=tokens, best_layout=best_layout)
         if as_json:
             print_json(f.to_dict())
         else:

@@ -56,7 +56,7 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                           image_size: int | None = None, audio_seconds: float | None = None,
                           num_frames: int | None = None, measured_step_ms: float | None = None,
                           measured_on: str | None = None, steps: int | None = None,
-                          tokens: str | float | None = None, **layout) -> Forecast:
+                          tokens: str | float | None = None, best_layout: bool = False, **layout) -> Forecast:
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
 
     ``device='local'`` or ``profile=NAME|FILE``: the calibrated device profile instead of a catalog GPU (they
@@ -72,7 +72,8 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
     ``measured_step_ms`` on ``measured_on``: one training step of the same job (its per-GPU batch, one GPU) timed
     on another GPU; the forecast's compute is scaled by measured / forecast there (:func:`scale_by_measurement`).
     ``steps``: the job's optimizer steps in all; ``tokens``: training tokens per epoch, a number or text such as
-    ``15T``, ``300B`` (:func:`parse_count`)."""
+    ``15T``, ``300B`` (:func:`parse_count`). ``best_layout``: the fastest layout that fits, found by the search
+    ``traincast parallelize`` runs, instead of the ``layout`` options."""
     cat = catalog or get_catalog()
     if isinstance(tokens, str):
         tokens = parse_count(tokens, "--tokens")
@@ -98,6 +99,22 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
 
             pred, host_note = prof.host_predictor(default_predictor()), prof.host_note()
     strategy, warnings = strategy_from_options(gpus, nodes, instance, cat, **layout)
+    if best_layout:
+        if strategy is not None:
+            raise ConfigError("--best-layout searches the layout itself; give it or the layout's options (--tp, "
+                              "--pp, --zero, --micro-batch, ...), not both")
+        if measured_step_ms is not None:
+            raise ConfigError("--best-layout and --measured-step-ms: scale a layout you name, not a searched one")
+        family = family or WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len,
+                                          freeze=freeze, inputs=inputs, fp8_attention=fp8_attention, kernels=kernels,
+                                          memory_format=memory_format)
+        with hf_inputs(task, image_size, audio_seconds, num_frames) as search_notes:
+            strategy, found = _search_layout(model, family, cat, gpu=gpu, gpus=gpus, nodes=nodes, instance=instance,
+                                             network_gbit=network_gbit, predictor=pred, precision=precision,
+                                             global_batch=batch_size * gpus if per_gpu_batch else batch_size)
+        if per_gpu_batch:
+            batch_size, per_gpu_batch = batch_size * gpus, False
+        warnings = list(warnings) + [found] + list(dict.fromkeys(search_notes))
     source = _measured_source(measured_step_ms, measured_on, cat, strategy, device or profile)
     with hf_inputs(task, image_size, audio_seconds, num_frames) as hf_notes:
         if source is not None and family is None:  # one family: the measured GPU's forecast reuses the traces
@@ -117,6 +134,28 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
             f = scale_by_measurement(f, src, measured_step_ms / 1e3)
     warnings = list(warnings) + list(dict.fromkeys(hf_notes)) + ([host_note] if host_note else [])
     return replace(f, notes=tuple(warnings) + f.notes) if warnings else f
+
+
+def _search_layout(model, family, cat, *, gpu, gpus, nodes, instance, network_gbit, predictor, precision,
+                   global_batch):
+    """The fastest layout that fits (``traincast parallelize``'s search), and a note saying how it was found."""
+    from traincast.predict.compose import cluster_of
+    from traincast.predict.parallel import ParallelModel
+    from traincast.predict.parallel.search import search
+    from traincast.predict.registry import default_predictor
+
+    device, cluster, _ = cluster_of(cat, gpu=gpu, instance=instance, gpus=gpus, nodes=nodes,
+                                    network_gbit_per_s=network_gbit)
+    pm = ParallelModel(family, device, cluster, predictor or default_predictor(), precision)
+    res = search(pm, gpus, global_batch, top=1)
+    if res.best is None:
+        need = res.best_any.peak_memory_bytes / 2**30 if res.best_any is not None else float("nan")
+        raise ConfigError(f"--best-layout: none of the {res.considered} layouts of {gpus} GPUs fits in "
+                          f"{device.name}'s memory (the fastest needs {need:.1f} GiB per GPU); more GPUs, a GPU "
+                          "with more memory or a smaller batch")
+    cfg = res.best.config
+    return cfg, (f"layout {cfg.label()}: the fastest that fits of {res.considered} searched ({res.out_of_memory} do "
+                 "not fit), as `traincast parallelize` finds it")
 
 
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}

@@ -112,6 +112,8 @@ class ForecastRequest(ModelChoice):
     recompute: Literal["none", "selective", "selective-op", "full"] = "none"
     sequence_parallel: bool = False
     offload_optimizer: bool = False
+    best_layout: bool = Field(False, description="the fastest layout that fits, as parallelize finds it "
+                                                 "(traincast predict --best-layout)")
     cp: Pos = 1
     cp_kind: Literal["ring", "all-to-all"] = "ring"
     tp_comm_overlap: bool = False
