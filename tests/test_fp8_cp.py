@@ -92,6 +92,26 @@ def test_fp8_rewrites_the_linear_layers_gemms_casts_and_memory(bf16_trace, prec)
     assert sum(o.bytes_written for o in w_casts) == int(LINEAR_WEIGHTS * LAYERS * 2 * per_val)
 
 
+@pytest.mark.parametrize("kernels", ["eager", "compiled"])
+def test_fp8_saves_each_linear_input_once_and_a_compiled_step_no_weight_copy(tmp_path, kernels):
+    """A Llama's q, k and v projections read one normed input, and gate and up another: autograd saves each
+    once, so FP8 saves each once at one byte (not once per projection). A compiled step's saved bytes hold no
+    weight copy (its partitioner recomputes the casts), so FP8 adds none there; eager's hold autocast's."""
+    h, inter, layers, seq = 64, 176, 2, 32
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "llama", "hidden_size": h, "intermediate_size": inter,
+                             "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
+                             "vocab_size": 512, "max_position_embeddings": seq}))
+    acts = {prec: WorkloadFamily(str(p), optimizer="adamw", precision=prec, seq_len=seq, kernels=kernels).trace(2)
+            for prec in ("bf16", "fp8-current")}
+    tokens = 2 * seq
+    saved = layers * tokens * (3 * h + inter)  # x_norm (q, k, v), attention out (o), x_norm2 (gate, up), act (down)
+    weights = layers * (2 * h * h + 2 * h * (h // 2) + 3 * h * inter)  # q, o; k, v at 2 of 4 heads; gate, up, down
+    copies = weights * 2 if kernels == "eager" else 0  # the FP8 weight and its transpose, kept for the backward
+    delta = acts["fp8-current"].memory.activation_bytes - acts["bf16"].memory.activation_bytes
+    assert delta == copies - saved
+
+
 def test_fp8_gemms_run_at_the_fp8_peak(h100):
     b200 = get_catalog().device("B200")
     assert compute_unit("matmul", "fp8", h100, "fp8") == ("fp8", "tensor")

@@ -229,7 +229,12 @@ def apply_fp8(wl, precision: "str | Precision | None" = None, fp8_attention: boo
 
     ops = []
     act_delta = 0.0
+    # an eager trace's saved bytes hold autocast's weight copies (the parallel engine takes the copies out and
+    # counts them once per step); a compiled one's hold none (its partitioner recomputes the casts,
+    # workload/fusion.py), so the FP8 weight copies change them only in eager traces
+    copies_saved = getattr(wl, "kernels", "eager") == "eager"
     bwd_cast_done: set = set()
+    fp8_saved: set = set()  # the tensors (producer op, output slot) whose saved copy is already FP8
     weight_cast: set = set()  # modules whose weight has its FP8 copy this step
     for o in wl.ops:
         m = o.module
@@ -241,7 +246,8 @@ def apply_fp8(wl, precision: "str | Precision | None" = None, fp8_attention: boo
                 weight_cast.add(m)
                 n = K * N
                 ops.extend(cast(m, "forward", (K, N)))
-                act_delta += n * copy_bytes
+                if copies_saved:
+                    act_delta += n * copy_bytes
             if o.phase == "forward" and o.op_class == "copy" and o.aten == "_to_copy" and o.output_shapes and \
                     tuple(o.output_shapes[0]) in ((K, N), (N, K)):
                 weight_cast.add(m)
@@ -249,7 +255,8 @@ def apply_fp8(wl, precision: "str | Precision | None" = None, fp8_attention: boo
                 n = _numel(o.output_shapes[0])
                 extra_read = o.bytes_read if rec.amax_pass else 0
                 new_w = int(n * copy_bytes)
-                act_delta += new_w - o.bytes_written
+                if copies_saved:
+                    act_delta += new_w - o.bytes_written
                 ops.append(replace(o, aten="fp8_cast_transpose", dtype="fp8", bytes_written=new_w,
                                    bytes_read=o.bytes_read + extra_read))
                 continue
@@ -260,8 +267,13 @@ def apply_fp8(wl, precision: "str | Precision | None" = None, fp8_attention: boo
                 if o.phase == "forward":
                     bwd_cast_done.discard(m)
                     ops.extend(cast(m, "forward", ins[-2]))
-                    # the saved input: FP8 instead of BF16
-                    act_delta -= _numel(ins[-2]) * (2 - per_val)
+                    # the saved input: FP8 instead of BF16, once per input tensor (q, k and v projections, or
+                    # gate and up, read one normed input, which autograd saves once)
+                    made_by = next(((p, slot) for p, slot, *_ in o.src if p >= 0), None)
+                    if made_by is None or made_by not in fp8_saved:
+                        if made_by is not None:
+                            fp8_saved.add(made_by)
+                        act_delta -= _numel(ins[-2]) * (2 - per_val)
                 elif m not in bwd_cast_done:
                     bwd_cast_done.add(m)
                     ops.extend(cast(m, "backward", (M, N)))
