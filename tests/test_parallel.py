@@ -550,3 +550,27 @@ def test_plan_uses_the_best_layout_per_configuration(small_gpt):
         assert s.iteration_s <= p.iteration_s * (1 + 1e-9)
         assert (s.layout == "") == (s.iteration_s == p.iteration_s)
     assert "layout" in searched.to_dict()["configurations"][0]
+
+
+def test_exposed_gradient_sync_closed_form_equals_the_bucket_by_bucket_queue():
+    """The bucketed all-reduce's exposed tail in O(1) equals the queue simulated bucket by bucket (DDP: bucket k
+    starts when the backward pass has produced it and bucket k-1 is done)."""
+    import random
+
+    from traincast.predict.parallel.engine import _exposed_after
+
+    def queue(t_sync, backward_s, nbytes, bucket):
+        n = max(1, math.ceil(nbytes / bucket))
+        sizes = [bucket] * (n - 1) + [nbytes - bucket * (n - 1)]
+        finish = done = 0.0
+        for sz in sizes:
+            done += sz
+            finish = max(finish, backward_s * done / nbytes) + t_sync * sz / nbytes
+        return max(0.0, finish - backward_s)
+
+    r = random.Random(0)
+    for _ in range(2000):
+        args = (r.uniform(0.01, 2), r.uniform(0.01, 2), r.uniform(1e3, 1e10), r.choice([1e6, 25e6, 4e8, 3e9]))
+        assert _exposed_after(*args) == pytest.approx(queue(*args), rel=1e-9, abs=1e-12)
+    assert _exposed_after(0.0, 1.0, 1e9, 25e6) == 0.0
+    assert _exposed_after(3.0, 1.0, 1e9, 1e9) == pytest.approx(3.0)  # one bucket: all of it after the backward

@@ -1042,11 +1042,13 @@ def _exposed_after(t_sync: float, backward_s: float, nbytes: float, bucket: floa
     if t_sync <= 0 or nbytes <= 0:
         return 0.0
     n = max(1, math.ceil(nbytes / bucket))
-    sizes = [bucket] * (n - 1) + [nbytes - bucket * (n - 1)]
-    finish = done = 0.0
-    for sz in sizes:
-        done += sz
-        finish = max(finish, backward_s * done / nbytes) + t_sync * sz / nbytes
+    # one link serving buckets in order: the last finishes at max over k of (bucket k ready + the communication
+    # of buckets k..n). Both terms are linear in k over the equal buckets, so the maximum is at the first, the
+    # last full or the last (partial) bucket: O(1) instead of a loop over every bucket
+    finish = 0.0
+    for k in {1, max(1, n - 1), n}:
+        ready = backward_s * min(k * bucket, nbytes) / nbytes
+        finish = max(finish, ready + t_sync * (nbytes - (k - 1) * bucket) / nbytes)
     return max(0.0, finish - backward_s)
 
 
