@@ -574,3 +574,26 @@ def test_exposed_gradient_sync_closed_form_equals_the_bucket_by_bucket_queue():
         assert _exposed_after(*args) == pytest.approx(queue(*args), rel=1e-9, abs=1e-12)
     assert _exposed_after(0.0, 1.0, 1e9, 25e6) == 0.0
     assert _exposed_after(3.0, 1.0, 1e9, 1e9) == pytest.approx(3.0)  # one bucket: all of it after the backward
+
+
+def test_a_mixture_of_experts_is_searched_with_expert_parallelism(tmp_path, a100):
+    """The expert count is read off the batched expert GEMMs; the search tries expert-parallel degrees that divide
+    it and the data-parallel ranks, and a degree that does not divide the experts is one clear error."""
+    from traincast.errors import ConfigError
+    from traincast.predict.parallel.search import enumerate_layouts
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+                             "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                             "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+                             "vocab_size": 1000, "max_position_embeddings": 64}))
+    fam = WorkloadFamily(str(p), optimizer="adamw", precision="amp-bf16", seq_len=32)
+    pm = ParallelModel(fam, a100, Cluster(a100, 8, 1), default_predictor(), "amp-bf16", exact_traces=True)
+    assert pm.layout.experts == 4 and pm.layout.moe_layers == 2
+    eps = {cfg.ep for cfg, _ in enumerate_layouts(pm, 8, 16)}
+    assert eps == {1, 2, 4}  # 8 does not divide the 4 experts
+    with pytest.raises(ConfigError, match="--ep 8 does not divide"):
+        pm.evaluate(ParallelConfig(tp=1, pp=1, dp=8, ep=8), 2)
+    step = pm.evaluate(ParallelConfig(tp=1, pp=1, dp=8, ep=4), 2)
+    plain = pm.evaluate(ParallelConfig(tp=1, pp=1, dp=8, ep=1), 2)
+    assert step.memory["parameters"] < plain.memory["parameters"]  # each rank holds 1 of 4 experts' weights

@@ -630,6 +630,8 @@ def check_against_model(lay: ModelLayout, cfg: ParallelConfig, model_name: str =
                 raise ConfigError(f"--tp {t} does not divide the split features ({w}) of {lay.units[u]}")
     if cfg.ep > 1 and lay.moe_layers == 0:
         raise ConfigError(f"--ep {cfg.ep}: the model has no experts (expert parallelism needs a mixture of experts)")
+    if cfg.ep > 1 and lay.experts and lay.experts % cfg.ep:
+        raise ConfigError(f"--ep {cfg.ep} does not divide {model_name}'s {lay.experts} experts per layer")
     _layers_per_chunk(lay, cfg)
 
 

@@ -78,6 +78,9 @@ class ModelLayout:
     # per unit: bytes of the low-precision copies of its weights that autocast makes in the forward pass and
     # autograd keeps for the backward pass (counted once per step, not per micro-batch)
     weight_copy_bytes: tuple[int, ...] = ()
+    # experts of a mixture-of-experts layer, read off its batched expert GEMMs' weights (experts x in x out); 0 where
+    # unknown (no experts, or experts run as separate linear layers)
+    experts: int = 0
     attention_ops: tuple[int, ...] = ()  # per unit: fused attention kernels per forward pass
     # per op: the bytes it writes (eager) where op-level selective checkpointing saves its output, else 0
     saved_bytes: tuple[float, ...] = ()
@@ -426,12 +429,14 @@ def _analyse(wl: Workload) -> ModelLayout:
     op_roles = tuple(OpRole(op_unit[i], roles[i], split[i], split_size[i], core[i], expert[i], carries[i], saved[i])
                      for i in range(len(ops)))
     moe_layers = len({op_unit[i] for i in range(len(ops)) if expert[i] and 0 < op_unit[i] < len(units) - 1})
+    experts = max((ops[i].input_shapes[1][0] for i in fwd_idx if expert[i] and ops[i].aten == "bmm"
+                   and len(ops[i].input_shapes) >= 2 and len(ops[i].input_shapes[1]) == 3), default=0)
     tp_width = tuple(math.gcd(*width[u]) if width[u] else 0 for u in range(len(units)))
     return ModelLayout(units=units, roles=op_roles, hidden=h, heads=heads, kv_heads=kv, tokens=int(tokens),
                        seq_len=seq, unit_params=tuple(unit_params), expert_params=tuple(expert_params),
                        tied_params=tied, act_share=share, row_linears=tuple(row_count), col_groups=tuple(col_groups),
                        tp_width=tp_width, vocab=vocab, residual_bytes=int(res_bytes), moe_layers=moe_layers,
-                       batch=max(1, wl.batch_size), weight_copy_bytes=tuple(copies),
+                       batch=max(1, wl.batch_size), weight_copy_bytes=tuple(copies), experts=int(experts),
                        attention_ops=tuple(sum(1 for i in fwd_idx if op_unit[i] == u and ops[i].op_class == "attention")
                                            for u in range(len(units))),
                        saved_bytes=tuple(float(_eager_written(ops[i])) if saved[i] else 0.0 for i in range(len(ops))))

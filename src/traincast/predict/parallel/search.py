@@ -79,7 +79,8 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
                       context: tuple[int, ...] | None = None, cp_kinds: tuple[str, ...] = ("ring",),
                       tp_comm_overlap: bool = False):
     """Every layout of ``gpus`` GPUs the model can take (degrees, sharding, micro-batch, recomputation, sequence
-    parallelism, schedule, context-parallel degree). ``context``: the context degrees to try (None: 1, and for
+    parallelism, schedule, context-parallel degree, and for a mixture of experts the expert-parallel degree).
+    ``context``: the context degrees to try (None: 1, and for
     sequences of at least ``LONG_SEQUENCE`` tokens every power of two up to the GPUs of a node / NVLink domain).
     ``tp_comm_overlap``: layouts with sequence parallelism overlap its collectives with the GEMMs (Megatron-Core)."""
     lay = model.layout
@@ -102,6 +103,10 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
             if global_batch % dp:
                 continue
             per_replica = global_batch // dp
+            # expert parallelism (mixture of experts with a known expert count): powers of two that divide the
+            # experts and the data-parallel ranks, up to the GPUs of a node
+            eps = [1] + [e for e in (2, 4, 8, 16, 32, 64) if lay.moe_layers and lay.experts and lay.experts % e == 0
+                         and dp % e == 0 and e <= max(g, 8)]
             mbs = sorted({m for m in micro_batches if per_replica % m == 0} | ({per_replica} if pp == 1 else set()))
             for sh in shardings:
                 if sh != "none" and dp == 1:
@@ -115,11 +120,12 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
                         scheds += [("interleaved", v) for v in virtual if layers % (pp * v) == 0 and m % pp == 0]
                     for rc in recomputes:
                         for sp in (sequence_parallel if tp > 1 else (False,)):
-                            for (sname, v), kind in ((x, k) for x in scheds for k in (cp_kinds if cp > 1 else ("ring",))):
-                                cfg = ParallelConfig(tp=tp, pp=pp, dp=dp, sharding=sh, micro_batch=mb, schedule=sname,
-                                                     virtual_stages=v, recompute=rc, sequence_parallel=sp,
-                                                     offload_optimizer=offload, cp=cp, cp_kind=kind,
-                                                     tp_comm_overlap=bool(tp_comm_overlap and sp))
+                            for (sname, v), kind, ep in ((x, k, e) for x in scheds
+                                                         for k in (cp_kinds if cp > 1 else ("ring",)) for e in eps):
+                                cfg = ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep, sharding=sh, micro_batch=mb,
+                                                     schedule=sname, virtual_stages=v, recompute=rc,
+                                                     sequence_parallel=sp, offload_optimizer=offload, cp=cp,
+                                                     cp_kind=kind, tp_comm_overlap=bool(tp_comm_overlap and sp))
                                 try:
                                     check_against_model(lay, cfg)
                                 except TraincastError:
