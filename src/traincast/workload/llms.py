@@ -1,8 +1,9 @@
 """Named language models: ``traincast predict llama-3.1-70b`` (or its hub id, ``meta-llama/Llama-3.1-70B``)
 without a config file.
 
-``data/llms.yaml`` holds the published shapes of the models users pre-train and fine-tune on clusters (Llama 2,
-3 and 3.1, Mistral, Mixtral, Qwen2.5, Qwen3, GPT-3), each with its source, the context it was pre-trained at
+``data/llms.yaml`` holds the published shapes of the models users pre-train and fine-tune on clusters (LLaMA,
+Llama 2, 3 and 3.1, Mistral, Mixtral, Qwen2.5, Qwen3, DeepSeek-V3, GPT-3, BLOOM), each with its source, the
+context it was pre-trained at
 (the default ``--seq-len``) and the parameter count its authors publish. The step is the one a Hugging Face
 ``config.json`` with those fields gives (:func:`traincast.workload.hf.hf_config_step`): built on the meta
 device, no weights, no download.
