@@ -53,3 +53,21 @@ def test_lengths_given_twice_or_for_the_wrong_model_exit_2(capsys):
     for args, msg in cases:
         assert run(["predict", *args, "--gpu", "A100"]) == 2
         assert msg in capsys.readouterr().err
+
+
+def test_plan_takes_tokens_and_steps(tmp_path):
+    """Every configuration of a plan runs the job's tokens: steps = samples / global batch, samples = tokens /
+    sequence length; with --steps, that many steps on every configuration."""
+    from traincast.plan.pareto import plan
+
+    b, s = 8, 64
+    res = plan("gpt2", tokens=1e6, batch_size=b, seq_len=s, gpus=(1, 2), gpu_types=("T4", "V100"))
+    assert res.configs
+    for c in res.configs:
+        assert c.total_s == pytest.approx(math.ceil(math.ceil(1e6 / s) / c.global_batch) * c.iteration_s)
+    res = plan("gpt2", steps=50, batch_size=b, seq_len=s, gpus=(1, 2), gpu_types=("T4",))
+    assert all(c.total_s == pytest.approx(50 * c.iteration_s) for c in res.configs)
+    cfg = tmp_path / "config.json"  # a config has no default training set: the plan needs a length
+    cfg.write_text('{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 300, "n_positions": 64}')
+    with pytest.raises(ConfigError, match="--tokens or --steps is needed"):
+        plan(str(cfg), batch_size=b, seq_len=s, gpus=(1,), gpu_types=("T4",))
