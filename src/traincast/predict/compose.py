@@ -641,8 +641,8 @@ def forecast(
     max_b = wl.memory.max_batch(cap, grads_held)
     if not fits:
         notes.append(f"out of memory: needs {peak / GIB:.1f} GiB per GPU, {device.name} has {cap / GIB:.1f} GiB usable; largest per-GPU batch that fits: {max_b}; "
-                     "a parallel layout may fit (--tp/--pp/--zero/--micro-batch/--recompute, or `traincast parallelize` "
-                     "to search them)")
+                     "a parallel layout may fit (--tp/--pp/--zero/--micro-batch/--recompute, or --best-layout to "
+                     "forecast the fastest that fits, or `traincast parallelize` to list them)")
 
     rows: list[ScalingRow] = []
     if scaling:
