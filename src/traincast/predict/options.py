@@ -139,19 +139,15 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
 def _search_layout(model, family, cat, *, gpu, gpus, nodes, instance, network_gbit, predictor, precision,
                    global_batch):
     """The fastest layout that fits (``traincast parallelize``'s search), and a note saying how it was found."""
-    from traincast.predict.compose import cluster_of
-    from traincast.predict.parallel import ParallelModel
-    from traincast.predict.parallel.search import search
-    from traincast.predict.registry import default_predictor
+    from traincast.predict.parallel.search import parallelize
 
-    device, cluster, _ = cluster_of(cat, gpu=gpu, instance=instance, gpus=gpus, nodes=nodes,
-                                    network_gbit_per_s=network_gbit)
-    pm = ParallelModel(family, device, cluster, predictor or default_predictor(), precision)
-    res = search(pm, gpus, global_batch, top=1)
+    res = parallelize(model, gpu=gpu, gpus=gpus, nodes=nodes, batch_size=global_batch, precision=precision,
+                      instance=instance, network_gbit_per_s=network_gbit, predictor=predictor, catalog=cat,
+                      family=family, top=1)
     if res.best is None:
         need = res.best_any.peak_memory_bytes / 2**30 if res.best_any is not None else float("nan")
         raise ConfigError(f"--best-layout: none of the {res.considered} layouts of {gpus} GPUs fits in "
-                          f"{device.name}'s memory (the fastest needs {need:.1f} GiB per GPU); more GPUs, a GPU "
+                          f"{res.device}'s memory (the fastest needs {need:.1f} GiB per GPU); more GPUs, a GPU "
                           "with more memory or a smaller batch")
     cfg = res.best.config
     return cfg, (f"layout {cfg.label()}: the fastest that fits of {res.considered} searched ({res.out_of_memory} do "
