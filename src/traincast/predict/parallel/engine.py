@@ -122,6 +122,15 @@ def _split_gemm_shapes(op: OpRecord, which: str, t: int):
     return tuple(tuple(s) for s in ins), tuple(tuple(s) for s in outs)
 
 
+def _reshaped(o: OpRecord, ins: tuple, outs: tuple, flops: float) -> OpRecord:
+    """``o`` with new input and output shapes (one rank's share), its bytes read and written scaled by the
+    elements each side keeps, and ``flops``."""
+    fr = sum(map(_numel, ins)) / max(1, sum(map(_numel, o.input_shapes)))
+    fw = sum(map(_numel, outs)) / max(1, sum(map(_numel, o.output_shapes)))
+    return replace(o, flops=int(flops), bytes_read=int(o.bytes_read * fr), bytes_written=int(o.bytes_written * fw),
+                   input_shapes=ins, output_shapes=outs)
+
+
 def _split_vocab(shape, t: int, vocab: int) -> tuple:
     """``shape`` with a vocabulary dimension (``vocab``) divided over ``t`` ranks (rounded up: Megatron pads the
     vocabulary to a multiple of the tensor degree); other shapes as they are."""
@@ -188,12 +197,9 @@ def shard_ops(ops, layout: ModelLayout, t: int, sp: bool, indices=None, tokens: 
             # the vocabulary-parallel embedding's weight gradient (and its casts and the tied head's sum): each
             # rank makes the rows of its 1/t of the vocabulary (Megatron's VocabParallelEmbedding)
             v = layout.vocab
-            ins = tuple(_split_vocab(sh, t, v) for sh in o.input_shapes)
             outs = tuple(_split_vocab(sh, t, v) for sh in o.output_shapes)
-            fr = sum(map(_numel, ins)) / max(1, sum(map(_numel, o.input_shapes)))
             fw = sum(map(_numel, outs)) / max(1, sum(map(_numel, o.output_shapes)))
-            out.append(replace(o, flops=int(o.flops * fw), bytes_read=int(o.bytes_read * fr),
-                               bytes_written=int(o.bytes_written * fw), input_shapes=ins, output_shapes=outs))
+            out.append(_reshaped(o, tuple(_split_vocab(sh, t, v) for sh in o.input_shapes), outs, o.flops * fw))
             continue
         if role in ("optimizer", "none") or (role == "replicated" and not sp):
             out.append(o)
@@ -205,11 +211,7 @@ def shard_ops(ops, layout: ModelLayout, t: int, sp: bool, indices=None, tokens: 
         if role in ("col", "row") and r.split and o.input_shapes:
             new = _split_gemm_shapes(o, r.split, t)
             if new is not None:
-                ins, outs = new
-                fr = sum(map(_numel, ins)) / max(1, sum(map(_numel, o.input_shapes)))
-                fw = sum(map(_numel, outs)) / max(1, sum(map(_numel, o.output_shapes)))
-                out.append(replace(o, flops=int(o.flops / t), bytes_read=int(o.bytes_read * fr),
-                                   bytes_written=int(o.bytes_written * fw), input_shapes=ins, output_shapes=outs))
+                out.append(_reshaped(o, *new, o.flops / t))
                 continue
         if role in ("col", "row"):
             feat = module_split.get(o.module)
