@@ -332,8 +332,7 @@ def register(app: typer.Typer) -> None:
         """The model zoo, the named language models, and every torchvision model."""
         from traincast.workload import llms, tvtasks, zoo
 
-        rows = [[e.name, e.family, e.description] for e in zoo.ZOO.values()]
-        rows += [[n, "llm", e["about"]] for n, e in llms.models().items()]
+        rows = [[e.name, e.family, e.description] for e in [*zoo.ZOO.values(), *llms.entries()]]
         tv = [n for n in zoo.torchvision_names() if n not in zoo.ZOO]
         tasks = tvtasks.task_names()
         if as_json:

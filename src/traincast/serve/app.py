@@ -69,8 +69,8 @@ def api_router() -> APIRouter:
     def models():
         from traincast.workload import llms, zoo
 
-        return ([dict(name=e.name, family=e.family, description=e.description) for e in zoo.ZOO.values()]
-                + [dict(name=n, family="llm", description=e["about"]) for n, e in llms.models().items()])
+        return [dict(name=e.name, family=e.family, description=e.description)
+                for e in [*zoo.ZOO.values(), *llms.entries()]]
 
     @r.get("/gpus", tags=["about"])
     def gpus():

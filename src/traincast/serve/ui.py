@@ -13,16 +13,13 @@ PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16")
 
 
 def _choices():
-    from types import SimpleNamespace
-
     from traincast.hardware import get_catalog
     from traincast.workload import llms, zoo
 
     cat = get_catalog()
     priced = sorted({i.device.name for i in cat.instances.values()
                      if i.usd_per_hour is not None and i.device.kind == "gpu"})
-    named = [SimpleNamespace(name=n, family="llm", description=e["about"]) for n, e in llms.models().items()]
-    return {"models": list(zoo.ZOO.values()) + named, "gpus": priced, "precisions": PRECISIONS}
+    return {"models": [*zoo.ZOO.values(), *llms.entries()], "gpus": priced, "precisions": PRECISIONS}
 
 
 def ui_router() -> APIRouter:

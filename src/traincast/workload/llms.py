@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from types import SimpleNamespace
 
 DATA = Path(__file__).parent / "data" / "llms.yaml"
 
@@ -34,6 +35,12 @@ def _index() -> dict[str, str]:
             out[e["hub"].lower()] = name
             out[e["hub"].lower().rsplit("/", 1)[-1]] = name  # the hub name without its owner
     return out
+
+
+def entries() -> list[SimpleNamespace]:
+    """The named models as rows of a model list (``name``, ``family`` "llm", ``description``), beside the zoo's
+    entries."""
+    return [SimpleNamespace(name=n, family="llm", description=e["about"]) for n, e in models().items()]
 
 
 def resolve(text: str) -> str | None:
