@@ -328,6 +328,9 @@ class Forecast:
     # iteration: fp8_gemm, fp8_cast_amax (casts, transposes, amax passes and the amax-history update),
     # cp_comm_exposed, cp_comm_hidden (the key/value exchange hidden behind attention)
     shares: dict = field(default_factory=dict)
+    # the expected wall clock with failures, restarts and checkpoints (predict/goodput.py, WallClock.to_dict):
+    # None where there is no total
+    wall_clock: dict | None = None
     # scaled from a step the user measured on another GPU (scale_by_measurement): that GPU, the step measured
     # and forecast there, and their ratio, which multiplies this forecast's compute; None: not scaled
     measured: dict | None = None

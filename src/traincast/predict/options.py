@@ -56,7 +56,10 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                           image_size: int | None = None, audio_seconds: float | None = None,
                           num_frames: int | None = None, measured_step_ms: float | None = None,
                           measured_on: str | None = None, steps: int | None = None,
-                          tokens: str | float | None = None, best_layout: bool = False, **layout) -> Forecast:
+                          tokens: str | float | None = None, best_layout: bool = False,
+                          gpu_mtbf_hours: float | None = None, restart_minutes: float | None = None,
+                          checkpoint_every: float | None = None, checkpoint_gb_per_s: float | None = None,
+                          **layout) -> Forecast:
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
 
     ``device='local'`` or ``profile=NAME|FILE``: the calibrated device profile instead of a catalog GPU (they
@@ -73,7 +76,12 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
     on another GPU; the forecast's compute is scaled by measured / forecast there (:func:`scale_by_measurement`).
     ``steps``: the job's optimizer steps in all; ``tokens``: training tokens per epoch, a number or text such as
     ``15T``, ``300B`` (:func:`parse_count`). ``best_layout``: the fastest layout that fits, found by the search
-    ``traincast parallelize`` runs, instead of the ``layout`` options."""
+    ``traincast parallelize`` runs, instead of the ``layout`` options. ``gpu_mtbf_hours``, ``restart_minutes``,
+    ``checkpoint_every`` (minutes of training) and ``checkpoint_gb_per_s`` (the job's checkpoint write bandwidth):
+    the expected wall clock with failures and checkpoints (:mod:`traincast.predict.goodput`; defaults there)."""
+    from traincast.predict.goodput import Reliability, with_wall_clock
+
+    rel = Reliability.from_options(gpu_mtbf_hours, restart_minutes, checkpoint_every, checkpoint_gb_per_s)
     cat = catalog or get_catalog()
     if isinstance(tokens, str):
         tokens = parse_count(tokens, "--tokens")
@@ -133,6 +141,7 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                            fp8_attention=fp8_attention, inputs=inputs, kernels=kernels, memory_format=memory_format)
             f = scale_by_measurement(f, src, measured_step_ms / 1e3)
     warnings = list(warnings) + list(dict.fromkeys(hf_notes)) + ([host_note] if host_note else [])
+    f = with_wall_clock(f, rel)
     return replace(f, notes=tuple(warnings) + f.notes) if warnings else f
 
 
