@@ -370,3 +370,27 @@ def test_a_forecast_scaled_from_a_measured_step_is_predict_json(client, cli_app,
     assert r.json() == want and want["measured"]["device"] == "A100-SXM4-40GB"
     half = client.post("/api/v1/forecast", json={k: v for k, v in body.items() if k != "measured_on"})
     assert half.status_code == 422 and "go together" in half.text
+
+
+def test_the_wall_clock_options_reach_the_forecast_as_the_clis_flags_do(client, cli_app, capsys):
+    body = {"model": "gpt2", "gpu": "A100", "gpus": 8, "batch_size": 16, "seq_len": 64, "steps": 500_000,
+            "gpu_mtbf_hours": 300, "restart_minutes": 5, "checkpoint_gb_per_s": 2}
+    r = client.post("/api/v1/forecast", json=body)
+    assert r.status_code == 200, r.text
+    want = cli_json(cli_app, capsys, "predict", "gpt2", "--gpu", "A100", "--gpus", "8", "-b", "16", "--seq-len", "64",
+                    "--steps", "500000", "--gpu-mtbf-hours", "300", "--restart-minutes", "5",
+                    "--checkpoint-gb-per-s", "2", "--json")
+    assert r.json() == want
+    w = want["wall_clock"]
+    assert w["job_mtbf_s"] == pytest.approx(300 * 3600 / 8)
+    assert w["checkpoint_write_s"] == pytest.approx(w["checkpoint_bytes"] / 2e9)
+    bad = client.post("/api/v1/forecast", json={**body, "gpu_mtbf_hours": 0})
+    assert bad.status_code == 422 and "gpu_mtbf_hours" in bad.text
+    plan_body = {"model": "mnist-cnn", "epochs": 3, "batch_size": 64, "gpus": "1,8", "gpu_types": ["V100"],
+                 "gpu_mtbf_hours": 50, "restart_minutes": 30}
+    r = client.post("/api/v1/plan", json=plan_body)
+    assert r.status_code == 200, r.text
+    want = cli_json(cli_app, capsys, "plan", "mnist-cnn", "--epochs", "3", "--batch-size", "64", "--gpus", "1,8",
+                    "--gpu-types", "V100", "--gpu-mtbf-hours", "50", "--restart-minutes", "30", "--plot", "", "--json")
+    assert r.json() == want
+    assert all(c["wall_s"] > c["total_s"] for c in want["configurations"])

@@ -88,9 +88,11 @@ def test_plan_explorer_plots_lists_and_forecasts(server, page, tmp_path):
     assert "front" in page.inner_text("#plan-plot")  # the legend
     text = page.inner_text("#plan-table")
     assert "T4" in text and "H100-SXM5-80GB" in text and "misses the deadline" in text
+    assert "wall clock (goodput)" in text and "%)" in text  # judged by the wall clock with failures
     rows[0].click()
     page.wait_for_selector("#forecast-table tr", timeout=60_000)
     assert "iteration" in page.inner_text("#forecast-table")
+    assert "wall clock with failures" in page.inner_text("#forecast-table")
     assert page.inner_text("#forecast-title").startswith("resnet18 on")
     page.wait_for_selector("#forecast-plot .main-svg")
     shot(page, tmp_path, "plan")

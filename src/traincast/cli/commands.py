@@ -81,6 +81,16 @@ def _catalog(files):
     return get_catalog(files or ())
 
 
+# the expected wall clock with failures, restarts and checkpoints (predict/goodput.py): predict's and plan's
+GPU_MTBF_OPTION = typer.Option(None, "--gpu-mtbf-hours", help="GPU-hours between job-interrupting failures, per "
+                               "GPU (default 50,677: Llama 3's 16,384 H100s) for the expected wall clock")
+RESTART_OPTION = typer.Option(None, "--restart-minutes", help="from a failure to training again (default 10)")
+CHECKPOINT_EVERY_OPTION = typer.Option(None, "--checkpoint-every", help="minutes of training between checkpoints "
+                                       "(default: the interval that minimises the wall clock)")
+CHECKPOINT_BW_OPTION = typer.Option(None, "--checkpoint-gb-per-s", help="the job's checkpoint write bandwidth, GB/s "
+                                    "(default 0.122 per GPU)")
+
+
 def render_forecast(f, console=console) -> None:
     title = (f"{f.model} on {f.gpus}x {f.device}" + (f" ({f.nodes} nodes)" if f.nodes > 1 else "")
              + (f", {f.instance}" if f.instance else "") + f", {f.precision}, {f.optimizer}")
@@ -101,6 +111,7 @@ def render_forecast(f, console=console) -> None:
         [f"total ({f.epochs:g} epochs)", dur(f.total_s)],
         ["price", usd(f.usd_per_hour) + ("/h" if f.usd_per_hour is not None else "")],
         ["cost", usd(f.cost_usd)],
+    ] + _wall_clock_rows(f.wall_clock) + [
         ["FLOPs per step (fwd / bwd)", f"{flops(f.flops['forward'])} / {flops(f.flops['backward'])}"],
         ["parameters (trainable)", f"{count(f.parameters)} ({count(f.trainable_parameters)})"],
         ["peak memory per GPU", f"{size(f.peak_memory_bytes)} of {size(f.memory_capacity_bytes)} usable"
@@ -141,6 +152,32 @@ def render_forecast(f, console=console) -> None:
                                                       "samples/s", "epoch", "speed-up", "efficiency"], rows))
     for n in f.notes:
         console.print(f"[yellow]note:[/yellow] {n}")
+
+
+def _wall_clock_rows(w: dict | None) -> list[list[str]]:
+    """The expected wall clock with failures, restarts and checkpoints (predict/goodput.py), as table rows: one
+    row, and the details where at least one interruption is expected."""
+    if not w:
+        return []
+    if w["wall_s"] is None:
+        return [["wall clock with failures", f"never: the job is interrupted every {dur(w['job_mtbf_s'])}, "
+                 "faster than it can restart and redo its work (--restart-minutes, --checkpoint-every)"]]
+    rows = [["wall clock with failures", f"{dur(w['wall_s'])} (goodput {100 * w['goodput']:.1f}%)"]]
+    if w["interruptions"] < 0.5:
+        return rows
+    if w["checkpoint_every_s"] >= w["training_s"]:
+        ckpt = f"{size(w['checkpoint_bytes'])}: none written, the job is shorter than one interval"
+    else:
+        ckpt = (f"{size(w['checkpoint_bytes'])} every {dur(w['checkpoint_every_s'])} "
+                f"({w['checkpoint_every_steps']:,} steps{'' if w['optimal_interval'] else ', as given'}), "
+                f"{dur(w['checkpoint_write_s'])} to write")
+    return rows + [
+        ["  interruptions", f"{w['interruptions']:.1f} expected (one every {dur(w['job_mtbf_s'])})"],
+        ["  restarts / lost work / checkpoints", f"{dur(w['restart_s'])} / {dur(w['lost_work_s'])} / "
+         f"{dur(w['checkpoint_s'])}"],
+        ["  checkpoint", ckpt],
+        ["cost with failures", usd(w["cost_usd"])],
+    ]
 
 
 def _short(unit: str) -> str:
@@ -245,6 +282,10 @@ def register(app: typer.Typer) -> None:
                                                          "measured / forecast there"),
         measured_on: Optional[str] = typer.Option(None, "--measured-on", help="the GPU --measured-step-ms was "
                                                   "timed on (see `traincast gpus`)"),
+        gpu_mtbf_hours: Optional[float] = GPU_MTBF_OPTION,
+        restart_minutes: Optional[float] = RESTART_OPTION,
+        checkpoint_every: Optional[float] = CHECKPOINT_EVERY_OPTION,
+        checkpoint_gb_per_s: Optional[float] = CHECKPOINT_BW_OPTION,
     ):
         """Forecast iteration, epoch and total time, cost and memory of a training job."""
         from traincast.predict.options import forecast_from_options
@@ -262,7 +303,9 @@ def register(app: typer.Typer) -> None:
                                   loader_workers=loader_workers, inputs=_inputs(input_shape), kernels=kernels,
                                   memory_format=memory_format, task=task, image_size=image_size, audio_seconds=audio_seconds,
                                   num_frames=num_frames, measured_step_ms=measured_step_ms, measured_on=measured_on,
-                                  steps=steps, tokens=tokens, best_layout=best_layout)
+                                  steps=steps, tokens=tokens, best_layout=best_layout,
+                                  gpu_mtbf_hours=gpu_mtbf_hours, restart_minutes=restart_minutes,
+                                  checkpoint_every=checkpoint_every, checkpoint_gb_per_s=checkpoint_gb_per_s)
         if as_json:
             print_json(f.to_dict())
         else:
@@ -423,9 +466,15 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
         profile: Optional[str] = typer.Option(None, "--profile", help="a `calibrate --device cuda --host-only` "
                                               "profile: every GPU's kernels issued by that host"),
+        gpu_mtbf_hours: Optional[float] = GPU_MTBF_OPTION,
+        restart_minutes: Optional[float] = RESTART_OPTION,
+        checkpoint_every: Optional[float] = CHECKPOINT_EVERY_OPTION,
+        checkpoint_gb_per_s: Optional[float] = CHECKPOINT_BW_OPTION,
     ):
-        """Which hardware? Every (instance x count): Pareto front of time vs cost, deadline and budget."""
+        """Which hardware? Every (instance x count): Pareto front of expected wall clock (failures, restarts and
+        checkpoints counted) vs its cost, deadline and budget."""
         from traincast.plan.pareto import parse_duration_s, plan, plot
+        from traincast.predict.goodput import Reliability
 
         if plot_path is not None and str(plot_path) in ("", "."):  # --plot "": no plot
             plot_path = None
@@ -443,7 +492,8 @@ def register(app: typer.Typer) -> None:
                    precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog),
                    predictor=predictor_name.strip().lower(), adaptation=adaptation.strip().lower(),
                    layouts=layouts.strip().lower(), kernels=kernels.strip().lower(), memory_format=memory_format,
-                   host_profile=profile)
+                   host_profile=profile, reliability=Reliability.from_options(gpu_mtbf_hours, restart_minutes,
+                                                                               checkpoint_every, checkpoint_gb_per_s))
         if plot_path:
             plot(res, str(plot_path))
         if as_json:
@@ -451,11 +501,14 @@ def register(app: typer.Typer) -> None:
             return
         shown = res.configs if show_all else res.front
         rows = [[c.instance, c.device, c.gpus, c.layout or "data parallel", c.per_gpu_batch, dur(c.iteration_s),
-                 dur(c.total_s), usd(c.cost_usd), "yes" if c.pareto else "", c.reason or "ok"]
-                for c in sorted(shown, key=lambda c: c.total_s)]
+                 dur(c.total_s), "never" if c.wall_s is None else f"{dur(c.wall_s)} ({100 * c.goodput:.0f}%)",
+                 usd(c.wall_cost_usd), "yes" if c.pareto else "", c.reason or "ok"]
+                for c in sorted(shown, key=lambda c: c.wall)]
         console.print(table(f"{res.model}: {len(res.configs)} configurations, " + ("all" if show_all else "Pareto front"),
-                            ["instance", "gpu", "GPUs", "layout", "batch/replica", "iteration", "total", "cost",
-                             "front", "status"], rows, 2, compact=True))
+                            ["instance", "gpu", "GPUs", "layout", "batch/replica", "iteration", "training",
+                             "wall clock (goodput)", "cost", "front", "status"], rows, 2, compact=True))
+        console.print("wall clock: failures, restarts and checkpoints counted (traincast predict shows them); "
+                      "cost: of the wall clock")
         by = {}
         for c in res.configs:
             by.setdefault(c.predictor, set()).add(c.device)
@@ -467,7 +520,7 @@ def register(app: typer.Typer) -> None:
         for label, c in (("fastest", res.fastest), ("cheapest", res.cheapest),
                          ("cheapest meeting deadline and budget", res.cheapest_feasible)):
             console.print(f"{label}: " + ("none" if c is None else
-                          f"{c.gpus}x {c.device} on {c.instance} x{c.instances}: {dur(c.total_s)}, {usd(c.cost_usd)}"))
+                          f"{c.gpus}x {c.device} on {c.instance} x{c.instances}: {dur(c.wall)}, {usd(c.wall_cost_usd)}"))
         if plot_path:
             console.print(f"plot: {plot_path}")
 

@@ -1,5 +1,6 @@
 """One job: forecast every (instance type x count) configuration, mark the
-infeasible ones, and find the Pareto front of total time against cost.
+infeasible ones, and find the Pareto front of expected wall clock (failures,
+restarts and checkpoints counted: predict/goodput.py) against its cost.
 
 After AI Gauge's Pareto set of configurations: the fastest, the cheapest, and
 the cheapest that meets a deadline (and a budget).
@@ -7,6 +8,7 @@ the cheapest that meets a deadline (and a budget).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from traincast.errors import ConfigError, positive
@@ -36,10 +38,21 @@ class Config:
     predictor: str = ""  # the predictor that timed it
     layout: str = ""  # the parallel layout (tp/pp/dp, sharding, micro-batch, ...), "" for data parallelism
     bubble_share: float = 0.0
+    # the expected wall clock with failures, restarts and checkpoints and its cost (predict/goodput.py); None: the
+    # job never finishes (wall_s), or no price (wall_cost_usd). The deadline, the budget, the front and the picks
+    # use these; total_s and cost_usd are the GPUs' training time and its cost, nothing lost
+    wall_s: float | None = None
+    wall_cost_usd: float | None = None
+    goodput: float = 1.0
 
     @property
     def feasible(self) -> bool:
         return self.fits_in_memory and self.meets_deadline and self.within_budget
+
+    @property
+    def wall(self) -> float:
+        """The expected wall clock, infinite where the job never finishes."""
+        return self.wall_s if self.wall_s is not None else math.inf
 
 
 @dataclass(frozen=True)
@@ -50,25 +63,26 @@ class PlanResult:
     budget_usd: float | None
 
     def _best(self, key, pool) -> Config | None:
-        pool = [c for c in pool if c.cost_usd is not None]
+        pool = [c for c in pool if c.wall_cost_usd is not None]
         return min(pool, key=key) if pool else None
 
     @property
     def front(self) -> list[Config]:
-        return sorted((c for c in self.configs if c.pareto), key=lambda c: c.total_s)
+        return sorted((c for c in self.configs if c.pareto), key=lambda c: c.wall)
 
     @property
     def fastest(self) -> Config | None:
-        return self._best(lambda c: (c.total_s, c.cost_usd), [c for c in self.configs if c.fits_in_memory])
+        """Soonest done (expected wall clock) of those that fit."""
+        return self._best(lambda c: (c.wall, c.wall_cost_usd), [c for c in self.configs if c.fits_in_memory])
 
     @property
     def cheapest(self) -> Config | None:
-        return self._best(lambda c: (c.cost_usd, c.total_s), [c for c in self.configs if c.fits_in_memory])
+        return self._best(lambda c: (c.wall_cost_usd, c.wall), [c for c in self.configs if c.fits_in_memory])
 
     @property
     def cheapest_feasible(self) -> Config | None:
         """Cheapest that fits, meets the deadline and the budget."""
-        return self._best(lambda c: (c.cost_usd, c.total_s), [c for c in self.configs if c.feasible])
+        return self._best(lambda c: (c.wall_cost_usd, c.wall), [c for c in self.configs if c.feasible])
 
     def records(self) -> list[dict]:
         return [asdict(c) | {"feasible": c.feasible} for c in self.configs]
@@ -120,8 +134,13 @@ def plan(
     kernels: str = "eager",
     memory_format: str = "contiguous",
     host_profile=None,
+    reliability=None,
 ) -> PlanResult:
     """Forecast every priced (instance type x instance count) whose GPU total is in ``gpus``.
+
+    Each is judged by its expected wall clock with failures, restarts and checkpoints and that time's cost
+    (:mod:`traincast.predict.goodput`; ``reliability``: a :class:`~traincast.predict.goodput.Reliability`, the
+    defaults if None): the deadline, the budget, the Pareto front and the picks.
 
     ``host_profile``: a ``calibrate --host-only`` profile (name, file or :class:`DeviceProfile`): every GPU's
     kernels issued by that host (:class:`traincast.predict.host.WithHost`), for a fleet of one kind of machine.
@@ -206,6 +225,9 @@ def plan(
         raise ConfigError(f"layouts must be auto, data-parallel or search, got {layouts!r}")
     family = WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze,
                             kernels=kernels, memory_format=memory_format)
+    from traincast.predict.goodput import Reliability, with_wall_clock
+
+    rel = reliability or Reliability.defaults()
     models: dict = {}
     rows: list[Config] = []
     for inst in insts:
@@ -226,18 +248,22 @@ def plan(
                     f2 = forecast(model, batch_size=gb, strategy=cfg, **kw)
                     if f2.fits_in_memory and (not f.fits_in_memory or f2.iteration_s < f.iteration_s):
                         f = f2
-            meets = deadline_s is None or f.total_s <= deadline_s
-            within = budget_usd is None or (f.cost_usd is not None and f.cost_usd <= budget_usd)
+            w = with_wall_clock(f, rel).wall_clock
+            wall_s = w["wall_s"] if w else f.total_s
+            wall_cost = w["cost_usd"] if w else f.cost_usd
+            meets = deadline_s is None or (wall_s is not None and wall_s <= deadline_s)
+            within = budget_usd is None or (wall_cost is not None and wall_cost <= budget_usd)
             why = [w for w, bad in (("out of memory", not f.fits_in_memory), ("misses the deadline", not meets),
                                     ("over budget", not within)) if bad]
             rows.append(Config(inst.name, inst.device.name, g // inst.gpus, g, f.per_gpu_batch, f.global_batch,
                                f.iteration_s, f.total_s, f.cost_usd, f.usd_per_hour, f.peak_memory_bytes,
                                f.fits_in_memory, meets, within, reason=", ".join(why), predictor=f.predictor,
-                               layout=f.strategy["label"] if f.strategy else "", bubble_share=f.bubble_share))
+                               layout=f.strategy["label"] if f.strategy else "", bubble_share=f.bubble_share,
+                               wall_s=wall_s, wall_cost_usd=wall_cost, goodput=w["goodput"] if w else 1.0))
     if not rows:
         raise ConfigError(f"no configuration: the global batch {batch_size} is smaller than every GPU count asked for")
-    cand = [i for i, c in enumerate(rows) if c.fits_in_memory and c.cost_usd is not None]
-    flags = pareto_flags([(rows[i].total_s, rows[i].cost_usd) for i in cand])
+    cand = [i for i, c in enumerate(rows) if c.fits_in_memory and c.wall_cost_usd is not None]
+    flags = pareto_flags([(rows[i].wall, rows[i].wall_cost_usd) for i in cand])
     front = {i for i, f in zip(cand, flags) if f}
     rows = [Config(**{**asdict(c), "pareto": i in front}) for i, c in enumerate(rows)]
     name = model if isinstance(model, str) else type(model).__name__
@@ -266,28 +292,28 @@ def _best_layout(models: dict, family, cat: Catalog, inst, gpus: int, global_bat
 
 
 def plot(result: PlanResult, path: str) -> str:
-    """All configurations on log-log axes of total time and cost, the front highlighted."""
+    """All configurations on log-log axes of expected wall clock and its cost, the front highlighted."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    ok = [c for c in result.configs if c.fits_in_memory and c.cost_usd is not None]
-    oom = [c for c in result.configs if not c.fits_in_memory and c.cost_usd is not None]
+    ok = [c for c in result.configs if c.fits_in_memory and c.wall_cost_usd is not None]
+    oom = [c for c in result.configs if not c.fits_in_memory and c.wall_cost_usd is not None]
     devs = sorted({c.device for c in ok})
     cmap = plt.get_cmap("tab20")
     for k, d in enumerate(devs):
         pts = [c for c in ok if c.device == d]
-        ax.scatter([c.total_s / 3600 for c in pts], [c.cost_usd for c in pts], s=22, color=cmap(k % 20),
+        ax.scatter([c.wall / 3600 for c in pts], [c.wall_cost_usd for c in pts], s=22, color=cmap(k % 20),
                    label=d, alpha=0.8)
     if oom:
-        ax.scatter([c.total_s / 3600 for c in oom], [c.cost_usd for c in oom], marker="x", color="grey",
+        ax.scatter([c.wall / 3600 for c in oom], [c.wall_cost_usd for c in oom], marker="x", color="grey",
                    label="out of memory")
     front = result.front
-    ax.plot([c.total_s / 3600 for c in front], [c.cost_usd for c in front], "k-", lw=1.5, label="Pareto front")
+    ax.plot([c.wall / 3600 for c in front], [c.wall_cost_usd for c in front], "k-", lw=1.5, label="Pareto front")
     for c in front:
-        ax.annotate(f"{c.gpus}x {c.instance}", (c.total_s / 3600, c.cost_usd), fontsize=7,
+        ax.annotate(f"{c.gpus}x {c.instance}", (c.wall / 3600, c.wall_cost_usd), fontsize=7,
                     xytext=(3, 3), textcoords="offset points")
     if result.deadline_s:
         ax.axvline(result.deadline_s / 3600, color="red", ls="--", lw=1, label="deadline")
@@ -295,7 +321,7 @@ def plot(result: PlanResult, path: str) -> str:
         ax.axhline(result.budget_usd, color="orange", ls="--", lw=1, label="budget")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("total training time (hours)")
+    ax.set_xlabel("expected wall clock with failures (hours)")
     ax.set_ylabel("cost (USD)")
     ax.set_title(f"{result.model}: time vs cost of every configuration")
     ax.legend(fontsize=7, ncol=2)

@@ -157,6 +157,7 @@ class Compute:
         """``traincast plan --json --plot ''`` for the request's options, as JSON text."""
         from traincast.hardware import get_catalog
         from traincast.plan.pareto import parse_duration_s, plan
+        from traincast.predict.goodput import Reliability
 
         source, mkey = self.model_source(req.model, req.hf_config)
         opts = req.model_dump(exclude={"model", "hf_config"})
@@ -170,7 +171,9 @@ class Compute:
                        instances=tuple(req.instances) if req.instances else None,
                        deadline_s=parse_duration_s(req.deadline) if req.deadline else None, budget_usd=req.budget,
                        precision=req.precision, optimizer=req.optimizer, seq_len=req.seq_len, catalog=get_catalog(),
-                       predictor=req.predictor, adaptation=req.adaptation, kernels=req.kernels)
+                       predictor=req.predictor, adaptation=req.adaptation, kernels=req.kernels,
+                       reliability=Reliability.from_options(req.gpu_mtbf_hours, req.restart_minutes,
+                                                            req.checkpoint_every, req.checkpoint_gb_per_s))
             return dumps(res.to_dict())
 
         return self._run(key, run)

@@ -76,7 +76,21 @@ Pos = Annotated[int, Field(gt=0)]
 KernelMode = Literal["eager", "compiled", "compiled-blocks", "transformer-engine"]
 
 
-class ForecastRequest(ModelChoice):
+class WallClockOptions(BaseModel):
+    """The expected wall clock with failures, restarts and checkpoints (``--gpu-mtbf-hours``, ``--restart-minutes``,
+    ``--checkpoint-every``, ``--checkpoint-gb-per-s``; predict/goodput.py): None takes the default."""
+
+    gpu_mtbf_hours: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None, description="GPU-hours between job-interrupting failures, per GPU (default: Llama 3's 50,677)")
+    restart_minutes: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
+        None, description="from a failure to training again (default 10)")
+    checkpoint_every: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None, description="minutes of training between checkpoints (default: the interval that minimises the wall clock)")
+    checkpoint_gb_per_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None, description="the job's checkpoint write bandwidth, GB/s (default 0.122 per GPU)")
+
+
+class ForecastRequest(ModelChoice, WallClockOptions):
     """The options of ``traincast predict``; the answer is what ``predict --json`` prints."""
 
     gpu: str | None = Field(None, examples=["A100-SXM4-80GB"])
@@ -153,7 +167,7 @@ def _csv(v, cast):
     return v
 
 
-class PlanRequest(ModelChoice):
+class PlanRequest(ModelChoice, WallClockOptions):
     """The options of ``traincast plan``; the answer is what ``plan --json`` prints."""
 
     epochs: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0

@@ -82,34 +82,37 @@ async function runPlan(ev) {
 
 function showPlan(res) {
   $("#plan-result").hidden = false;
-  const cfgs = res.configurations.slice().sort((a, b) => a.total_s - b.total_s);
-  const pick = (c) => c ? `${c.gpus}x ${esc(c.device)} on ${esc(c.instance)}: ${dur(c.total_s)}, ${usd(c.cost_usd)}` : "none";
+  // judged by the expected wall clock with failures, restarts and checkpoints (wall_s; null: never finishes)
+  const wall = (c) => c.wall_s === null ? Infinity : c.wall_s;
+  const cfgs = res.configurations.slice().sort((a, b) => wall(a) - wall(b));
+  const pick = (c) => c ? `${c.gpus}x ${esc(c.device)} on ${esc(c.instance)}: ${dur(c.wall_s)}, ${usd(c.wall_cost_usd)}` : "none";
   $("#plan-summary").innerHTML =
     `<p><b>fastest</b> ${pick(res.fastest)}</p><p><b>cheapest</b> ${pick(res.cheapest)}</p>` +
     `<p><b>cheapest within deadline and budget</b> ${pick(res.cheapest_feasible)}</p>`;
   const group = (pred, name, color, symbol) => {
-    const cs = cfgs.filter(pred).filter((c) => c.cost_usd !== null);
-    return {x: cs.map((c) => c.total_s / 3600), y: cs.map((c) => c.cost_usd), customdata: cs.map((c) => cfgs.indexOf(c)),
-            text: cs.map((c) => `${c.gpus}x ${c.device}<br>${c.instance} x${c.instances}<br>${dur(c.total_s)}, ${usd(c.cost_usd)}${c.reason ? "<br>" + c.reason : ""}`),
+    const cs = cfgs.filter(pred).filter((c) => c.wall_cost_usd !== null);
+    return {x: cs.map((c) => c.wall_s / 3600), y: cs.map((c) => c.wall_cost_usd), customdata: cs.map((c) => cfgs.indexOf(c)),
+            text: cs.map((c) => `${c.gpus}x ${c.device}<br>${c.instance} x${c.instances}<br>${dur(c.wall_s)}, ${usd(c.wall_cost_usd)}${c.reason ? "<br>" + c.reason : ""}`),
             hoverinfo: "text", mode: "markers", type: "scatter", name, marker: {color, symbol, size: 9}};
   };
-  const front = res.pareto_front.slice().sort((a, b) => a.total_s - b.total_s);
+  const front = res.pareto_front.slice().sort((a, b) => wall(a) - wall(b));
   const traces = [
     group((c) => !c.feasible, "infeasible", "#b8bfcc", "x"),
     group((c) => c.feasible && !c.pareto, "feasible", "#7f9cf5", "circle"),
     group((c) => c.pareto, "Pareto front", "#d9480f", "diamond"),
-    {x: front.map((c) => c.total_s / 3600), y: front.map((c) => c.cost_usd), mode: "lines", type: "scatter",
+    {x: front.map((c) => c.wall_s / 3600), y: front.map((c) => c.wall_cost_usd), mode: "lines", type: "scatter",
      name: "front", hoverinfo: "skip", line: {color: "#d9480f", width: 1.5, dash: "dot"}, showlegend: false},
   ];
-  const layout = {margin: {l: 60, r: 10, t: 10, b: 50}, xaxis: {title: {text: "total time (hours)"}, type: "log"},
+  const layout = {margin: {l: 60, r: 10, t: 10, b: 50}, xaxis: {title: {text: "expected wall clock with failures (hours)"}, type: "log"},
                   yaxis: {title: {text: "cost (USD)"}, type: "log"}, legend: {orientation: "h", y: -0.2}, hovermode: "closest"};
   if (res.deadline_s) layout.shapes = [{type: "line", x0: res.deadline_s / 3600, x1: res.deadline_s / 3600, yref: "paper", y0: 0, y1: 1, line: {color: "#b42318", dash: "dash"}}];
   Plotly.newPlot("plan-plot", traces, layout, plotCfg);
   $("#plan-plot").on("plotly_click", (d) => { const i = d.points[0].customdata; if (i !== undefined) forecastOf(cfgs[i], i); });
-  const head = "<tr><th>instance</th><th>GPU</th><th>GPUs</th><th>batch/GPU</th><th>iteration</th><th>total</th><th>cost</th><th>front</th><th>status</th></tr>";
+  const head = "<tr><th>instance</th><th>GPU</th><th>GPUs</th><th>batch/GPU</th><th>iteration</th><th>training</th><th>wall clock (goodput)</th><th>cost</th><th>front</th><th>status</th></tr>";
   $("#plan-table").innerHTML = head + cfgs.map((c, i) =>
     `<tr class="clickable ${c.pareto ? "front" : ""} ${c.feasible ? "" : "infeasible"}" data-i="${i}"><td>${esc(c.instance)} x${c.instances}</td><td>${esc(c.device)}</td>` +
-    `<td>${c.gpus}</td><td>${c.per_gpu_batch}</td><td>${dur(c.iteration_s)}</td><td>${dur(c.total_s)}</td><td>${usd(c.cost_usd)}</td>` +
+    `<td>${c.gpus}</td><td>${c.per_gpu_batch}</td><td>${dur(c.iteration_s)}</td><td>${dur(c.total_s)}</td>` +
+    `<td>${c.wall_s === null ? "never" : dur(c.wall_s) + " (" + (100 * c.goodput).toFixed(0) + "%)"}</td><td>${usd(c.wall_cost_usd)}</td>` +
     `<td>${c.pareto ? "yes" : ""}</td><td class="${c.feasible ? "ok" : "bad"}">${esc(c.reason || "ok")}</td></tr>`).join("");
   $$("#plan-table tr.clickable").forEach((tr) => tr.addEventListener("click", () => forecastOf(cfgs[+tr.dataset.i], +tr.dataset.i)));
 }
@@ -141,6 +144,9 @@ function showForecast(f) {
   const rows = [["batch (global / per GPU)", `${f.global_batch} / ${f.per_gpu_batch}`], ["iteration", dur(f.iteration_s)],
     ["steps per epoch", f.steps_per_epoch.toLocaleString()], ["epoch", dur(f.epoch_s)], [`total (${f.epochs} epochs)`, dur(f.total_s)],
     ["price", f.usd_per_hour === null ? "-" : usd(f.usd_per_hour) + "/h"], ["cost", usd(f.cost_usd)],
+    ...(f.wall_clock ? [["wall clock with failures", f.wall_clock.wall_s === null ? "never finishes" :
+      `${dur(f.wall_clock.wall_s)} (goodput ${(100 * f.wall_clock.goodput).toFixed(1)}%, ${f.wall_clock.interruptions.toFixed(1)} interruptions)`],
+      ["cost with failures", usd(f.wall_clock.cost_usd)]] : []),
     ["peak memory per GPU", `${gib(f.peak_memory_bytes)} of ${gib(f.memory_capacity_bytes)}` + (f.fits_in_memory ? "" : " OUT OF MEMORY")],
     ["bottleneck", f.bottleneck], ["predictor", f.predictor]];
   $("#forecast-table").innerHTML = rows.map((r) => `<tr><th>${esc(r[0])}</th><td>${esc(r[1])}</td></tr>`).join("") +
