@@ -32,6 +32,21 @@ sensitivity with Meta's research-cluster rate (Kokolis et al. 2025: 7.9 h betwee
 rate interrupts the job once a day, so the wall clock moves the forecast by 1-3%, far less than the +11% to
 +38% the steady forecasts read.
 
+Addendum 2 (written 2026-11-28 at 03:57 UTC, before any of these rows was forecast under it): Llama 3 405B's
+pre-training layouts (Llama 3 Herd of Models, Table 4, checked against Balaji's SC'24 slide): 8,192 H100s at
+tensor 8 x context 1 x pipeline 16 x data 64, 430 TFLOP/s per GPU; 16,384 at data 128, 400; 16,384 at context 16
+x data 4 with 131,072-token sequences, 380; each 16M tokens a batch, 400 Gb/s RoCE a GPU (3,200 Gb/s a node).
+The published figure is model TFLOP/s per GPU (BF16 MFU 43%, 41%, 38%), so the forecast's is compared: the
+traced forward and backward FLOPs of the global batch, recomputation not counted, over the forecast iteration and
+the GPUs. The convention for causal attention is not published: the trace counts the whole score matrix (what
+PyTorch's FLOP counter does); the figure with half of the attention core's FLOPs is printed beside it. The
+131,072-token row is printed and not scored: there the attention core is over half of the FLOPs, so the two
+conventions differ by about a third. Layout as the other published-degree rows (BLOOM): tensor, pipeline and
+context degrees as published, the rest (ZeRO stage, micro-batch, recomputation, schedule, sequence parallelism)
+the fastest that fits. Seen before this addendum: one exploratory `predict llama-3.1-405b` on 16,384 H100s with
+another network (the a3-highgpu-8g instance's), no ZeRO and interleaved:7, out of memory, about 100 TFLOP/s per
+GPU. Expected before running: within 15% on the two 8K rows.
+
     PYTHONPATH=src .venv/bin/python benchmarks/published_runs.py [--only ID[,ID...]]
 """
 
@@ -77,8 +92,9 @@ def forecast_row(r: dict):
         cfg = res.best.config
         return pm.evaluate(cfg, batch // cfg.dp, simulate_pipeline=True), time.perf_counter() - t0
     best = None
-    for cfg, per_replica in enumerate_layouts(pm, gpus, batch):
-        if cfg.tp != int(r["tp"]) or cfg.pp != int(r["pp"]):
+    cp = int(r.get("cp", 1))
+    for cfg, per_replica in enumerate_layouts(pm, gpus, batch, context=(cp,)):
+        if cfg.tp != int(r["tp"]) or cfg.pp != int(r["pp"]) or cfg.cp != cp:
             continue
         try:
             st = pm.evaluate(cfg, per_replica, simulate_pipeline=False)
@@ -89,6 +105,20 @@ def forecast_row(r: dict):
     if best is None:
         return None, time.perf_counter() - t0
     return pm.evaluate(best.config, best.per_replica_batch, simulate_pipeline=True), time.perf_counter() - t0
+
+
+def model_tflops_per_gpu(r: dict, st) -> tuple[float, float]:
+    """(forecast model TFLOP/s per GPU, the same with half of the attention core's FLOPs) of row ``r`` whose step
+    is ``st``: the traced forward and backward FLOPs of the global batch over the iteration and the GPUs."""
+    from traincast.predict.compose import WorkloadFamily
+
+    wl = WorkloadFamily(r["model"], optimizer=OPTIMIZER, precision=PRECISION, seq_len=int(r["seq"]),
+                        kernels=KERNELS).at(1)
+    ph = wl.by_phase()
+    per_sample = ph["forward"]["flops"] + ph["backward"]["flops"]
+    attention = sum(o.flops for o in wl.ops if o.op_class == "attention" and o.phase in ("forward", "backward"))
+    scale = int(r["batch"]) / st.iteration_s / int(r["gpus"]) / 1e12
+    return per_sample * scale, (per_sample - attention / 2) * scale
 
 
 def checkpoint_state(r: dict) -> int:
@@ -133,9 +163,24 @@ def main() -> None:
 
     rel = Reliability.defaults()
     kokolis = replace(rel, gpu_mtbf_hours=7.9 * 1024)
-    steady, wall, wall_gp, wall_kk = [], [], [], []
+    steady, wall, wall_gp, wall_kk, tflops = [], [], [], [], []
     for r in rows():
         if only and r["id"] not in only:
+            continue
+        if "tflops_per_gpu" in r:  # addendum 2: model TFLOP/s per GPU
+            pub = float(r["tflops_per_gpu"])
+            st, took = forecast_row(r)
+            if st is None:
+                print(f"{r['id']:<12} {r['gpus']:>5} {pub:9.0f}  no layout fits")
+                continue
+            fc, half = model_tflops_per_gpu(r, st)
+            e, eh = 100 * (fc / pub - 1), 100 * (half / pub - 1)
+            if r.get("scored", True):
+                tflops.append(e)
+            print(f"{r['id']:<12} {r['gpus']:>5} {pub:9.0f} {fc:8.0f} {e:+6.1f}%  TFLOP/s    {st.config.label()} "
+                  f"({st.iteration_s:.2f} s a step, {st.peak_memory_bytes / 2**30:.1f} GiB; {took:.0f} s; causal "
+                  f"half of the attention core: {half:.0f}, {eh:+.1f}%"
+                  + ("" if r.get("scored", True) else "; not scored") + ")", flush=True)
             continue
         pub = float(r["tokens"]) / float(r["gpu_hours"]) / 3600
         st, took = forecast_row(r)
@@ -160,6 +205,7 @@ def main() -> None:
     summary("wall-clock rows (Llama 2, BLOOM)", wall)
     summary("wall-clock rows, expected wall clock with failures (defaults)", wall_gp)
     summary("wall-clock rows, expected wall clock at the research-cluster rate (sensitivity)", wall_kk)
+    summary("Llama 3 405B, model TFLOP/s per GPU (8K rows)", tflops)
     summary("all rows", steady + wall)
 
 
