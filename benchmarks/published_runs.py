@@ -35,7 +35,7 @@ rate interrupts the job once a day, so the wall clock moves the forecast by 1-3%
 Addendum 2 (written 2026-11-28 at 03:57 UTC, before any of these rows was forecast under it): Llama 3 405B's
 pre-training layouts (Llama 3 Herd of Models, Table 4, checked against Balaji's SC'24 slide): 8,192 H100s at
 tensor 8 x context 1 x pipeline 16 x data 64, 430 TFLOP/s per GPU; 16,384 at data 128, 400; 16,384 at context 16
-x data 4 with 131,072-token sequences, 380; each 16M tokens a batch, 400 Gb/s RoCE a GPU (3,200 Gb/s a node).
+x data 8 with 131,072-token sequences, 380; each 16M tokens a batch, 400 Gb/s RoCE a GPU (3,200 Gb/s a node).
 The published figure is model TFLOP/s per GPU (BF16 MFU 43%, 41%, 38%), so the forecast's is compared: the
 traced forward and backward FLOPs of the global batch, recomputation not counted, over the forecast iteration and
 the GPUs. The convention for causal attention is not published: the trace counts the whole score matrix (what
