@@ -150,9 +150,14 @@ def summary(label: str, errs: list[float]) -> None:
 
 
 def main() -> None:
+    global PRECISION, KERNELS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", default="", help="comma-separated row ids")
+    ap.add_argument("--precision", default="amp-bf16", help="a sensitivity, not the protocol: e.g. bf16 (the model "
+                    "in bf16 with fp32 master weights, as Megatron and FSDP's mixed precision train)")
+    ap.add_argument("--kernels", default="compiled", help="a sensitivity, not the protocol: e.g. transformer-engine")
     args = ap.parse_args()
+    PRECISION, KERNELS = args.precision, args.kernels
     only = {x.strip() for x in args.only.split(",") if x.strip()}
     print(f"protocol: precision {PRECISION}, kernels {KERNELS}, {OPTIMIZER}; throughput in tokens/s/GPU; "
           "error = forecast / published - 1")

@@ -597,3 +597,24 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism(tmp_path, a100
     step = pm.evaluate(ParallelConfig(tp=1, pp=1, dp=8, ep=4), 2)
     plain = pm.evaluate(ParallelConfig(tp=1, pp=1, dp=8, ep=1), 2)
     assert step.memory["parameters"] < plain.memory["parameters"]  # each rank holds 1 of 4 experts' weights
+
+
+def test_the_search_interleaves_chunks_that_do_not_divide_the_layers(tmp_path, a100):
+    """Llama 3 405B's 126 layers on 16 stages of 2 or 4 chunks (3.94 and 1.97 layers a chunk) ran interleaved; the
+    search tries every chunk count whose fullest chunk holds at most 10% more layers than the mean, as for stages
+    (before, only counts that divide the layers). On 2 stages: 10 layers in 2 x 2 chunks (2.5 a chunk, the fullest
+    3: +20%) or 2 x 4 (1.25, 2: +60%) are not tried; 11 layers in 2 x 2 chunks (2.75, 3: +9%) are."""
+    from traincast.predict.parallel.search import enumerate_layouts
+
+    def interleaved(layers):
+        p = tmp_path / f"config{layers}.json"
+        p.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": layers,
+                                 "n_positions": 32, "vocab_size": 500}))
+        fam = WorkloadFamily(str(p), optimizer="adamw", precision="amp-bf16", seq_len=32)
+        pm = ParallelModel(fam, a100, Cluster(a100, 8, 1), default_predictor(), "amp-bf16", exact_traces=True)
+        return {cfg.virtual_stages for cfg, _ in enumerate_layouts(pm, 2, 8, virtual=(2, 4, 5))
+                if cfg.pp == 2 and cfg.schedule == "interleaved"}
+
+    assert interleaved(8) == {2, 4}  # 8 layers divide into 2 x 2 and 2 x 4 chunks
+    assert interleaved(10) == {5}  # 10 = 2 x 5 x 1; 2.5 and 1.25 a chunk are too uneven
+    assert interleaved(11) == {2}  # 2.75 a chunk, the fullest 3 (+9%)

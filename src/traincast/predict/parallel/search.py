@@ -116,8 +116,10 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
                 for mb in mbs:
                     m = per_replica // mb
                     scheds = [("1f1b", 1)]
-                    if pp > 1:
-                        scheds += [("interleaved", v) for v in virtual if layers % (pp * v) == 0 and m % pp == 0]
+                    if pp > 1:  # chunks that do not divide the layers: by the stages' 10% rule above
+                        scheds += [("interleaved", v) for v in virtual
+                                   if layers >= pp * v and -(-layers // (pp * v)) <= 1.1 * layers / (pp * v)
+                                   and m % pp == 0]
                     for rc in recomputes:
                         for sp in (sequence_parallel if tp > 1 else (False,)):
                             for (sname, v), kind, ep in ((x, k, e) for x in scheds
