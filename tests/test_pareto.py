@@ -66,6 +66,27 @@ def test_out_of_memory_configurations_are_flagged():
     assert t4 and not t4[0].fits_in_memory and "out of memory" in t4[0].reason and not t4[0].pareto
 
 
+def test_deadlines_as_people_give_them():
+    """Durations, dates and times, dates (the end of the day) and weekdays (the end of the coming one), from a fixed
+    moment: Wednesday 2026-12-02 10:00 UTC."""
+    import datetime as dt
+
+    from traincast.plan.pareto import parse_deadline_s
+
+    now = dt.datetime(2026, 12, 2, 10, 0, tzinfo=dt.timezone.utc)
+    assert parse_deadline_s("36h", now) == 36 * 3600
+    assert parse_deadline_s("2026-12-04T17:00", now) == (2 * 24 + 7) * 3600
+    assert parse_deadline_s("2026-12-04 17:00+01:00", now) == (2 * 24 + 6) * 3600
+    assert parse_deadline_s("2026-12-04", now) == (2 * 24 + 14) * 3600  # the end of Friday
+    assert parse_deadline_s("friday", now) == parse_deadline_s("Fri", now) == (2 * 24 + 14) * 3600
+    assert parse_deadline_s("wednesday", now) == 14 * 3600  # today is Wednesday: the end of today
+    assert parse_deadline_s("tuesday", now) == (6 * 24 + 14) * 3600  # the coming Tuesday
+    with pytest.raises(ConfigError, match="already past"):
+        parse_deadline_s("2026-12-01T09:00", now)
+    with pytest.raises(ConfigError, match="cannot read deadline 'next week'"):
+        parse_deadline_s("next week", now)
+
+
 def test_durations():
     assert parse_duration_s("36h") == 36 * 3600
     assert parse_duration_s("1h30m") == 5400
@@ -82,7 +103,9 @@ def test_plan_cli_json_and_bad_input(capsys, tmp_path):
     d = json.loads(out)
     assert d["pareto_front"] and (tmp_path / "p.png").stat().st_size > 1000
     assert run(["plan", "resnet18", "--epochs", "1", "--batch-size", "64", "--deadline", "soon"]) == 2
-    assert "cannot read duration" in capsys.readouterr().err
+    assert "cannot read deadline 'soon'" in capsys.readouterr().err
+    assert run(["plan", "resnet18", "--epochs", "1", "--batch-size", "64", "--deadline", "2001-01-01"]) == 2
+    assert "is already past" in capsys.readouterr().err
     assert run(["plan", "resnet18", "--epochs", "1", "--batch-size", "64", "--gpus", "1,x"]) == 2
     assert run(["plan", "resnet18", "--epochs", "1", "--batch-size", "64", "--gpu-types", "Z99"]) == 2
 

@@ -394,3 +394,17 @@ def test_the_wall_clock_options_reach_the_forecast_as_the_clis_flags_do(client, 
                     "--gpu-types", "V100", "--gpu-mtbf-hours", "50", "--restart-minutes", "30", "--plot", "", "--json")
     assert r.json() == want
     assert all(c["wall_s"] > c["total_s"] for c in want["configurations"])
+
+
+def test_a_plan_deadline_may_be_a_date_and_a_bad_one_is_named(client):
+    import datetime as dt
+
+    body = {"model": "mnist-cnn", "epochs": 1, "batch_size": 64, "gpus": "1", "gpu_types": ["T4"],
+            "deadline": "2099-01-01"}
+    r = client.post("/api/v1/plan", json=body)
+    assert r.status_code == 200, r.text
+    want = (dt.datetime(2099, 1, 2).astimezone() - dt.datetime.now().astimezone()).total_seconds()
+    assert r.json()["deadline_s"] == pytest.approx(want, abs=120)
+    for bad, msg in (("yesterday", "cannot read deadline"), ("2001-01-01", "already past")):
+        r = client.post("/api/v1/plan", json={**body, "deadline": bad})
+        assert r.status_code == 422 and msg in r.text and "deadline" in r.text

@@ -444,7 +444,8 @@ def register(app: typer.Typer) -> None:
         steps: Optional[int] = typer.Option(None, "--steps", help="optimizer steps of the whole job"),
         batch_size: int = typer.Option(..., "--batch-size", "-b", help="global batch (per GPU with --per-gpu-batch)"),
         per_gpu_batch: bool = typer.Option(False, "--per-gpu-batch", help="weak scaling"),
-        deadline: Optional[str] = typer.Option(None, "--deadline", help="e.g. 24h, 90m, 2d"),
+        deadline: Optional[str] = typer.Option(None, "--deadline", help="e.g. 24h, 90m, 2d, 2026-12-04T17:00, "
+                                                "2026-12-04 (the end of that day), friday (the end of the coming one)"),
         budget: Optional[float] = typer.Option(None, "--budget", help="USD"),
         gpus: str = typer.Option("1,2,4,8,16,32,64", "--gpus", help="GPU totals to consider"),
         gpu_types: Optional[str] = typer.Option(None, "--gpu-types", help="comma-separated GPU names"),
@@ -473,7 +474,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Which hardware? Every (instance x count): Pareto front of expected wall clock (failures, restarts and
         checkpoints counted) vs its cost, deadline and budget."""
-        from traincast.plan.pareto import parse_duration_s, plan, plot
+        from traincast.plan.pareto import parse_deadline_s, plan, plot
         from traincast.predict.goodput import Reliability
 
         if plot_path is not None and str(plot_path) in ("", "."):  # --plot "": no plot
@@ -488,7 +489,7 @@ def register(app: typer.Typer) -> None:
         res = plan(model, epochs=epochs, dataset_size=dataset_size, batch_size=batch_size, steps=steps,
                    tokens=parse_count(tokens, "--tokens") if tokens is not None else None,
                    per_gpu_batch=per_gpu_batch, gpus=counts, gpu_types=types, instances=insts,
-                   deadline_s=parse_duration_s(deadline) if deadline else None, budget_usd=budget,
+                   deadline_s=parse_deadline_s(deadline) if deadline else None, budget_usd=budget,
                    precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog),
                    predictor=predictor_name.strip().lower(), adaptation=adaptation.strip().lower(),
                    layouts=layouts.strip().lower(), kernels=kernels.strip().lower(), memory_format=memory_format,

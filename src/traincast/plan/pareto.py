@@ -332,6 +332,43 @@ def plot(result: PlanResult, path: str) -> str:
     return path
 
 
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
+def parse_deadline_s(text: str, now=None) -> float:
+    """A deadline as seconds from ``now`` (default: this moment, local time): a duration (``36h``, ``2d``,
+    :func:`parse_duration_s`), a date and time (``2026-12-04T17:00``, ``2026-12-04 17:00``, with or without a UTC
+    offset), a date (the end of that day) or a weekday (``friday``: the end of the coming Friday, today's if it is
+    Friday). One clear error for anything else or a moment already past."""
+    import datetime as dt
+
+    t = str(text).strip()
+    try:
+        return parse_duration_s(t)
+    except ConfigError:
+        pass
+    now = now or dt.datetime.now().astimezone()
+    low = t.lower()
+    if low in _WEEKDAYS or low[:3] in {d[:3] for d in _WEEKDAYS} and len(low) == 3:
+        k = [d[:3] for d in _WEEKDAYS].index(low[:3])
+        day = now.date() + dt.timedelta(days=(k - now.weekday()) % 7)
+        at = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=now.tzinfo)
+    else:
+        try:
+            at = dt.datetime.fromisoformat(t)
+        except ValueError:
+            raise ConfigError(f"cannot read deadline {text!r}; write a duration (36h, 2d, 1h30m), a date and time "
+                              "(2026-12-04T17:00), a date (2026-12-04: the end of that day) or a weekday (friday)") from None
+        if len(t) == 10:  # a date alone: the end of that day
+            at += dt.timedelta(days=1)
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=now.tzinfo)
+    left = (at - now).total_seconds()
+    if left <= 0:
+        raise ConfigError(f"deadline {text!r} is already past ({at.isoformat(timespec='minutes')})")
+    return left
+
+
 def parse_duration_s(text: str) -> float:
     """'36h', '90m', '2d', '3600', '1h30m' -> seconds."""
     import re

@@ -156,11 +156,14 @@ class Compute:
     def plan_json(self, req) -> str:
         """``traincast plan --json --plot ''`` for the request's options, as JSON text."""
         from traincast.hardware import get_catalog
-        from traincast.plan.pareto import parse_duration_s, plan
+        from traincast.plan.pareto import parse_deadline_s, plan
         from traincast.predict.goodput import Reliability
 
         source, mkey = self.model_source(req.model, req.hf_config)
         opts = req.model_dump(exclude={"model", "hf_config"})
+        # a deadline given as a date or weekday is resolved now: the key holds it to the minute, not the text
+        deadline_s = parse_deadline_s(req.deadline) if req.deadline else None
+        opts["deadline"] = None if deadline_s is None else round(deadline_s / 60)
         key = "plan:" + json.dumps({"model": mkey, **opts}, sort_keys=True)
 
         def run():
@@ -169,7 +172,7 @@ class Compute:
                        per_gpu_batch=req.per_gpu_batch, gpus=tuple(req.gpus),
                        gpu_types=tuple(req.gpu_types) if req.gpu_types else None,
                        instances=tuple(req.instances) if req.instances else None,
-                       deadline_s=parse_duration_s(req.deadline) if req.deadline else None, budget_usd=req.budget,
+                       deadline_s=deadline_s, budget_usd=req.budget,
                        precision=req.precision, optimizer=req.optimizer, seq_len=req.seq_len, catalog=get_catalog(),
                        predictor=req.predictor, adaptation=req.adaptation, kernels=req.kernels,
                        reliability=Reliability.from_options(req.gpu_mtbf_hours, req.restart_minutes,

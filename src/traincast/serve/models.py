@@ -177,7 +177,8 @@ class PlanRequest(ModelChoice, WallClockOptions):
     steps: Pos | None = Field(None, description="optimizer steps of the whole job (traincast plan --steps)")
     batch_size: Annotated[int, Field(gt=0, lt=2**31)]
     per_gpu_batch: bool = False
-    deadline: str | None = Field(None, examples=["24h"], description="e.g. 24h, 90m, 2d")
+    deadline: str | None = Field(None, examples=["24h"], description="e.g. 24h, 90m, 2d, 2026-12-04T17:00, "
+                                  "2026-12-04 (the end of that day), friday (the end of the coming one)")
     budget: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     gpus: Annotated[list[Pos], Field(min_length=1, max_length=16)] = [1, 2, 4, 8, 16, 32, 64]
     gpu_types: Annotated[list[str], Field(min_length=1, max_length=64)] | None = None
@@ -207,10 +208,10 @@ class PlanRequest(ModelChoice, WallClockOptions):
     def _deadline(cls, v):
         if v is not None:
             from traincast.errors import TraincastError
-            from traincast.plan.pareto import parse_duration_s
+            from traincast.plan.pareto import parse_deadline_s
 
             try:
-                parse_duration_s(v)
+                parse_deadline_s(v)
             except TraincastError as exc:
                 raise ValueError(str(exc)) from None
         return v
