@@ -8,6 +8,7 @@ from scipy.optimize import minimize_scalar
 
 from traincast.cli.main import _register_all, run
 from traincast.errors import ConfigError
+from traincast.hardware import get_catalog
 from traincast.predict.goodput import Reliability, optimal_interval, wall_clock
 from traincast.predict.options import forecast_from_options
 
@@ -125,3 +126,9 @@ def test_predict_shows_and_takes_the_reliability_options(capsys):
                      (["--checkpoint-every", "0"], "--checkpoint-every must be a positive number")):
         assert run(["predict", "gpt2", "--gpu", "A100", "-b", "8", "--seq-len", "32", *bad]) == 2
         assert msg in capsys.readouterr().err
+
+
+def test_a_cpu_forecast_has_no_gpu_failures():
+    cpu = next(d.name for d in get_catalog().devices.values() if d.kind == "cpu")
+    f = forecast_from_options("resnet18", gpu=cpu, batch_size=8, steps=100)
+    assert f.total_s is not None and f.wall_clock is None

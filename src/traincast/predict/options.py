@@ -12,7 +12,7 @@ import math
 from contextlib import contextmanager
 from dataclasses import replace
 
-from traincast.errors import ConfigError
+from traincast.errors import ConfigError, TraincastError
 from traincast.hardware.catalog import Catalog, get_catalog
 from traincast.predict.compose import Forecast, WorkloadFamily, forecast, scale_by_measurement
 from traincast.predict.registry import make_predictor
@@ -141,8 +141,20 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                            fp8_attention=fp8_attention, inputs=inputs, kernels=kernels, memory_format=memory_format)
             f = scale_by_measurement(f, src, measured_step_ms / 1e3)
     warnings = list(warnings) + list(dict.fromkeys(hf_notes)) + ([host_note] if host_note else [])
-    f = with_wall_clock(f, rel)
+    if _device_kind(gpu, f.device, cat) != "cpu":  # GPU failures and checkpoints: not a CPU's
+        f = with_wall_clock(f, rel)
     return replace(f, notes=tuple(warnings) + f.notes) if warnings else f
+
+
+def _device_kind(gpu, name: str, cat: Catalog) -> str:
+    """``gpu`` (a device record or a name) or the forecast's device ``name``: ``gpu`` or ``cpu``."""
+    kind = getattr(gpu, "kind", None)
+    if kind is None:
+        try:
+            kind = cat.device(name).kind
+        except TraincastError:
+            kind = "gpu"
+    return kind
 
 
 def _search_layout(model, family, cat, *, gpu, gpus, nodes, instance, network_gbit, predictor, precision,
