@@ -161,6 +161,7 @@ def plan(
     from traincast.predict.compose import WorkloadFamily, forecast
 
     from traincast.predict.compose import default_dataset_size
+    from traincast.predict.goodput import Reliability, with_wall_clock
 
     cat = catalog or get_catalog()
     positive("--epochs", epochs)
@@ -225,8 +226,6 @@ def plan(
         raise ConfigError(f"layouts must be auto, data-parallel or search, got {layouts!r}")
     family = WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze,
                             kernels=kernels, memory_format=memory_format)
-    from traincast.predict.goodput import Reliability, with_wall_clock
-
     rel = reliability or Reliability.defaults()
     models: dict = {}
     rows: list[Config] = []
@@ -248,9 +247,9 @@ def plan(
                     f2 = forecast(model, batch_size=gb, strategy=cfg, **kw)
                     if f2.fits_in_memory and (not f.fits_in_memory or f2.iteration_s < f.iteration_s):
                         f = f2
-            w = with_wall_clock(f, rel).wall_clock
-            wall_s = w["wall_s"] if w else f.total_s
-            wall_cost = w["cost_usd"] if w else f.cost_usd
+            wc = with_wall_clock(f, rel).wall_clock
+            wall_s = wc["wall_s"] if wc else f.total_s
+            wall_cost = wc["cost_usd"] if wc else f.cost_usd
             meets = deadline_s is None or (wall_s is not None and wall_s <= deadline_s)
             within = budget_usd is None or (wall_cost is not None and wall_cost <= budget_usd)
             why = [w for w, bad in (("out of memory", not f.fits_in_memory), ("misses the deadline", not meets),
@@ -259,7 +258,7 @@ def plan(
                                f.iteration_s, f.total_s, f.cost_usd, f.usd_per_hour, f.peak_memory_bytes,
                                f.fits_in_memory, meets, within, reason=", ".join(why), predictor=f.predictor,
                                layout=f.strategy["label"] if f.strategy else "", bubble_share=f.bubble_share,
-                               wall_s=wall_s, wall_cost_usd=wall_cost, goodput=w["goodput"] if w else 1.0))
+                               wall_s=wall_s, wall_cost_usd=wall_cost, goodput=wc["goodput"] if wc else 1.0))
     if not rows:
         raise ConfigError(f"no configuration: the global batch {batch_size} is smaller than every GPU count asked for")
     cand = [i for i, c in enumerate(rows) if c.fits_in_memory and c.wall_cost_usd is not None]
