@@ -93,6 +93,7 @@ def test_plan_explorer_plots_lists_and_forecasts(server, page, tmp_path):
     page.wait_for_selector("#forecast-table tr", timeout=60_000)
     assert "iteration" in page.inner_text("#forecast-table")
     assert "wall clock with failures" in page.inner_text("#forecast-table")
+    assert "MFU" in page.inner_text("#forecast-table")
     assert page.inner_text("#forecast-title").startswith("resnet18 on")
     page.wait_for_selector("#forecast-plot .main-svg")
     shot(page, tmp_path, "plan")

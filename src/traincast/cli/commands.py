@@ -113,6 +113,8 @@ def render_forecast(f, console=console) -> None:
         ["cost", usd(f.cost_usd)],
     ] + _wall_clock_rows(f.wall_clock) + [
         ["FLOPs per step (fwd / bwd)", f"{flops(f.flops['forward'])} / {flops(f.flops['backward'])}"],
+        ["model FLOP/s per GPU (MFU)", f"{f.model_tflops_per_gpu:,.1f} TFLOP/s"
+         + (f" ({100 * f.mfu:.1f}% of the {f.model_peak_name} peak)" if f.mfu is not None else "")],
         ["parameters (trainable)", f"{count(f.parameters)} ({count(f.trainable_parameters)})"],
         ["peak memory per GPU", f"{size(f.peak_memory_bytes)} of {size(f.memory_capacity_bytes)} usable"
          + ("" if f.fits_in_memory else "  OUT OF MEMORY")],

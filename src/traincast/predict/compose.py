@@ -331,6 +331,11 @@ class Forecast:
     # the expected wall clock with failures, restarts and checkpoints (predict/goodput.py, WallClock.to_dict):
     # None where there is no total
     wall_clock: dict | None = None
+    # model FLOPs of one step on all GPUs (the traced forward and backward, recomputation not counted) and the
+    # dense peak MFU is taken against (per GPU: model_peak_name's; see mfu_peak)
+    model_flops: float = 0.0
+    model_peak_flops_per_s: float = 0.0
+    model_peak_name: str = ""
     # scaled from a step the user measured on another GPU (scale_by_measurement): that GPU, the step measured
     # and forecast there, and their ratio, which multiplies this forecast's compute; None: not scaled
     measured: dict | None = None
@@ -338,8 +343,22 @@ class Forecast:
     tokens_per_sample: int | None = None
     workload: Workload | None = field(default=None, compare=False, repr=False)
 
+    @property
+    def model_tflops_per_gpu(self) -> float:
+        """Model TFLOP/s per GPU: the step's model FLOPs over the iteration and the GPUs."""
+        return self.model_flops / self.iteration_s / self.gpus / 1e12 if self.iteration_s > 0 else 0.0
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs utilisation: model FLOP/s per GPU over the dense peak of ``model_peak_name``."""
+        if not self.model_peak_flops_per_s:
+            return None
+        return self.model_tflops_per_gpu * 1e12 / self.model_peak_flops_per_s
+
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k != "workload"}
+        d["model_tflops_per_gpu"] = self.model_tflops_per_gpu
+        d["mfu"] = self.mfu
         d["iteration_ms"] = self.iteration_s * 1e3
         d["forward_ms"] = self.forward_s * 1e3
         d["backward_ms"] = self.backward_s * 1e3
@@ -671,6 +690,7 @@ def forecast(
                                    math.ceil(dataset_size / (pb * p)) * s.iteration_s if dataset_size else None,
                                    speed, speed / p))
     bw = wl.by_phase()
+    mfu_pk = mfu_peak(wl, device, precision)
     return Forecast(
         tokens_per_sample=tps,
         model=wl.model, device=device.name, gpus=gpus, nodes=n_nodes, instance=inst.name if inst else None,
@@ -690,7 +710,28 @@ def forecast(
         input_pipeline=ip.to_dict() if ip is not None else None, input_wait_s=wait_s,
         strategy=strategy.to_dict() if strategy is not None else None, workload=wl,
         shares=step_shares(st.iteration_s, *_fp8_times(wl.ops, st.op_times.times_s)),
+        model_flops=float(bw["forward"]["flops"] + bw["backward"]["flops"]) * gpus,
+        model_peak_name=mfu_pk[0], model_peak_flops_per_s=mfu_pk[1],
     )
+
+
+def mfu_peak(wl: Workload, device, precision: str) -> tuple[str, float]:
+    """(name, FLOP/s) of the dense peak MFU is taken against: that of the units that run most of the step's
+    forward and backward FLOPs (``compute_unit`` per op: TF32 for a CNN's convolutions under PyTorch's default
+    FP32, BF16 under autocast); under FP8 recipes the BF16 / FP16 peak, as Megatron and Llama 3 report MFU."""
+    from traincast.predict.roofline import compute_unit
+
+    prec = get_precision(precision)
+    if prec.fp8 is not None:
+        name = compute_unit("matmul", prec.autocast or prec.params or "bf16", device, precision)[0]
+        return name, float(device.peak_flops_per_s(name))
+    by: dict[str, float] = {}
+    for op in wl.ops:
+        if op.phase in ("forward", "backward") and op.flops:
+            name = compute_unit(op.op_class, op.dtype, device, precision)[0]
+            by[name] = by.get(name, 0.0) + op.flops
+    name = max(by, key=by.get) if by else "fp32"
+    return name, float(device.peak_flops_per_s(name))
 
 
 def _usd_per_hour(inst, gpus: int, n_nodes: int, notes: list[str]) -> float | None:
@@ -740,6 +781,7 @@ def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nod
     if usd_h is None:
         notes.append(f"no priced instance with {device.name} in the catalog: cost unknown")
     bw = wl.by_phase()
+    mfu_pk = mfu_peak(wl, device, precision)
     compute = step.forward_s + step.backward_s + step.optimizer_s
     idle = step.pipeline_s * step.bubble_share
     by = {"compute": compute, "communication": step.communication_exposed_s, "pipeline bubble": idle}
@@ -769,6 +811,8 @@ def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nod
         workload=wl,
         shares=step_shares(step.iteration_s, step.fp8_gemm_s, step.fp8_cast_s,
                            step.comm_exposed_by_kind.get("context", 0.0), step.comm_total_by_kind.get("context", 0.0)),
+        model_flops=float(bw["forward"]["flops"] + bw["backward"]["flops"]) * global_batch / step.micro_batch,
+        model_peak_name=mfu_pk[0], model_peak_flops_per_s=mfu_pk[1],
     )
 
 

@@ -147,6 +147,8 @@ function showForecast(f) {
     ...(f.wall_clock ? [["wall clock with failures", f.wall_clock.wall_s === null ? "never finishes" :
       `${dur(f.wall_clock.wall_s)} (goodput ${(100 * f.wall_clock.goodput).toFixed(1)}%, ${f.wall_clock.interruptions.toFixed(1)} interruptions)`],
       ["cost with failures", usd(f.wall_clock.cost_usd)]] : []),
+    ["model FLOP/s per GPU (MFU)", `${f.model_tflops_per_gpu.toFixed(1)} TFLOP/s` +
+      (f.mfu === null ? "" : ` (${(100 * f.mfu).toFixed(1)}% of the ${f.model_peak_name} peak)`)],
     ["peak memory per GPU", `${gib(f.peak_memory_bytes)} of ${gib(f.memory_capacity_bytes)}` + (f.fits_in_memory ? "" : " OUT OF MEMORY")],
     ["bottleneck", f.bottleneck], ["predictor", f.predictor]];
   $("#forecast-table").innerHTML = rows.map((r) => `<tr><th>${esc(r[0])}</th><td>${esc(r[1])}</td></tr>`).join("") +
