@@ -159,7 +159,8 @@ def main() -> None:
     args = ap.parse_args()
     PRECISION, KERNELS = args.precision, args.kernels
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    print(f"protocol: precision {PRECISION}, kernels {KERNELS}, {OPTIMIZER}; throughput in tokens/s/GPU; "
+    label = "protocol" if (PRECISION, KERNELS) == ("amp-bf16", "compiled") else "sensitivity (not the protocol)"
+    print(f"{label}: precision {PRECISION}, kernels {KERNELS}, {OPTIMIZER}; throughput in tokens/s/GPU; "
           "error = forecast / published - 1")
     print(f"{'run':<12} {'GPUs':>5} {'published':>9} {'forecast':>8} {'error':>7}  kind       layout")
     from dataclasses import replace
