@@ -19,7 +19,7 @@ from traincast.predict.inputs import input_pipeline, workers_per_gpu
 from traincast.predict.inputs import note as input_note
 from traincast.predict.registry import default_predictor
 from traincast.predict.rnn import with_cudnn_recurrent
-from traincast.predict.roofline import check_precision
+from traincast.predict.roofline import check_precision, mfu_peak
 from traincast.workload.precision import get_precision
 from traincast.workload.records import PHASES, MemoryFootprint, Workload, repeated_blocks
 
@@ -332,7 +332,7 @@ class Forecast:
     # None where there is no total
     wall_clock: dict | None = None
     # model FLOPs of one step on all GPUs (the traced forward and backward, recomputation not counted) and the
-    # dense peak MFU is taken against (per GPU: model_peak_name's; see mfu_peak)
+    # dense peak MFU is taken against (per GPU: model_peak_name's; roofline.mfu_peak)
     model_flops: float = 0.0
     model_peak_flops_per_s: float = 0.0
     model_peak_name: str = ""
@@ -713,25 +713,6 @@ def forecast(
         model_flops=float(bw["forward"]["flops"] + bw["backward"]["flops"]) * gpus,
         model_peak_name=mfu_pk[0], model_peak_flops_per_s=mfu_pk[1],
     )
-
-
-def mfu_peak(wl: Workload, device, precision: str) -> tuple[str, float]:
-    """(name, FLOP/s) of the dense peak MFU is taken against: that of the units that run most of the step's
-    forward and backward FLOPs (``compute_unit`` per op: TF32 for a CNN's convolutions under PyTorch's default
-    FP32, BF16 under autocast); under FP8 recipes the BF16 / FP16 peak, as Megatron and Llama 3 report MFU."""
-    from traincast.predict.roofline import compute_unit
-
-    prec = get_precision(precision)
-    if prec.fp8 is not None:
-        name = compute_unit("matmul", prec.autocast or prec.params or "bf16", device, precision)[0]
-        return name, float(device.peak_flops_per_s(name))
-    by: dict[str, float] = {}
-    for op in wl.ops:
-        if op.phase in ("forward", "backward") and op.flops:
-            name = compute_unit(op.op_class, op.dtype, device, precision)[0]
-            by[name] = by.get(name, 0.0) + op.flops
-    name = max(by, key=by.get) if by else "fp32"
-    return name, float(device.peak_flops_per_s(name))
 
 
 def _usd_per_hour(inst, gpus: int, n_nodes: int, notes: list[str]) -> float | None:

@@ -591,6 +591,23 @@ def compute_unit(op_class: str, dtype: str, device: Device, precision: str = "fp
     return "fp32", "simt"
 
 
+def mfu_peak(wl, device: Device, precision: str) -> tuple[str, float]:
+    """(name, FLOP/s) of the dense peak MFU is taken against: that of the units that run most of the step's
+    forward and backward FLOPs (``compute_unit`` per op: TF32 for a CNN's convolutions under PyTorch's default
+    FP32, BF16 under autocast); under FP8 recipes the BF16 / FP16 peak, as Megatron and Llama 3 report MFU."""
+    prec = get_precision(precision)
+    if prec.fp8 is not None:
+        name = compute_unit("matmul", prec.autocast or prec.params or "bf16", device, precision)[0]
+        return name, float(device.peak_flops_per_s(name))
+    by: dict[str, float] = {}
+    for op in wl.ops:
+        if op.phase in ("forward", "backward") and op.flops:
+            name = compute_unit(op.op_class, op.dtype, device, precision)[0]
+            by[name] = by.get(name, 0.0) + op.flops
+    name = max(by, key=by.get) if by else "fp32"
+    return name, float(device.peak_flops_per_s(name))
+
+
 def check_precision(device: Device, precision: str) -> None:
     """ConfigError when ``device`` cannot run ``precision``: FP8 needs FP8 tensor cores (the catalog's ``fp8``
     peak: Hopper, Ada, Blackwell), MXFP8 block-scaled ones (``mxfp8``: Blackwell)."""
