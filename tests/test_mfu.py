@@ -42,3 +42,17 @@ def test_model_flops_do_not_depend_on_the_layout():
     # the two traces are at 4 and 2 samples: per-batch reductions (the loss's mean) differ in the last digits
     assert tp_pp.model_flops == pytest.approx(dp.model_flops, rel=1e-3)
     assert tp_pp.mfu == pytest.approx(dp.mfu * dp.iteration_s / tp_pp.iteration_s, rel=1e-3)
+
+
+def test_parallelize_gives_each_layout_the_mfu_its_forecast_has():
+    from traincast.predict.parallel.search import parallelize
+
+    kw = dict(gpu="A100", gpus=8, batch_size=32, seq_len=128, precision="amp-bf16", optimizer="adamw")
+    res = parallelize("gpt2", top=3, **kw)
+    f = forecast_from_options("gpt2", best_layout=True, steps=10, **kw)
+    assert f.strategy["label"] == res.best.config.label()
+    assert res.mfu(res.best) == pytest.approx(f.mfu, rel=1e-3)
+    assert res.peak_name == f.model_peak_name == "bf16"
+    d = res.to_dict()
+    assert d["best"]["mfu"] == pytest.approx(res.mfu(res.best)) and all(0 < c["mfu"] < 1 for c in d["top"])
+    assert [c["mfu"] for c in d["top"]] == sorted((c["mfu"] for c in d["top"]), reverse=True)  # fastest first

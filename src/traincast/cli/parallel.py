@@ -87,12 +87,14 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print_json(res.to_dict())
             return
-        rows = [[k + 1, c.config.label(), dur(c.iteration_s), f"{c.samples_per_s:,.1f}", f"{100 * c.bubble_share:.1f}%",
-                 dur(c.communication_exposed_s), size(c.peak_memory_bytes)] for k, c in enumerate(res.candidates)]
+        mfu = lambda c: "-" if res.mfu(c) is None else f"{100 * res.mfu(c):.1f}%"  # noqa: E731
+        rows = [[k + 1, c.config.label(), dur(c.iteration_s), f"{c.samples_per_s:,.1f}", mfu(c),
+                 f"{100 * c.bubble_share:.1f}%", dur(c.communication_exposed_s), size(c.peak_memory_bytes)]
+                for k, c in enumerate(res.candidates)]
         console.print(table(f"{res.model} on {res.gpus}x {res.device}, global batch {res.global_batch}: the "
                             f"{len(res.candidates)} fastest of {res.considered} layouts ({res.out_of_memory} do not fit)",
-                            ["#", "layout", "iteration", "samples/s", "bubble", "exposed comm", "memory/GPU"], rows, 2,
-                            compact=True))
+                            ["#", "layout", "iteration", "samples/s", f"MFU ({res.peak_name})", "bubble",
+                             "exposed comm", "memory/GPU"], rows, 2, compact=True))
         if res.best is not None:
             c = res.best
             console.print(f"best: {c.config.label()}: {dur(c.iteration_s)} per step, {size(c.peak_memory_bytes)} of "

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from traincast.errors import ConfigError, TraincastError, positive
 from traincast.predict.parallel.engine import ParallelModel, ParallelStep, check_against_model
 from traincast.predict.parallel.strategy import SHARDINGS, ParallelConfig
+from traincast.predict.roofline import mfu_peak
 
 
 @dataclass(frozen=True)
@@ -57,14 +58,25 @@ class SearchResult:
     best_any: Candidate | None  # the fastest layout, fitting or not (for when none fits)
     elapsed_s: float
     notes: tuple[str, ...] = ()
+    # the step's model FLOPs (forward and backward of the global batch, recomputation not counted: the same for
+    # every layout) and the peak MFU is taken against (roofline.mfu_peak)
+    model_flops: float = 0.0
+    peak_name: str = ""
+    peak_flops_per_s: float = 0.0
+
+    def mfu(self, c: Candidate) -> float | None:
+        """Model FLOPs utilisation of candidate ``c``."""
+        if not self.peak_flops_per_s or c.iteration_s <= 0:
+            return None
+        return self.model_flops / c.iteration_s / self.gpus / self.peak_flops_per_s
 
     def to_dict(self) -> dict:
+        one = lambda c: None if c is None else c.to_dict() | {"mfu": self.mfu(c)}  # noqa: E731
         return {"model": self.model, "device": self.device, "gpus": self.gpus, "nodes": self.nodes,
                 "global_batch": self.global_batch, "considered": self.considered, "out_of_memory": self.out_of_memory,
-                "elapsed_s": self.elapsed_s,
-                "best": None if self.best is None else self.best.to_dict(),
-                "fastest_regardless_of_memory": None if self.best_any is None else self.best_any.to_dict(),
-                "top": [c.to_dict() for c in self.candidates], "notes": list(self.notes)}
+                "elapsed_s": self.elapsed_s, "model_flops": self.model_flops, "mfu_peak": self.peak_name,
+                "best": one(self.best), "fastest_regardless_of_memory": one(self.best_any),
+                "top": [one(c) for c in self.candidates], "notes": list(self.notes)}
 
 
 def _divisors(n: int) -> list[int]:
@@ -189,11 +201,15 @@ def search(model: ParallelModel, gpus: int, global_batch: int, *, top: int = 10,
     if not cands:
         notes.append("no layout fits in memory; the fastest regardless of memory is shown as fastest_regardless_of_memory")
     base, _ = model.base()
+    ph = base.by_phase()
+    peak_name, peak = mfu_peak(base, model.device, model.precision)
     return SearchResult(model=base.model, device=model.device.name, gpus=gpus, nodes=model.cluster.nodes,
                         global_batch=global_batch, candidates=cands, considered=len(layouts), out_of_memory=oom,
                         best=cands[0] if cands else None,
                         best_any=Candidate.of(any_best, global_batch) if any_best else None,
-                        elapsed_s=time.perf_counter() - t0, notes=tuple(notes))
+                        elapsed_s=time.perf_counter() - t0, notes=tuple(notes),
+                        model_flops=(ph["forward"]["flops"] + ph["backward"]["flops"]) / base.batch_size * global_batch,
+                        peak_name=peak_name, peak_flops_per_s=peak)
 
 
 def parallelize(model_spec, *, gpu=None, gpus: int, nodes: int | None = None, batch_size: int,
