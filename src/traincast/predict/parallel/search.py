@@ -62,13 +62,13 @@ class SearchResult:
     # every layout) and the peak MFU is taken against (roofline.mfu_peak)
     model_flops: float = 0.0
     peak_name: str = ""
-    peak_flops_per_s: float = 0.0
+    mfu_peak_flops: float = 0.0
 
     def mfu(self, c: Candidate) -> float | None:
         """Model FLOPs utilisation of candidate ``c``."""
-        if not self.peak_flops_per_s or c.iteration_s <= 0:
+        if not self.mfu_peak_flops or c.iteration_s <= 0:
             return None
-        return self.model_flops / c.iteration_s / self.gpus / self.peak_flops_per_s
+        return self.model_flops / c.iteration_s / self.gpus / self.mfu_peak_flops
 
     def to_dict(self) -> dict:
         one = lambda c: None if c is None else c.to_dict() | {"mfu": self.mfu(c)}  # noqa: E731
@@ -209,7 +209,7 @@ def search(model: ParallelModel, gpus: int, global_batch: int, *, top: int = 10,
                         best_any=Candidate.of(any_best, global_batch) if any_best else None,
                         elapsed_s=time.perf_counter() - t0, notes=tuple(notes),
                         model_flops=(ph["forward"]["flops"] + ph["backward"]["flops"]) / base.batch_size * global_batch,
-                        peak_name=peak_name, peak_flops_per_s=peak)
+                        peak_name=peak_name, mfu_peak_flops=peak)
 
 
 def parallelize(model_spec, *, gpu=None, gpus: int, nodes: int | None = None, batch_size: int,
