@@ -25,7 +25,7 @@ def test_model_flops_and_mfu_by_hand():
 @pytest.mark.parametrize("model,precision,gpu,peak", [
     ("resnet50", "fp32", "A100", "tf32"),  # PyTorch's default: convolutions on TF32, and they carry the FLOPs
     ("gpt2", "fp32", "A100", "fp32"),  # ... matmuls in FP32
-    ("gpt2", "fp8-current", "H100", "bf16"),  # FP8 recipes: MFU against the BF16 peak, as Megatron reports it
+    ("gpt2", "fp8-current", "H100", "bf16"),  # FP8 recipes: against the BF16 peak, one scale with BF16 runs
 ])
 def test_the_peak_is_that_of_the_units_running_most_flops(model, precision, gpu, peak):
     f = forecast(model, gpu=gpu, batch_size=8, seq_len=64 if model == "gpt2" else None, precision=precision,

@@ -594,7 +594,8 @@ def compute_unit(op_class: str, dtype: str, device: Device, precision: str = "fp
 def mfu_peak(wl, device: Device, precision: str) -> tuple[str, float]:
     """(name, FLOP/s) of the dense peak MFU is taken against: that of the units that run most of the step's
     forward and backward FLOPs (``compute_unit`` per op: TF32 for a CNN's convolutions under PyTorch's default
-    FP32, BF16 under autocast); under FP8 recipes the BF16 / FP16 peak, as Megatron and Llama 3 report MFU."""
+    FP32, BF16 under autocast); under FP8 recipes the BF16 / FP16 peak, so that FP8 and BF16 runs of a model read
+    on one scale."""
     prec = get_precision(precision)
     if prec.fp8 is not None:
         name = compute_unit("matmul", prec.autocast or prec.params or "bf16", device, precision)[0]
