@@ -32,6 +32,7 @@ def test_plan_marks_front_deadline_budget_and_memory():
         for f in front:
             assert not (c.wall_s < f.wall_s and c.wall_cost_usd < f.wall_cost_usd)
         assert c.meets_deadline == (c.wall_s <= 3600)
+        assert 0 < c.mfu < 1
         assert c.within_budget == (c.wall_cost_usd <= 50)
     best = res.cheapest_feasible
     if best is not None:

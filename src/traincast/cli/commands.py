@@ -504,11 +504,12 @@ def register(app: typer.Typer) -> None:
             return
         shown = res.configs if show_all else res.front
         rows = [[c.instance, c.device, c.gpus, c.layout or "data parallel", c.per_gpu_batch, dur(c.iteration_s),
+                 "-" if c.mfu is None else f"{100 * c.mfu:.0f}%",
                  dur(c.total_s), "never" if c.wall_s is None else f"{dur(c.wall_s)} ({100 * c.goodput:.0f}%)",
                  usd(c.wall_cost_usd), "yes" if c.pareto else "", c.reason or "ok"]
                 for c in sorted(shown, key=lambda c: c.wall)]
         console.print(table(f"{res.model}: {len(res.configs)} configurations, " + ("all" if show_all else "Pareto front"),
-                            ["instance", "gpu", "GPUs", "layout", "batch/replica", "iteration", "training",
+                            ["instance", "gpu", "GPUs", "layout", "batch/replica", "iteration", "MFU", "training",
                              "wall clock (goodput)", "cost", "front", "status"], rows, 2, compact=True))
         console.print("wall clock: failures, restarts and checkpoints counted (traincast predict shows them); "
                       "cost: of the wall clock")

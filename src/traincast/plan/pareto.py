@@ -44,6 +44,7 @@ class Config:
     wall_s: float | None = None
     wall_cost_usd: float | None = None
     goodput: float = 1.0
+    mfu: float | None = None  # model FLOPs utilisation of the step (Forecast.mfu)
 
     @property
     def feasible(self) -> bool:
@@ -258,7 +259,8 @@ def plan(
                                f.iteration_s, f.total_s, f.cost_usd, f.usd_per_hour, f.peak_memory_bytes,
                                f.fits_in_memory, meets, within, reason=", ".join(why), predictor=f.predictor,
                                layout=f.strategy["label"] if f.strategy else "", bubble_share=f.bubble_share,
-                               wall_s=wall_s, wall_cost_usd=wall_cost, goodput=wc["goodput"] if wc else 1.0))
+                               wall_s=wall_s, wall_cost_usd=wall_cost, goodput=wc["goodput"] if wc else 1.0,
+                               mfu=f.mfu))
     if not rows:
         raise ConfigError(f"no configuration: the global batch {batch_size} is smaller than every GPU count asked for")
     cand = [i for i, c in enumerate(rows) if c.fits_in_memory and c.wall_cost_usd is not None]
