@@ -59,6 +59,7 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data" / "published_runs" / "runs.yaml"
 PRECISION, KERNELS, OPTIMIZER = "amp-bf16", "compiled", "adamw"
+TP_COMM_OVERLAP = False  # the protocol's; --tp-comm-overlap for a sensitivity
 
 
 def rows() -> list[dict]:
@@ -86,14 +87,14 @@ def forecast_row(r: dict):
     pm = ParallelModel(fam, dev, cl, default_predictor(), PRECISION)
     batch = int(r["batch"])
     if "tp" not in r:
-        res = search(pm, gpus, batch, top=3)
+        res = search(pm, gpus, batch, top=3, tp_comm_overlap=TP_COMM_OVERLAP)
         if res.best is None:
             return None, time.perf_counter() - t0
         cfg = res.best.config
         return pm.evaluate(cfg, batch // cfg.dp, simulate_pipeline=True), time.perf_counter() - t0
     best = None
     cp = int(r.get("cp", 1))
-    for cfg, per_replica in enumerate_layouts(pm, gpus, batch, context=(cp,)):
+    for cfg, per_replica in enumerate_layouts(pm, gpus, batch, context=(cp,), tp_comm_overlap=TP_COMM_OVERLAP):
         if cfg.tp != int(r["tp"]) or cfg.pp != int(r["pp"]) or cfg.cp != cp:
             continue
         try:
@@ -150,17 +151,21 @@ def summary(label: str, errs: list[float]) -> None:
 
 
 def main() -> None:
-    global PRECISION, KERNELS
+    global PRECISION, KERNELS, TP_COMM_OVERLAP
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", default="", help="comma-separated row ids")
     ap.add_argument("--precision", default="amp-bf16", help="a sensitivity, not the protocol: e.g. bf16 (the model "
                     "in bf16 with fp32 master weights, as Megatron and FSDP's mixed precision train)")
     ap.add_argument("--kernels", default="compiled", help="a sensitivity, not the protocol: e.g. transformer-engine")
+    ap.add_argument("--tp-comm-overlap", action="store_true", help="a sensitivity, not the protocol: layouts with "
+                    "sequence parallelism overlap its collectives with the GEMMs (Megatron-Core userbuffers)")
     args = ap.parse_args()
-    PRECISION, KERNELS = args.precision, args.kernels
+    PRECISION, KERNELS, TP_COMM_OVERLAP = args.precision, args.kernels, args.tp_comm_overlap
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    label = "protocol" if (PRECISION, KERNELS) == ("amp-bf16", "compiled") else "sensitivity (not the protocol)"
-    print(f"{label}: precision {PRECISION}, kernels {KERNELS}, {OPTIMIZER}; throughput in tokens/s/GPU; "
+    label = ("protocol" if (PRECISION, KERNELS, TP_COMM_OVERLAP) == ("amp-bf16", "compiled", False)
+             else "sensitivity (not the protocol)")
+    print(f"{label}: precision {PRECISION}, kernels {KERNELS}, {OPTIMIZER}"
+          + (", tensor-parallel collectives overlapped" if TP_COMM_OVERLAP else "") + "; throughput in tokens/s/GPU; "
           "error = forecast / published - 1")
     print(f"{'run':<12} {'GPUs':>5} {'published':>9} {'forecast':>8} {'error':>7}  kind       layout")
     from dataclasses import replace
