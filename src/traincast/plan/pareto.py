@@ -350,7 +350,7 @@ def parse_deadline_s(text: str, now=None) -> float:
         pass
     now = now or dt.datetime.now().astimezone()
     low = t.lower()
-    if low in _WEEKDAYS or low[:3] in {d[:3] for d in _WEEKDAYS} and len(low) == 3:
+    if low in _WEEKDAYS or low in {d[:3] for d in _WEEKDAYS}:  # a weekday's name or its first three letters
         k = [d[:3] for d in _WEEKDAYS].index(low[:3])
         day = now.date() + dt.timedelta(days=(k - now.weekday()) % 7)
         at = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=now.tzinfo)

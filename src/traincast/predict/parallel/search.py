@@ -79,6 +79,14 @@ class SearchResult:
                 "top": [one(c) for c in self.candidates], "notes": list(self.notes)}
 
 
+def _even_enough(layers: int, parts: int) -> bool:
+    """Whether ``layers`` split into ``parts`` pipeline stages (or interleaved chunks) closely enough to search:
+    each part gets a layer, and where they do not divide, the fullest part holds at most 10% more than the mean
+    (BLOOM's 70 layers on 12 stages: 6 vs 5.8; Llama 3 405B's 126 on 16 stages of 4 chunks: 2 vs 1.97). A more
+    uneven split idles the rest of the pipeline, and the search has the even ones."""
+    return 0 < parts <= layers and -(-layers // parts) <= 1.1 * layers / parts
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -106,10 +114,7 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
         if tp > max_tp or gpus % (tp * cp):
             continue
         for pp in _divisors(gpus // (tp * cp)):
-            # stages that do not divide the layers: only where the fullest stage holds at most 10% more than
-            # the mean (BLOOM's 70 layers on 12 stages: 6 vs 5.8; Llama 3 405B's 126 on 16); a more uneven one
-            # idles the rest of the pipeline, and the search has the even ones
-            if pp > 1 and (layers == 0 or layers < pp or -(-layers // pp) > 1.1 * layers / pp):
+            if pp > 1 and not _even_enough(layers, pp):
                 continue
             dp = gpus // (tp * pp * cp)
             if global_batch % dp:
@@ -128,10 +133,8 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
                 for mb in mbs:
                     m = per_replica // mb
                     scheds = [("1f1b", 1)]
-                    if pp > 1:  # chunks that do not divide the layers: by the stages' 10% rule above
-                        scheds += [("interleaved", v) for v in virtual
-                                   if layers >= pp * v and -(-layers // (pp * v)) <= 1.1 * layers / (pp * v)
-                                   and m % pp == 0]
+                    if pp > 1:
+                        scheds += [("interleaved", v) for v in virtual if _even_enough(layers, pp * v) and m % pp == 0]
                     for rc in recomputes:
                         for sp in (sequence_parallel if tp > 1 else (False,)):
                             for (sname, v), kind, ep in ((x, k, e) for x in scheds
