@@ -53,6 +53,7 @@ GPU. Expected before running: within 15% on the two 8K rows.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from pathlib import Path
@@ -68,12 +69,24 @@ def rows() -> list[dict]:
     return yamlio.safe_load(DATA.read_text())["runs"]
 
 
+@functools.cache
+def _family(row_id: str, model: str, seq: int, precision: str, kernels: str):
+    from traincast.predict.compose import WorkloadFamily
+
+    return WorkloadFamily(model, optimizer=OPTIMIZER, precision=precision, seq_len=seq, kernels=kernels)
+
+
+def family(r: dict):
+    """Row ``r``'s traces under the run's precision and kernels: one family per row (rows of one model do not share
+    traces, as each row's forecast starts from none), shared by its forecast, its model FLOPs and its checkpoint."""
+    return _family(r["id"], r["model"], int(r["seq"]), PRECISION, KERNELS)
+
+
 def forecast_row(r: dict):
     """(the layout's step, seconds it took to find) for row ``r`` under the protocol."""
     from traincast.errors import TraincastError
     from traincast.hardware import get_catalog
     from traincast.hardware.records import Cluster
-    from traincast.predict.compose import WorkloadFamily
     from traincast.predict.parallel import ParallelModel
     from traincast.predict.parallel.search import enumerate_layouts, search
     from traincast.predict.registry import default_predictor
@@ -81,7 +94,7 @@ def forecast_row(r: dict):
     t0 = time.perf_counter()
     dev = get_catalog().device(r["gpu"])
     gpus = int(r["gpus"])
-    fam = WorkloadFamily(r["model"], optimizer=OPTIMIZER, precision=PRECISION, seq_len=int(r["seq"]), kernels=KERNELS)
+    fam = family(r)
     cl = Cluster(dev, gpus_per_node=min(8, gpus), nodes=max(1, gpus // 8),
                  inter_node_gbit_per_s=float(r["network_gbit"]))
     pm = ParallelModel(fam, dev, cl, default_predictor(), PRECISION)
@@ -111,10 +124,7 @@ def forecast_row(r: dict):
 def model_tflops_per_gpu(r: dict, st) -> tuple[float, float]:
     """(forecast model TFLOP/s per GPU, the same with half of the attention core's FLOPs) of row ``r`` whose step
     is ``st``: the traced forward and backward FLOPs of the global batch over the iteration and the GPUs."""
-    from traincast.predict.compose import WorkloadFamily
-
-    wl = WorkloadFamily(r["model"], optimizer=OPTIMIZER, precision=PRECISION, seq_len=int(r["seq"]),
-                        kernels=KERNELS).at(1)
+    wl = family(r).trace(1)
     ph = wl.by_phase()
     per_sample = ph["forward"]["flops"] + ph["backward"]["flops"]
     attention = sum(o.flops for o in wl.ops if o.op_class == "attention" and o.phase in ("forward", "backward"))
@@ -124,11 +134,9 @@ def model_tflops_per_gpu(r: dict, st) -> tuple[float, float]:
 
 def checkpoint_state(r: dict) -> int:
     """The bytes a checkpoint of row ``r``'s training state holds: the weights and AdamW's state, whole model."""
-    from traincast.predict.compose import WorkloadFamily
     from traincast.predict.goodput import checkpoint_bytes
 
-    m = WorkloadFamily(r["model"], optimizer=OPTIMIZER, precision=PRECISION, seq_len=int(r["seq"]),
-                       kernels=KERNELS).at(1).memory
+    m = family(r).trace(1).memory
     return checkpoint_bytes(m.parameter_bytes, m.optimizer_state_bytes)
 
 
