@@ -3,7 +3,8 @@
 # Writes under $OUT: env.txt, log.txt, fp8_gemm.json, campaign.jsonl, bench_resnet50.json, profile.yaml.
 # Wheels of the packages the machine's image lacks travel in .whl/ (carried); LIMIT: seconds this script may run.
 # STEPS: which checks, in this order (default: all but host and profile): fp8 bench profile pytest host campaign
-# calibrate. profile: `traincast bench model` breakdowns of ConvNeXt-T and MobileNet v2 in FP32.
+# calibrate kernels. kernels: benchmarks/gpu_kernels.py (depthwise convolutions, attention by backend; KERNELS_S
+# seconds, default 200) -> kernels.jsonl. profile: `traincast bench model` breakdowns of ConvNeXt-T and MobileNet v2 in FP32.
 # host: `traincast calibrate --device cuda --host-only` -> host_profile.yaml. FP8_REPS: replays per FP8 GEMM.
 set -u
 STEPS=" ${STEPS:-fp8 bench pytest campaign calibrate} "
@@ -26,6 +27,12 @@ step() { echo "=== $(date +%T) [${SECONDS}s] $*" >> "$L"; }
 print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), \
 'torchvision', torchvision.__version__, 'transformers', transformers.__version__); \
 p=torch.cuda.get_device_properties(0); print(p.name, p.multi_processor_count, 'SMs', p.total_memory)"; } > "$OUT/env.txt" 2>&1
+if want kernels; then
+  step "kernels: depthwise convolutions and attention"
+  timeout $(( ${KERNELS_S:-200} + 60 )) python3 benchmarks/gpu_kernels.py --out "$OUT/kernels.jsonl" \
+    --deadline "${KERNELS_S:-200}" >> "$L" 2>&1
+  echo "kernels rc=$?" >> "$L"
+fi
 if want fp8; then
   step fp8 gemms
   timeout 90 python3 benchmarks/fp8_gemm_bench.py --reps "${FP8_REPS:-20}" --out "$OUT/fp8_gemm.json" >> "$L" 2>&1

@@ -1,0 +1,252 @@
+"""Single kernels on a lent GPU: PyTorch's native depthwise convolutions, and fused attention by backend.
+
+Two mechanisms of issue 18 and 22 need kernel times no file in ../shared/data has (docs/gpu-accuracy.md):
+
+1. **Depthwise convolutions.** PyTorch runs FP32 and BF16 depthwise convolutions on NCHW tensors with its own
+   kernels (``aten/src/ATen/native/cuda/DepthwiseConv2d.cu``), not cuDNN's: the forward one thread per output
+   looping over the taps (unrolled for 1x1, 3x3 and 5x5; a generic loop otherwise), the input gradient one
+   thread per input element (unrolled for 1/3/5 and strides 1/2), the weight gradient one block of
+   ``min(32 x batch, 256)`` threads per (channel, tap), each summing over batch x output pixels. Every distinct
+   depthwise layer of the torchvision networks built on them (``MODELS``; shapes from a meta-device forward at
+   224 x 224) is timed in its three passes (forward, input gradient, weight gradient, each alone through
+   ``aten.convolution_backward``'s output mask), and both gradients as autograd asks for them. Variants, in this
+   order (a cut-off run keeps the first): FP32 at batch 64 (the campaigns' FP32 batch), BF16 at 128 and 32 (their
+   AMP batches), all NCHW; then FP32 at 64 channels-last (cuDNN's kernels).
+2. **Fused attention** (``F.scaled_dot_product_attention``) by backend (flash, memory-efficient, cuDNN), BF16,
+   head dim 64 and 128 at width 4096, sequence 1K-16K at 32K tokens a call, causal and not: forward, and forward
+   plus backward, giving each backend's share of the tensor peak where ``efficiency.yaml`` has 0.33 (flash on
+   Hopper, set from the FlashAttention-3 paper's H100 figures) and 0.53 (cuDNN).
+
+Timing: depthwise passes as ``fp8_gemm_bench._time`` does (calls captured in a CUDA graph, replays timed with
+CUDA events, the median); attention with events around each call (milliseconds a call, so the host's dispatch is
+a small share). Each row is appended to ``--out`` (JSON lines) as soon as it is measured; rows already there are
+skipped, so a second run resumes; ``--deadline`` stops before the lease ends.
+
+Protocol, written before any of these kernels was timed (2026-11-28, before the lease):
+- Nothing in the catalog is set from the whole-model campaign rows (``benchmarks/data/gpu_campaign``). A GPU
+  depthwise model, if one is built from these kernels, takes its form from the source above (forward and input
+  gradient: outputs or inputs x taps at a rate per SM-GHz, unrolled vs generic; weight gradient: C x taps x
+  batch x output pixels at a rate per SM-GHz scaled by the share of the GPU's threads its blocks fill), each
+  bounded below by the pass's bytes over bandwidth. Its rates are fitted on the dev half of the kernel rows (a
+  hash of each layer's key) and scored on the held half; then it is scored once on the campaigns' whole-model
+  rows of the depthwise networks (H100 and H200, FP32 and AMP, defaults and with the H200 host profile), before
+  and after. It becomes the default for NVIDIA GPUs if its held-half kernel MAPE is under 20% and the whole-model
+  MAPE of those rows does not rise on either campaign; otherwise it is reported and left out.
+- Attention: the measured step-weighted share of the BF16 tensor peak (forward + backward FLOPs over their time)
+  at head dim 128, sequence 4K-16K, is reported beside the catalog's 0.33 / 0.53. A catalog value changes only if
+  the measurement differs from it by more than 10% on both causal and non-causal rows; then the published-runs
+  figures (``fp8_cp_validation.py``, ``parallel_megatron.py``) are rerun and reported before and after.
+
+Usage: python benchmarks/gpu_kernels.py --out kernels.jsonl [--deadline 200]        (on the GPU)
+       python benchmarks/gpu_kernels.py --list                                       (the depthwise layers)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+MODELS = ["mobilenet_v2", "mobilenet_v3_large", "mnasnet1_0", "efficientnet_b0", "efficientnet_v2_s",
+          "convnext_tiny", "shufflenet_v2_x1_0", "maxvit_t"]
+# (dtype, batch, memory format) in the order measured
+DW_VARIANTS = [("fp32", 64, "nchw"), ("bf16", 128, "nchw"), ("bf16", 32, "nchw"), ("fp32", 64, "channels_last")]
+ATTN_BACKENDS = ["flash", "efficient", "cudnn"]
+ATTN_SEQS = [1024, 2048, 4096, 8192, 16384]
+ATTN_TOKENS = 32768  # per call; --attn-tokens makes a CPU dry run short
+ATTN_WIDTH = 4096
+
+
+def depthwise_layers() -> list[dict]:
+    """Every distinct depthwise Conv2d of ``MODELS`` (groups = in = out channels), with the input size it sees at
+    224 x 224, found by a forward on the meta device; ``models`` names those that contain it."""
+    import torch
+    import torchvision
+
+    found: dict[tuple, dict] = {}
+    for name in MODELS:
+        with torch.device("meta"):
+            net = getattr(torchvision.models, name)(weights=None)
+        hooks = []
+
+        def hook(mod, inp, _out, name=name):
+            x = inp[0]
+            k = (mod.in_channels, x.shape[2], x.shape[3], mod.kernel_size[0], mod.kernel_size[1], mod.stride[0],
+                 mod.stride[1], mod.padding[0], mod.padding[1], mod.dilation[0], mod.dilation[1])
+            row = found.setdefault(k, dict(C=k[0], H=k[1], W=k[2], kh=k[3], kw=k[4], sh=k[5], sw=k[6], ph=k[7],
+                                           pw=k[8], dh=k[9], dw=k[10], bias=mod.bias is not None, models=[]))
+            if name not in row["models"]:
+                row["models"].append(name)
+
+        for m in net.modules():
+            if isinstance(m, torch.nn.Conv2d) and m.groups == m.in_channels == m.out_channels and m.groups > 1:
+                hooks.append(m.register_forward_hook(hook))
+        net.eval()
+        with torch.no_grad():
+            net(torch.empty(1, 3, 224, 224, device="meta"))
+        for h in hooks:
+            h.remove()
+    return list(found.values())
+
+
+def layer_key(r: dict) -> str:
+    return (f"dw C{r['C']} {r['H']}x{r['W']} k{r['kh']}x{r['kw']} s{r['sh']} p{r['ph']} d{r['dh']} "
+            f"{r['dtype']} n{r['N']} {r['format']}")
+
+
+def _timer(device: str):
+    if device == "cuda":
+        from fp8_gemm_bench import _time
+
+        return lambda fn: _time(fn, 2, 5, per_graph=5)
+
+    def cpu(fn):  # a dry run of the pipeline on a machine without a GPU
+        fn()
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3, "cpu"
+
+    return cpu
+
+
+def measure_depthwise(layer: dict, dtype: str, n: int, fmt: str, device: str, timer) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    mf = torch.channels_last if fmt == "channels_last" else torch.contiguous_format
+    c = layer["C"]
+    x = torch.randn(n, c, layer["H"], layer["W"], device=device, dtype=dt).contiguous(memory_format=mf)
+    w = torch.randn(c, 1, layer["kh"], layer["kw"], device=device, dtype=dt).contiguous(memory_format=mf)
+    stride, pad, dil = [layer["sh"], layer["sw"]], [layer["ph"], layer["pw"]], [layer["dh"], layer["dw"]]
+    y = F.conv2d(x, w, None, stride, pad, dil, c)
+    gy = torch.randn_like(y)
+    bwd = torch.ops.aten.convolution_backward
+
+    def back(mask):
+        return lambda: bwd(gy, x, w, None, stride, pad, dil, False, [0, 0], c, mask)
+
+    row = dict(layer, dtype=dtype, N=n, format=fmt, Ho=y.shape[2], Wo=y.shape[3])
+    timing = set()
+    for name, fn in (("fwd_ms", lambda: F.conv2d(x, w, None, stride, pad, dil, c)),
+                     ("dgrad_ms", back([True, False, False])), ("wgrad_ms", back([False, True, False])),
+                     ("bwd_ms", back([True, True, False]))):
+        row[name], how = timer(fn)
+        timing.add(how)
+    row["timing"] = "/".join(sorted(timing))
+    return row
+
+
+def measure_attention(backend: str, d: int, s: int, causal: bool, device: str, tokens: int = ATTN_TOKENS) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kind = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+    h, b = ATTN_WIDTH // d, max(1, tokens // s)
+    dt = torch.bfloat16
+    q, k, v = (torch.randn(b, h, s, d, device=device, dtype=dt, requires_grad=True) for _ in range(3))
+    g = torch.randn(b, h, s, d, device=device, dtype=dt)
+    fwd_flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+    row = dict(backend=backend, D=d, S=s, B=b, H=h, causal=causal, fwd_flops=fwd_flops, bwd_flops=2.5 * fwd_flops)
+    fw, bw = [], []
+    with sdpa_kernel([kind]):
+        for i in range(6):
+            q.grad = k.grad = v.grad = None
+            if device == "cuda":
+                e = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+                e[0].record()
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                e[1].record()
+                out.backward(g)
+                e[2].record()
+                e[2].synchronize()
+                t = (e[0].elapsed_time(e[1]), e[1].elapsed_time(e[2]))
+            else:
+                t0 = time.perf_counter()
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                t1 = time.perf_counter()
+                out.backward(g)
+                t = ((t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3)
+            if i:  # the first call is a warm-up
+                fw.append(t[0])
+                bw.append(t[1])
+    row.update(fwd_ms=statistics.median(fw), bwd_ms=statistics.median(bw))
+    row["fwd_tflops"] = fwd_flops / row["fwd_ms"] / 1e9
+    row["bwd_tflops"] = row["bwd_flops"] / row["bwd_ms"] / 1e9
+    return row
+
+
+def attn_key(r: dict) -> str:
+    return f"attn {r['backend']} D{r['D']} S{r['S']} {'causal' if r['causal'] else 'full'}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("kernels.jsonl"))
+    ap.add_argument("--deadline", type=float, default=0.0, help="seconds from start after which no row starts")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--list", action="store_true", help="print the depthwise layers and stop")
+    ap.add_argument("--attn-tokens", type=int, default=ATTN_TOKENS, help="tokens per attention call")
+    ap.add_argument("--limit", type=int, default=0, help="at most this many rows of each kind (a dry run)")
+    a = ap.parse_args(argv)
+    start = time.perf_counter()
+    layers = depthwise_layers()
+    if a.list:
+        for r in layers:
+            print(json.dumps(r))
+        print(f"{len(layers)} distinct depthwise layers in {len(MODELS)} networks")
+        return 0
+    import torch
+
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print("error: no CUDA device (use --device cpu for a dry run)", file=sys.stderr)
+        return 2
+    done = set()
+    if a.out.exists():
+        for line in a.out.read_text().splitlines():
+            if line.strip():
+                done.add(json.loads(line)["key"])
+    timer = _timer(a.device)
+    todo: list[tuple[str, object]] = []
+    for i, (dtype, n, fmt) in enumerate(DW_VARIANTS):
+        for r in layers[: a.limit or None]:
+            todo.append((layer_key(dict(r, dtype=dtype, N=n, format=fmt)), ("dw", r, dtype, n, fmt)))
+        if i == 0:  # attention after the first depthwise variant: cheap, and wanted by issue 22
+            for backend in ATTN_BACKENDS:
+                for d in (128, 64):
+                    for s in ATTN_SEQS[: a.limit or None]:
+                        for causal in (True, False):
+                            r = dict(backend=backend, D=d, S=s, causal=causal)
+                            todo.append((attn_key(r), ("attn", backend, d, s, causal)))
+    with a.out.open("a") as f:
+        for i, (key, job) in enumerate(todo):
+            if key in done:
+                continue
+            if a.deadline and time.perf_counter() - start > a.deadline:
+                print(f"deadline: stopped before row {i + 1} of {len(todo)}", flush=True)
+                break
+            try:
+                row = (measure_depthwise(*job[1:], a.device, timer) if job[0] == "dw"
+                       else measure_attention(*job[1:], a.device, a.attn_tokens))
+            except (RuntimeError, ValueError) as e:  # an unsupported backend/shape, out of memory: a row, not a stop
+                row = dict(error=str(e).splitlines()[0][:300])
+                if a.device == "cuda":
+                    torch.cuda.empty_cache()
+            row["key"] = key
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            msg = row.get("error") or " ".join(f"{k}={row[k]:.3f}" for k in row if k.endswith("_ms"))
+            print(f"[{time.perf_counter() - start:6.1f}s] {key}: {msg}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
