@@ -11,7 +11,9 @@ Two mechanisms of issue 18 and 22 need kernel times no file in ../shared/data ha
    224 x 224) is timed in its three passes (forward, input gradient, weight gradient, each alone through
    ``aten.convolution_backward``'s output mask), and both gradients as autograd asks for them. Variants, in this
    order (a cut-off run keeps the first): FP32 at batch 64 (the campaigns' FP32 batch), BF16 at 128 and 32 (their
-   AMP batches), all NCHW; then FP32 at 64 channels-last (cuDNN's kernels).
+   AMP batches), all NCHW; then FP32 at 64 and BF16 at 128 and 32 channels-last (cuDNN's kernels; the BF16 ones
+   added 2026-11-28 after the first run, when ConvNeXt's depthwise convolutions were found to get channels-last
+   strided inputs).
 2. **Fused attention** (``F.scaled_dot_product_attention``) by backend (flash, memory-efficient, cuDNN), BF16,
    head dim 64 and 128 at width 4096, sequence 1K-16K at 32K tokens a call, causal and not: forward, and forward
    plus backward, giving each backend's share of the tensor peak where ``efficiency.yaml`` has 0.33 (flash on
@@ -37,8 +39,16 @@ Protocol, written before any of these kernels was timed (2026-11-28, before the 
   the measurement differs from it by more than 10% on both causal and non-causal rows; then the published-runs
   figures (``fp8_cp_validation.py``, ``parallel_megatron.py``) are rerun and reported before and after.
 
+Fit (any machine, ``--fit FILE --gpu NAME``): the eight ``dw_native`` parameters of ``efficiency.yaml`` by least
+squares on the log of forecast / measured over the dev half of the NCHW depthwise rows (the three passes of each),
+through the roofline's own :func:`traincast.predict.roofline.native_depthwise_s`; prints them, then the MAPE and
+median signed error per pass on the dev and held halves, of the kernel model alone and of the whole roofline
+time of each pass (bytes over bandwidth and the kernel floor included) with the catalog's parameters; and the
+attention rows' share of the BF16 tensor peak beside the catalog's efficiencies.
+
 Usage: python benchmarks/gpu_kernels.py --out kernels.jsonl [--deadline 200]        (on the GPU)
        python benchmarks/gpu_kernels.py --list                                       (the depthwise layers)
+       PYTHONPATH=src python benchmarks/gpu_kernels.py --fit kernels.jsonl --gpu H200-SXM-141GB
 """
 
 from __future__ import annotations
@@ -56,7 +66,8 @@ sys.path.insert(0, str(HERE))
 MODELS = ["mobilenet_v2", "mobilenet_v3_large", "mnasnet1_0", "efficientnet_b0", "efficientnet_v2_s",
           "convnext_tiny", "shufflenet_v2_x1_0", "maxvit_t"]
 # (dtype, batch, memory format) in the order measured
-DW_VARIANTS = [("fp32", 64, "nchw"), ("bf16", 128, "nchw"), ("bf16", 32, "nchw"), ("fp32", 64, "channels_last")]
+DW_VARIANTS = [("fp32", 64, "nchw"), ("bf16", 128, "nchw"), ("bf16", 32, "nchw"), ("fp32", 64, "channels_last"),
+               ("bf16", 128, "channels_last"), ("bf16", 32, "channels_last")]
 ATTN_BACKENDS = ["flash", "efficient", "cudnn"]
 ATTN_SEQS = [1024, 2048, 4096, 8192, 16384]
 ATTN_TOKENS = 32768  # per call; --attn-tokens makes a CPU dry run short
@@ -188,15 +199,100 @@ def attn_key(r: dict) -> str:
     return f"attn {r['backend']} D{r['D']} S{r['S']} {'causal' if r['causal'] else 'full'}"
 
 
+def _passes(r: dict) -> list[tuple[str, tuple, float, float]]:
+    """(pass, native_depthwise_work row, measured ms, bytes) of each pass of a measured depthwise row."""
+    import math
+
+    n, c, h, w, ho, wo = r["N"], r["C"], r["H"], r["W"], r["Ho"], r["Wo"]
+    taps = r["kh"] * r["kw"]
+    gen = int(not (r["kh"] == r["kw"] and r["kh"] in (1, 3, 5)))
+    el = 2 if r["dtype"] == "bf16" else 4
+    out, inp = n * c * ho * wo, n * c * h * w
+    iters = math.ceil(n / max(1, min(n, 8))) * math.ceil(ho * wo / 32)
+    return [("fwd", (out, 0, taps, gen, 0, 0), r["fwd_ms"], el * (out + inp)),
+            ("dgrad", (0, inp, taps, gen, 0, 0), r["dgrad_ms"], el * (out + inp)),
+            ("wgrad", (0, 0, taps, gen, c * taps, iters), r["wgrad_ms"], el * (out + inp))]
+
+
+def fit(path: Path, gpu: str) -> int:
+    import zlib
+
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    from traincast.hardware.catalog import get_catalog
+    from traincast.predict.roofline import CompiledOps, RooflineParams, native_depthwise_s
+
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    dw = [r for r in rows if r["key"].startswith("dw") and r.get("format") == "nchw" and "error" not in r]
+    device = get_catalog().device(gpu)
+    base = RooflineParams.for_device(device)
+    ghz = device.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], device).clock_factor(base)
+    names = [f"dw_{k}" for k in ("fwd_cycles", "fwd_tap_cycles", "dgrad_cycles", "dgrad_tap_cycles",
+                                 "generic_factor", "wgrad_iter_ns", "wgrad_iter_block_ns", "wgrad_block_us")]
+    dev = [r for r in dw if zlib.crc32(r["key"].encode()) % 2 == 0]
+    held = [r for r in dw if zlib.crc32(r["key"].encode()) % 2 == 1]
+
+    def table(rs):
+        ps = [p for r in rs for p in _passes(r)]
+        return [p[0] for p in ps], np.array([p[1] for p in ps], float), np.array([p[2] for p in ps]), \
+            np.array([p[3] for p in ps])
+
+    def model_ms(params, work):
+        return native_depthwise_s(work, device.sm_count, ghz, params) * 1e3
+
+    kinds_d, work_d, ms_d, _ = table(dev)
+    x0 = np.array([1.7, 0.1, 3.5, 0.1, 0.4, 90.0, 40.0, 5.0])
+    sol = least_squares(lambda x: np.log(model_ms(base.with_vector(names, x), work_d) / ms_d), x0,
+                        bounds=(0, np.inf))
+    params = base.with_vector(names, sol.x)
+    print(f"{len(dw)} NCHW depthwise rows measured on {rows[0].get('device', gpu)}; {len(dev)} dev, {len(held)} held; "
+          f"forecast for {gpu} ({device.sm_count} SMs at {ghz:.3f} GHz)")
+    print("dw_native (efficiency.yaml):")
+    for nm, v in zip(names, sol.x):
+        print(f"  {nm[3:]}: {v:.4g}")
+    for half, rs in (("dev", dev), ("held", held)):
+        kinds, work, ms, nbytes = table(rs)
+        own = model_ms(params, work)
+        conv = CompiledOps.from_arrays(2.0 * work[:, :2].sum(1) * work[:, 2] + 2.0 * work[:, 4] * work[:, 5] * 256,
+                                       nbytes, ["conv"] * len(ms), device, precision="fp32",
+                                       key=["conv_depthwise"] * len(ms), dw_work=work)
+        whole = conv.times(params) * 1e3
+        before = conv.times(base) * 1e3
+        for label, f in (("kernel model", own), ("roofline, fitted", whole), ("roofline, before", before)):
+            err = f / ms - 1
+            parts = []
+            for k in ("fwd", "dgrad", "wgrad"):
+                e = np.array([x for x, kk in zip(err, kinds) if kk == k])
+                parts.append(f"{k} {100 * np.mean(np.abs(e)):5.1f}% ({100 * np.median(e):+5.1f}%)")
+            print(f"{half:4s} n={len(rs):3d} {label:17s} MAPE (median signed): " + ", ".join(parts))
+    attn = [r for r in rows if r["key"].startswith("attn") and "error" not in r]
+    if attn:
+        peak = device.peak_flops_per_s("bf16")
+        eff = base.compute["tensor"]
+        print(f"attention, share of the BF16 tensor peak ({peak / 1e12:.0f} TFLOP/s); catalog: attention "
+              f"{eff['attention']:.2f}, attention_cudnn {eff['attention_cudnn']:.2f}")
+        for r in attn:
+            step = (r["fwd_flops"] + r["bwd_flops"]) / ((r["fwd_ms"] + r["bwd_ms"]) * 1e-3) / peak
+            print(f"  {r['key']:32s} fwd {r['fwd_tflops']:5.0f} bwd {r['bwd_tflops']:5.0f} TFLOP/s  step {step:.3f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("kernels.jsonl"))
     ap.add_argument("--deadline", type=float, default=0.0, help="seconds from start after which no row starts")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--list", action="store_true", help="print the depthwise layers and stop")
+    ap.add_argument("--fit", type=Path, help="a measurement file: fit and score the depthwise kernel model")
+    ap.add_argument("--gpu", default="H200-SXM-141GB", help="the catalog GPU the measurements were taken on")
     ap.add_argument("--attn-tokens", type=int, default=ATTN_TOKENS, help="tokens per attention call")
+    ap.add_argument("--variants", default="", help="comma-separated indices into DW_VARIANTS (default: all)")
+    ap.add_argument("--no-attention", action="store_true", help="depthwise rows only")
     ap.add_argument("--limit", type=int, default=0, help="at most this many rows of each kind (a dry run)")
     a = ap.parse_args(argv)
+    if a.fit:
+        return fit(a.fit, a.gpu)
     start = time.perf_counter()
     layers = depthwise_layers()
     if a.list:
@@ -216,10 +312,11 @@ def main(argv: list[str] | None = None) -> int:
                 done.add(json.loads(line)["key"])
     timer = _timer(a.device)
     todo: list[tuple[str, object]] = []
+    pick = {int(x) for x in a.variants.split(",") if x.strip()} or set(range(len(DW_VARIANTS)))
     for i, (dtype, n, fmt) in enumerate(DW_VARIANTS):
-        for r in layers[: a.limit or None]:
+        for r in layers[: a.limit or None] if i in pick else []:
             todo.append((layer_key(dict(r, dtype=dtype, N=n, format=fmt)), ("dw", r, dtype, n, fmt)))
-        if i == 0:  # attention after the first depthwise variant: cheap, and wanted by issue 22
+        if i == 0 and not a.no_attention:  # attention after the first depthwise variant: cheap, and wanted by issue 22
             for backend in ATTN_BACKENDS:
                 for d in (128, 64):
                     for s in ATTN_SEQS[: a.limit or None]:
