@@ -11,7 +11,7 @@ AdamW, batch 4 x 2,048 tokens, SDPA attention. FP8: ``torchao.float8.convert_to_
 steps timed with CUDA events; the median. Rows go to ``--out`` (JSON lines) as measured.
 
 Protocol, written before the measurement (2026-11-28): the forecast is ``traincast predict MODEL -b 4 --seq-len
-2048 --optimizer adamw --kernels compiled`` with ``--precision bf16`` and ``--precision fp8-current`` on the catalog
+2048 --optimizer adamw --kernels compiled`` (``--kernels eager`` for the eager pair) with ``--precision bf16`` and ``--precision fp8-current`` on the catalog
 GPU named by ``--gpu``, every other option at its default, and the H200 lease's host-only profile where given
 (``--profile``). Scored: the FP8 / BF16 step-time ratio (goal: within 5%) and each step time (goal: within 10%).
 Nothing is set from these rows.
@@ -101,19 +101,22 @@ def compare(path: Path, gpu: str, profile: str | None) -> int:
 
     rows = {(r["variant"], r["compiled"]): r for r in map(json.loads, path.read_text().splitlines()) if "error" not in r}
     where = dict(profile=profile, gpu=gpu) if profile else dict(gpu=gpu)
-    fc = {}
-    for variant, precision in (("bf16", "bf16"), ("fp8", "fp8-current")):
-        f = forecast_from_options(str(CONFIG), batch_size=BATCH, seq_len=SEQ, precision=precision, optimizer="adamw",
-                                  kernels="compiled", **where)
-        fc[variant] = f.iteration_s * 1e3
-        m = rows.get((variant, True))
-        if m:
-            print(f"{variant:5s} measured {m['step_ms']:8.2f} ms on {m['device']}, forecast {fc[variant]:8.2f} ms "
-                  f"({fc[variant] / m['step_ms'] - 1:+.1%})")
-    if ("bf16", True) in rows and ("fp8", True) in rows:
-        meas = rows[("bf16", True)]["step_ms"] / rows[("fp8", True)]["step_ms"]
-        fr = fc["bf16"] / fc["fp8"]
-        print(f"FP8 speed-up over BF16: measured {meas:.3f}, forecast {fr:.3f} ({fr / meas - 1:+.1%})")
+    print(f"forecast for {' on '.join(filter(None, (profile, gpu)))}")
+    for compiled in (False, True):
+        kernels = "compiled" if compiled else "eager"
+        fc = {}
+        for variant, precision in (("bf16", "bf16"), ("fp8", "fp8-current")):
+            f = forecast_from_options(str(CONFIG), batch_size=BATCH, seq_len=SEQ, precision=precision,
+                                      optimizer="adamw", kernels=kernels, **where)
+            fc[variant] = f.iteration_s * 1e3
+            m = rows.get((variant, compiled))
+            if m:
+                print(f"{kernels:8s} {variant:5s} measured {m['step_ms']:8.2f} ms on {m['device']}, forecast "
+                      f"{fc[variant]:8.2f} ms ({fc[variant] / m['step_ms'] - 1:+.1%})")
+        if ("bf16", compiled) in rows and ("fp8", compiled) in rows:
+            meas = rows[("bf16", compiled)]["step_ms"] / rows[("fp8", compiled)]["step_ms"]
+            fr = fc["bf16"] / fc["fp8"]
+            print(f"{kernels:8s} FP8 speed-up over BF16: measured {meas:.3f}, forecast {fr:.3f} ({fr / meas - 1:+.1%})")
     return 0
 
 

@@ -43,7 +43,8 @@ Fit (any machine, ``--fit FILE --gpu NAME``): the eight ``dw_native`` parameters
 squares on the log of forecast / measured over the dev half of the NCHW depthwise rows (the three passes of each),
 through the roofline's own :func:`traincast.predict.roofline.native_depthwise_s`; prints them, then the MAPE and
 median signed error per pass on the dev and held halves, of the kernel model alone and of the whole roofline
-time of each pass (bytes over bandwidth and the kernel floor included) with the catalog's parameters; and the
+time of each pass (bytes over bandwidth and the kernel floor included) with the fitted values and without the
+mechanism (``dw_fwd_cycles`` 0: the FLOP-rate roofline of ``conv_depthwise``); and the
 attention rows' share of the BF16 tensor peak beside the catalog's efficiencies.
 
 Usage: python benchmarks/gpu_kernels.py --out kernels.jsonl [--deadline 200]        (on the GPU)
@@ -258,8 +259,8 @@ def fit(path: Path, gpu: str) -> int:
                                        nbytes, ["conv"] * len(ms), device, precision="fp32",
                                        key=["conv_depthwise"] * len(ms), dw_work=work)
         whole = conv.times(params) * 1e3
-        before = conv.times(base) * 1e3
-        for label, f in (("kernel model", own), ("roofline, fitted", whole), ("roofline, before", before)):
+        before = conv.times(base.with_values({"dw_fwd_cycles": 0.0})) * 1e3
+        for label, f in (("kernel model", own), ("roofline, fitted", whole), ("roofline, without", before)):
             err = f / ms - 1
             parts = []
             for k in ("fwd", "dgrad", "wgrad"):

@@ -32,6 +32,14 @@ measured by this project, and no parameter was ever set from an H200 row):
    H100-SXM5-80GB``): whether one host measurement carries to another machine of the same kind with another GPU
    (a user who calibrates the host once for a fleet). Reported once, beside (a) on the same rows.
 
+7. Written 2026-11-28, after the third lease's kernel rows were fitted (``benchmarks/gpu_kernels.py --fit``) and
+   before any campaign row was forecast with the result: PyTorch's native depthwise kernels (``dw_native`` in
+   ``efficiency.yaml``) are scored on the rows of the networks built on depthwise convolutions (``--models``
+   mobilenet_v2, mobilenet_v3_large, mnasnet1_0, efficientnet_b0, efficientnet_v2_s, convnext_tiny,
+   shufflenet_v2_x1_0, maxvit_t) of both campaigns, (a) with the defaults and (b) with the H200 host-only
+   profile, before and after; and over all rows, to show what else moves. The mechanism stays in the defaults if
+   the depthwise rows' MAPE does not rise on either campaign in either way (gpu_kernels.py's protocol).
+
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_measured.py benchmarks/data/gpu_campaign/h100_2026-11-27.jsonl
        --gpu H100-SXM5-80GB [--split all|dev|held] [--predictor NAME | --profile FILE] [--worst 8]
        [--scale-from OTHER_ROWS --scale-gpu OTHER_GPU]
@@ -129,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-gpu", default=None, help="with --scale-from: the catalog name of the GPU it was measured on")
     ap.add_argument("--exclude", default="", help="comma-separated row keys left out (say why where they are)")
     ap.add_argument("--worst", type=int, default=8)
+    ap.add_argument("--models", default="", help="comma-separated model names: only their rows")
     a = ap.parse_args(argv)
     if a.refit:
         if not a.profile:
@@ -145,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in rows if r["key"] in other]
     drop = set(filter(None, a.exclude.split(",")))
     rows = [r for r in rows if (a.split == "all" or split_of(r["key"]) == a.split) and r["key"] not in drop]
+    if a.models:
+        rows = [r for r in rows if r["model"] in set(a.models.split(","))]
     bad = [r for r in rows if "error" in r]
     rows = [r for r in rows if "error" not in r]
     boards = sorted({r["fingerprint"].get("gpu_name") or "?" for r in rows})

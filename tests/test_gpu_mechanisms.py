@@ -1,8 +1,9 @@
 """The roofline's GPU mechanisms (issue 18), each against a hand-computed case: Winograd convolutions, sustained
-clocks of power-limited boards, FP32 lanes shared with INT32, and NCHW layout transposes around tensor-core
-convolutions."""
+clocks of power-limited boards, FP32 lanes shared with INT32, NCHW layout transposes around tensor-core
+convolutions, PyTorch's native batch-norm and depthwise-convolution kernels."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -358,3 +359,79 @@ def test_fp8_gemms_reach_a_smaller_share_of_their_peak_on_hopper():
         assert fp8.times(p)[0] - fp8.times(eq)[0] == pytest.approx(
             (fp8.times(eq)[0] - p.op_overhead_us * 1e-6) * (1 / ratio - 1), rel=1e-6, abs=1e-12)
         assert bf16.times(p)[0] == bf16.times(eq)[0]
+
+
+KERNELS = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "gpu_campaign" / "h200_kernels_2026-11-28.jsonl"
+
+
+def test_which_depthwise_convolutions_run_pytorchs_native_kernels():
+    from traincast.predict.roofline import native_depthwise_work as work
+
+    outs = 64 * 144 * 56 * 56
+    dw = dict(groups=144, cin=144, cout=144)
+    assert work(conv(**dw)) == (outs, 0.0, 9, 0, 0.0, 0.0)  # forward: one thread per output
+    assert work(conv(dtype="bf16", **dw))[0] == outs  # BF16 too (cuDNN takes FP16 only)
+    # the backward: input gradient of every input element, weight gradient of 144 x 9 blocks of ceil(64/8) x
+    # ceil(56 x 56 / 32) iterations
+    assert work(conv(aten="convolution_backward", **dw)) == (0.0, outs, 9, 0, 144 * 9.0, 8 * 98.0)
+    assert work(conv(k=7, **dw))[3] == 1 and work(conv(k=5, **dw))[3] == 0  # 7x7: the generic loop
+    for other in (conv(dtype="fp16", **dw), conv(), conv(groups=8), conv(transposed=True, **dw)):
+        assert work(other) == (0.0, 0.0, 0, 0, 0.0, 0.0)
+    nhwc = replace(conv(**dw), layout="nhwc")  # channels-last: cuDNN's
+    assert work(nhwc) == (0.0, 0.0, 0, 0, 0.0, 0.0)
+
+
+def test_native_depthwise_time_by_hand():
+    """H100: 132 SMs at 1.98 GHz. The forward of a 3x3 depthwise convolution of 144 channels takes outputs x
+    (cycles + tap cycles x 9) SM-cycles; its weight gradient, 1,296 blocks (9.8 a SM: more than one wave of 8),
+    waves x (iterations x (iter_ns + iter_block_ns x 8) + block_us)."""
+    from traincast.predict.roofline import native_depthwise_s
+
+    h100 = get_catalog().device("H100")
+    p = RooflineParams.for_device(h100)
+    assert p.dw_fwd_cycles > 0 and p.dw_wgrad_iter_ns > 0
+    f, b = conv(groups=144, cin=144, cout=144), conv(aten="convolution_backward", groups=144, cin=144, cout=144)
+    ops = compile_ops([f, b], h100, "fp32", p)
+    ghz = h100.boost_clock_mhz / 1e3 * ops.clock_factor(p)
+    outs = 64 * 144 * 56 * 56
+    fwd = outs * (p.dw_fwd_cycles + 9 * p.dw_fwd_tap_cycles) / (132 * ghz * 1e9)
+    waves = 1296 / 132 / 8
+    wgrad = waves * (784 * (p.dw_wgrad_iter_ns + 8 * p.dw_wgrad_iter_block_ns) + 1e3 * p.dw_wgrad_block_us) * 1e-9
+    dgrad = outs * (p.dw_dgrad_cycles + 9 * p.dw_dgrad_tap_cycles) / (132 * ghz * 1e9)
+    assert native_depthwise_s(ops.dw_work, 132, ghz, p) == pytest.approx([fwd, dgrad + wgrad], rel=1e-12)
+    fixed = p.op_overhead_us * 1e-6  # the launch overhead, after the max of compute, bytes and the kernel floor
+    t = ops.times(p)
+    assert t == pytest.approx([fwd + fixed, dgrad + wgrad + fixed], rel=1e-9)  # compute-bound, over the bytes
+    off = ops.times(p.with_values({"dw_fwd_cycles": 0.0}))
+    assert t[1] > 3 * off[1]  # the FLOP-rate roofline had them several times faster
+    # CPUs and AMD GPUs: no such kernels
+    amd = next(d for d in get_catalog().devices.values() if d.kind == "gpu" and d.vendor.lower() == "amd")
+    assert compile_ops([f, b], amd, "fp32", RooflineParams.for_device(amd)).dw_work is None
+
+
+def test_native_depthwise_kernels_against_the_h200_kernel_timings():
+    """The catalog's parameters against the measured passes of the 56 depthwise layers of eight torchvision
+    networks (FP32 and BF16, batch 32-128, NCHW) on an H200: the half of the rows they were not fitted on."""
+    import json
+    import zlib
+
+    from traincast.predict.roofline import native_depthwise_s
+
+    rows = [json.loads(x) for x in KERNELS.read_text().splitlines()]
+    h200 = get_catalog().device("H200-SXM-141GB")
+    p = RooflineParams.for_device(h200)
+    ghz = h200.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], h200).clock_factor(p)
+    errs = {"fwd": [], "dgrad": [], "wgrad": []}
+    held = [r for r in rows if r["key"].startswith("dw") and r["format"] == "nchw" and zlib.crc32(r["key"].encode()) % 2]
+    assert len(held) > 60
+    for r in held:
+        n, c, ho, wo, taps = r["N"], r["C"], r["Ho"], r["Wo"], r["kh"] * r["kw"]
+        gen = int(r["kh"] not in (1, 3, 5))
+        work = [(n * c * ho * wo, 0, taps, gen, 0, 0), (0, n * c * r["H"] * r["W"], taps, gen, 0, 0),
+                (0, 0, taps, gen, c * taps, -(-n // min(n, 8)) * -(-ho * wo // 32))]
+        ms = native_depthwise_s(np.array(work, float), h200.sm_count, ghz, p) * 1e3
+        for k, f, m in zip(errs, ms, (r["fwd_ms"], r["dgrad_ms"], r["wgrad_ms"])):
+            errs[k].append(f / m - 1)
+    for k, e in errs.items():
+        assert np.mean(np.abs(e)) < 0.15, k
+        assert abs(np.median(e)) < 0.05, k

@@ -50,6 +50,17 @@ Per op::
 - depthwise call costs (``depthwise_call_us``, ``depthwise_grad_call_us``: measured at calibration): each call of a
   depthwise convolution (forward) or of its backward costs that much beyond an ordinary op's overhead, whatever
   its size (on this project's CPU about 50 and 100 us, against 5-20 us for a dense convolution).
+- PyTorch's native depthwise kernels (``dw_fwd_cycles`` > 0; :func:`native_depthwise_work`): on NVIDIA GPUs a 2-D
+  depthwise convolution in FP32 or BF16 on NCHW tensors runs PyTorch's own kernels
+  (``aten/src/ATen/native/cuda/DepthwiseConv2d.cu``; cuDNN takes FP16 and channels-last ones), instruction- and
+  latency-bound, not the FLOP or byte count. The forward (one thread per output) and the input gradient (one per
+  input element) take ``elements x (cycles + tap_cycles x taps) x (1 + generic)`` SM-cycles over the SMs at the
+  clock, ``generic`` = ``dw_generic_factor`` for kernels other than square 1x1, 3x3 and 5x5 (a loop not unrolled);
+  the weight gradient runs one block of 256 threads per (channel, tap), each of its warps looping over batch items
+  and 32 output pixels at a time (``iters`` = ceil(batch / 8) x ceil(pixels / 32)): ``max(1, waves) x (iters x
+  (dw_wgrad_iter_ns + dw_wgrad_iter_block_ns x min(8, blocks per SM)) + dw_wgrad_block_us)``, ``waves`` = blocks
+  / (8 x SMs). The op's compute time is their sum (its bytes over bandwidth still bound it below). Set from
+  ``benchmarks/gpu_kernels.py``'s kernel timings on an H200 (docs/gpu-accuracy.md).
 - layout transposes: a convolution on NVIDIA tensor cores with NCHW activations moves its tensors twice more in
   NCHW<->NHWC transpose kernels, at the copy bandwidth, times ``nchw_transpose`` (1: NCHW, 0: channels_last).
 - PyTorch's native batch norm (``bn_native_gelems_per_block`` > 0; :func:`native_batch_norm_passes`): on NVIDIA
@@ -101,7 +112,12 @@ _SCALARS = ("memory_scale", "kernel_floor_us", "op_overhead_us", "light_overhead
             "foreach_chunk", "gemm_half_dim", "conv_half_dim", "fresh_alloc_min_bytes", "fresh_alloc_gb_per_s",
             "cache_bytes", "dram_factor", "winograd_speedup", "sustained_clock_per_base", "shared_lane_fp32_share",
             "nchw_transpose", "host_forward_us", "host_backward_us", "depthwise_tap_ref", "depthwise_wgrad_gflops",
-            "depthwise_call_us", "depthwise_grad_call_us", "bn_native_gelems_per_block", "fp8_matmul_ratio")
+            "depthwise_call_us", "depthwise_grad_call_us", "bn_native_gelems_per_block", "fp8_matmul_ratio",
+            "dw_fwd_cycles", "dw_fwd_tap_cycles", "dw_dgrad_cycles", "dw_dgrad_tap_cycles", "dw_generic_factor",
+            "dw_wgrad_iter_ns", "dw_wgrad_iter_block_ns", "dw_wgrad_block_us")
+# PyTorch's native depthwise kernels (module doc): the YAML table ``dw_native`` holds them without the prefix
+_DW_NATIVE = ("fwd_cycles", "fwd_tap_cycles", "dgrad_cycles", "dgrad_tap_cycles", "generic_factor", "wgrad_iter_ns",
+              "wgrad_iter_block_ns", "wgrad_block_us")
 
 ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
             "uint8": 1, "bool": 1}
@@ -148,6 +164,17 @@ class _Fresh(Document):
     gb_per_s: NonNegativeFloat = 0.0
 
 
+class _DwNative(Document):
+    fwd_cycles: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    fwd_tap_cycles: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    dgrad_cycles: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    dgrad_tap_cycles: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    generic_factor: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 0.0
+    wgrad_iter_ns: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    wgrad_iter_block_ns: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+    wgrad_block_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
+
+
 class _Cache(Document):
     bytes: NonNegativeFloat = 0.0
     dram_factor: PositiveFloat = 1.0
@@ -184,6 +211,7 @@ class RooflineTable(Document):
     depthwise_grad_call_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
     bn_native_gelems_per_block: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
     fp8_matmul_ratio: Annotated[float, Field(gt=0, le=2, allow_inf_nan=False)] = 1.0
+    dw_native: _DwNative | None = None
 
 
 def check_table(table, where: str) -> dict:
@@ -234,6 +262,14 @@ class RooflineParams:
     depthwise_grad_call_us: float = 0.0
     bn_native_gelems_per_block: float = 0.0
     fp8_matmul_ratio: float = 1.0
+    dw_fwd_cycles: float = 0.0
+    dw_fwd_tap_cycles: float = 0.0
+    dw_dgrad_cycles: float = 0.0
+    dw_dgrad_tap_cycles: float = 0.0
+    dw_generic_factor: float = 0.0
+    dw_wgrad_iter_ns: float = 0.0
+    dw_wgrad_iter_block_ns: float = 0.0
+    dw_wgrad_block_us: float = 0.0
     _arrays: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -265,6 +301,7 @@ class RooflineParams:
         fa = table.get("fresh_alloc") or {}
         cache = table.get("cache") or {}
         light = table.get("light_overhead_us")
+        dw = table.get("dw_native") or {}
         return cls(
             compute=compute, memory=memory, memory_scale=float(table.get("memory_scale", 1.0)),
             kernel_floor_us=float(table.get("kernel_floor_us", 0.0)), op_overhead_us=float(table.get("op_overhead_us", 0.0)),
@@ -286,6 +323,7 @@ class RooflineParams:
             depthwise_grad_call_us=float(table.get("depthwise_grad_call_us", 0.0)),
             bn_native_gelems_per_block=float(table.get("bn_native_gelems_per_block", 0.0)),
             fp8_matmul_ratio=float(table.get("fp8_matmul_ratio", 1.0)),
+            **{f"dw_{k}": float(dw.get(k, 0.0)) for k in _DW_NATIVE},
         )
 
     @classmethod
@@ -314,6 +352,8 @@ class RooflineParams:
             d["light_overhead_us"] = self.light_overhead_us
         if self.fresh_alloc_min_bytes or self.fresh_alloc_gb_per_s:
             d["fresh_alloc"] = {"min_bytes": self.fresh_alloc_min_bytes, "gb_per_s": self.fresh_alloc_gb_per_s}
+        if self.dw_fwd_cycles:
+            d["dw_native"] = {k: getattr(self, f"dw_{k}") for k in _DW_NATIVE}
         if self.cache_bytes:
             d["cache"] = {"bytes": self.cache_bytes, "dram_factor": self.dram_factor}
         return d
@@ -479,6 +519,57 @@ def native_batch_norm_passes(op, precision: str) -> tuple[int, int, float]:
     if not isinstance(x, (tuple, list)) or len(x) < 2:
         return 0, 0, 0.0
     return (1 if fwd else 2), int(x[1]), float(math.prod(x))
+
+
+_NO_DW_WORK = (0.0, 0.0, 0, 0, 0.0, 0.0)
+
+
+def native_depthwise_work(op) -> tuple[float, float, int, int, float, float]:
+    """The work of PyTorch's native CUDA depthwise kernels in a traced op (module doc): (forward outputs,
+    input-gradient elements, taps, generic, weight-gradient blocks, iterations per block). An FP32 or BF16 2-D
+    depthwise convolution (or its backward) on NCHW tensors, not transposed; zeros for every other op (FP16 and
+    channels-last depthwise convolutions go to cuDNN: ``use_cudnn_depthwise`` in ATen's ``Convolution.cpp``).
+    ``generic``: 1 for a kernel other than square 1x1, 3x3 or 5x5 (its loop is not unrolled). The weight gradient
+    launches one block per (output channel, tap) of ``min(32 x batch, 256)`` threads; each warp loops over
+    ceil(batch / warps) batch items and ceil(output pixels / 32) pixels."""
+    taps = depthwise_taps(op)
+    if (not taps or op.layout == "nhwc" or op.dtype not in ("fp32", "bf16") or _conv_setting(op, 4, False)
+            or op.aten not in ("convolution", "convolution_backward")):
+        return _NO_DW_WORK
+    w = _conv_weight(op)
+    generic = int(not (w[2] == w[3] and w[2] in (1, 3, 5)))
+    try:
+        if op.aten == "convolution":
+            return float(math.prod(op.output_shapes[0])), 0.0, taps, generic, 0.0, 0.0
+        mask = _conv_setting(op, 7, (1, 1, 1))
+        gy, x = op.input_shapes[0], op.input_shapes[1]
+        dgrad = float(math.prod(x)) if mask[0] else 0.0
+        blocks = iters = 0.0
+        if mask[1]:
+            n = int(gy[0])
+            warps = max(1, min(n, 8))
+            blocks = float(gy[1] * taps)
+            iters = float(math.ceil(n / warps) * math.ceil(gy[2] * gy[3] / 32))
+        return 0.0, dgrad, taps, generic, blocks, iters
+    except (IndexError, TypeError):
+        return _NO_DW_WORK
+
+
+def native_depthwise_s(work: np.ndarray, sm_count: float, ghz: float, params: "RooflineParams") -> np.ndarray:
+    """Seconds of the native depthwise kernels of each row of ``work`` (rows of :func:`native_depthwise_work`) on a
+    GPU of ``sm_count`` SMs at ``ghz`` (module doc); zeros where the parameters are not set."""
+    work = np.atleast_2d(np.asarray(work, dtype=float))
+    if not params.dw_fwd_cycles or not sm_count or not ghz or work.size == 0:
+        return np.zeros(len(work))
+    out, dgrad, taps, generic, blocks, iters = work.T
+    slow = 1.0 + generic * params.dw_generic_factor
+    cycles = (out * (params.dw_fwd_cycles + params.dw_fwd_tap_cycles * taps)
+              + dgrad * (params.dw_dgrad_cycles + params.dw_dgrad_tap_cycles * taps)) * slow
+    per_sm = blocks / sm_count
+    wgrad_ns = np.where(blocks > 0, np.maximum(1.0, per_sm / 8.0) * (
+        iters * (params.dw_wgrad_iter_ns + params.dw_wgrad_iter_block_ns * np.minimum(8.0, per_sm))
+        + params.dw_wgrad_block_us * 1e3), 0.0)
+    return cycles / (sm_count * ghz * 1e9) + wgrad_ns * 1e-9
 
 
 def key_of_class(op_class: str) -> str:
@@ -658,6 +749,9 @@ class CompiledOps:
     bn_blocks: np.ndarray | None = None  # their resident thread blocks: min(channels, 4 x SMs)
     bn_itemsize: float = 2.0  # bytes per element of those inputs (BF16/FP16)
     fp8_gemm: np.ndarray | None = None  # bool: an FP8 GEMM on tensor cores
+    dw_work: np.ndarray | None = None  # rows of native_depthwise_work (NVIDIA GPUs with such ops only)
+    sm_count: float = 0.0
+    boost_ghz: float = 0.0
 
     def __len__(self) -> int:
         return len(self.flops)
@@ -667,7 +761,7 @@ class CompiledOps:
                     dtype="fp32", key: Iterable[str] | None = None, dmin=None, n_tensors=None, light=None,
                     fresh_bytes=None, fresh_min_bytes: float = 0.0, winograd=None,
                     conv_bytes=None, taps=None, slow_wgrad_flops=None, dw_call=None,
-                    bn=None) -> "CompiledOps":
+                    bn=None, dw_work=None) -> "CompiledOps":
         """From per-op arrays (canonical op rows, layer-campaign samples): ``op_class`` per op, ``dtype`` one
         for all or per op, ``key`` the efficiency key where it is not the class's; ``winograd`` (bool per op):
         the convolutions :func:`winograd_eligible` (counted only where they run in fp32 on the vector units);
@@ -675,7 +769,8 @@ class CompiledOps:
         tensor cores moves twice again in its layout transposes (0 elsewhere); ``taps`` and ``slow_wgrad_flops``:
         :func:`depthwise_taps` and :func:`depthwise_wgrad_flops` per op; ``dw_call``: 1 for a depthwise
         convolution's forward, 2 for its backward, 0 for other ops; ``bn``: :func:`native_batch_norm_passes` per
-        op (counted on NVIDIA GPUs only; a backward's own bytes are then in its passes, not in ``nbytes``)."""
+        op (counted on NVIDIA GPUs only; a backward's own bytes are then in its passes, not in ``nbytes``);
+        ``dw_work``: :func:`native_depthwise_work` per op (counted on NVIDIA GPUs only)."""
         flops = np.asarray(flops, dtype=float)
         n = len(flops)
         classes = list(op_class)
@@ -702,6 +797,10 @@ class CompiledOps:
             if passes.any():
                 bn_passes, bn_elems = passes, np.array([b[2] for b in bn], dtype=float)
                 bn_blocks = np.minimum(np.array([b[1] for b in bn], dtype=float), 4.0 * device.sm_count)
+        dw = None
+        if dw_work is not None and nvidia_gpu and device.sm_count and device.boost_clock_mhz:
+            dw = np.asarray(dw_work, dtype=float).reshape(n, 6)
+            dw = dw if dw[:, :2].any() or dw[:, 4].any() else None
         return cls(
             flops=flops, bytes=np.asarray(nbytes, dtype=float), peak_flops_per_s=peaks, unit=units,
             key=np.array([COMPUTE_KEYS.index(k) for k in keys], dtype=int),
@@ -720,6 +819,7 @@ class CompiledOps:
             dw_call=np.zeros(n, dtype=int) if dw_call is None else np.asarray(dw_call, dtype=int),
             bn_passes=bn_passes, bn_elems=bn_elems, bn_blocks=bn_blocks,
             fp8_gemm=fp8_gemm if fp8_gemm.any() else None,
+            dw_work=dw, sm_count=float(device.sm_count), boost_ghz=float(device.boost_clock_mhz) / 1e3,
         )
 
     def clock_factor(self, params: RooflineParams) -> float:
@@ -768,11 +868,18 @@ class CompiledOps:
                 else np.full(len(self), heavy))
         rate = params.fresh_alloc_gb_per_s * 1e9
         fresh_s = self.fresh_bytes / rate if rate else 0.0
+        native = None
+        if params.dw_fwd_cycles > 0 and self.dw_work is not None:
+            # PyTorch's native depthwise kernels (module doc): their time is the op's compute time; they read NCHW
+            # tensors as they are (no layout transposes)
+            native = native_depthwise_s(self.dw_work, self.sm_count, self.boost_ghz * self.clock_factor(params), params)
+            native = np.where(self.flops > 0, native, 0.0)
         if self.transpose_bytes is not None and params.nchw_transpose > 0:
             # NCHW <-> NHWC transposes around each tensor-core convolution: separate copy kernels
             copy_bw = (self.bandwidth_bytes_per_s * params.memory_vector[MEMORY_CLASSES.index("copy")]
                        * params.memory_scale)
-            fresh_s = fresh_s + params.nchw_transpose * self.transpose_bytes / copy_bw
+            tb = self.transpose_bytes if native is None else np.where(native > 0, 0.0, self.transpose_bytes)
+            fresh_s = fresh_s + params.nchw_transpose * tb / copy_bw
         if (params.depthwise_call_us or params.depthwise_grad_call_us) and self.dw_call is not None:
             per_call = np.array([0.0, params.depthwise_call_us, params.depthwise_grad_call_us]) * 1e-6
             fresh_s = fresh_s + per_call[self.dw_call]
@@ -784,6 +891,10 @@ class CompiledOps:
             fresh_s = fresh_s + self.bn_passes * self.bn_elems / np.maximum(rate, 1e-30)
             nbytes = np.where(self.bn_passes == 2, 0.0, nbytes)
         slow = self.slow_wgrad_flops
+        if native is not None:
+            on = native > 0
+            peak = np.where(on, flops / np.where(on, native, 1.0), peak)
+            slow = np.where(on, 0.0, slow) if slow is not None else None
         if ((params.depthwise_wgrad_gflops > 0 or params.depthwise_tap_ref > 0) and slow is not None
                 and slow.any()):
             # weight gradients of kernels above 3x3 run on their own path after the rest of the op (its input
@@ -813,6 +924,7 @@ def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineP
         taps=taps, slow_wgrad_flops=[depthwise_wgrad_flops(o) for o in ops],
         dw_call=[(2 if o.aten == "convolution_backward" else 1) if t else 0 for o, t in zip(ops, taps)],
         bn=[native_batch_norm_passes(o, precision) for o in ops],
+        dw_work=[native_depthwise_work(o) for o in ops],
         fresh_bytes=[fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, min_bytes, o.dtype) if min_bytes
                      else 0.0 for o in ops],
         fresh_min_bytes=min_bytes,
