@@ -292,6 +292,11 @@ def test_forecast_reports_fp8_and_cp_shares(cli, capsys, small_gpt):
     # single GPU, FP8: the shares come from the per-op times
     f = forecast(small_gpt, gpu="H100", batch_size=4, seq_len=SEQ, precision="fp8-current", optimizer="adamw")
     assert f.shares["fp8_gemm"]["s"] > 0 and f.shares["cp_comm_exposed"]["s"] == 0
+    # eager FP8 says what torchao without torch.compile measured; compiled kernels do not
+    assert any("torchao's float8 without torch.compile" in n for n in f.notes)
+    c = forecast(small_gpt, gpu="H100", batch_size=4, seq_len=SEQ, precision="fp8-current", optimizer="adamw",
+                 kernels="compiled")
+    assert not any("torchao" in n for n in c.notes)
 
 
 def test_fp8_all_gather_moves_one_byte_per_layer_weight(small_gpt, h100):

@@ -245,6 +245,32 @@ def test_in_place_foreach_optimizer_ops_write_their_first_list():
     assert [o.bytes_read for o in opt] == [pbytes, 2 * pbytes, 2 * pbytes]
 
 
+def test_fused_adamw_is_one_pass_over_weights_gradients_and_moments():
+    """AdamW stepped by the fused kernel (``--optimizer adamw-fused``): one op reads the weights, gradients and both
+    moments and rewrites three of them, where the foreach step's several kernels move each many times over; and
+    it steps as torch.optim.AdamW does."""
+    fused, foreach = (trace("alexnet", batch_size=2, optimizer=o) for o in ("adamw-fused", "adamw"))
+    pbytes = fused.parameters * 4
+    opt = [o for o in fused.ops if o.phase == "optimizer" and o.aten == "_fused_adamw_"]
+    assert len(opt) == 1 and opt[0].n_tensors == 16  # AlexNet's 16 parameter tensors, one multi-tensor launch list
+    assert opt[0].bytes_read == pytest.approx(4 * pbytes, rel=1e-6) and opt[0].bytes_written == 3 * pbytes
+    moved = sum(o.bytes_total for o in foreach.ops if o.phase == "optimizer")
+    assert moved > 2 * sum(o.bytes_total for o in fused.ops if o.phase == "optimizer")
+    from traincast.workload.optimizers import OPTIMIZERS
+
+    torch.manual_seed(0)
+    p = [nn.Parameter(torch.randn(30, 20)) for _ in range(2)]
+    q = [nn.Parameter(x.detach().clone()) for x in p]
+    a, b = OPTIMIZERS.get("adamw-fused")(p, 1e-2), torch.optim.AdamW(q, lr=1e-2, weight_decay=0.01)
+    for _ in range(3):
+        for x, y in zip(p, q):
+            x.grad = torch.randn_like(x)
+            y.grad = x.grad.clone()
+        a.step()
+        b.step()
+    assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(p, q))
+
+
 def _decoder_matmul_flops(layers, h, vocab, ffn, tokens, seq, causal=False):
     """Forward matmul FLOPs of a decoder-only transformer by hand: per layer QKV (3h^2), output projection
     (h^2) and MLP (2 h ffn) on every token, attention scores and values (2 seq h per token; a fused kernel

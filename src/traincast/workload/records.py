@@ -298,6 +298,10 @@ class Workload:
             notes.append(f"kernels {self.kernels}: {self.recomputed_bytes / 2**30:.2f} GiB of the activations eager "
                          "autograd saves are recomputed in the backward pass from the fused kernels' inputs instead "
                          "(the min cut a compiler's partitioner takes), at this batch")
+        if self.kernels == "eager" and self.precision in ("fp8", "fp8-current", "mxfp8"):
+            notes.append("FP8 with eager kernels: each cast and amax reduction a kernel of its own, issued as an op; "
+                         "torchao's float8 without torch.compile issues several small ops per cast from Python and ran "
+                         "0.56x BF16 on an H200 (docs/gpu-accuracy.md): for torchao, forecast --kernels compiled")
         if self.dense_selections:
             notes.append(f"{self.dense_selections} data-dependent selections per step (torch.nonzero / where / boolean "
                          "masks) sized as a dense batch: every position selected")

@@ -291,6 +291,11 @@ class _OpRecorder(TorchDispatchMode):
         if not outs and name.startswith("_foreach_") and name.endswith("_") and args:
             # an in-place foreach op returns nothing but rewrites its first list
             written = sum(_nbytes(t) for t in _tensors(args[0]))
+        elif not outs and name.startswith("_fused_") and name.endswith("_") and len(args) > 3:
+            # a fused optimizer step (_fused_adam_, _fused_adamw_, _fused_sgd_) rewrites the parameters and its
+            # state lists in place: the parameters and (Adam) both moments, or (SGD) the momentum buffers
+            lists = (0, 2, 3) if "adam" in name else (0, 2)
+            written = sum(_nbytes(t) for i in lists for t in _tensors(args[i]))
         if fused_cost is not None:
             flops, known = fused_cost.flops, True
             read, written = fused_cost.bytes_read, fused_cost.bytes_written
@@ -299,7 +304,8 @@ class _OpRecorder(TorchDispatchMode):
         if not known:
             self.unregistered[name] += 1
         ref = next((t for t in outs + ins if t.is_floating_point()), None)
-        n_tensors = len(args[0]) if name.startswith("_foreach_") and args and isinstance(args[0], (list, tuple)) else 1
+        n_tensors = (len(args[0]) if name.startswith(("_foreach_", "_fused_")) and args
+                     and isinstance(args[0], (list, tuple)) else 1)
         self.ops.append(
             OpRecord(
                 aten=name,
