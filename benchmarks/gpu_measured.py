@@ -40,6 +40,17 @@ measured by this project, and no parameter was ever set from an H200 row):
    profile, before and after; and over all rows, to show what else moves. The mechanism stays in the defaults if
    the depthwise rows' MAPE does not rise on either campaign in either way (gpu_kernels.py's protocol).
 
+8. Written 2026-11-28, after the attention kernel rows were seen (their efficiency rises with the keys each query
+   attends: causal and full rows of equal keys per query agree within 4%) and before any whole-model row was
+   forecast with it: a ramp of fused attention's efficiency with keys per query, ``eff x k / (k + k0)``
+   (``attention_half_keys`` k0 in ``efficiency.yaml``, Hopper only, the catalog's 0.33 / 0.53 kept as the
+   long-sequence values), k0 fitted on the dev half of the head-dim-128 flash and cuDNN kernel rows
+   (``gpu_kernels.py --fit``), scored on their held half. Then once on the campaigns' text rows (every row with a
+   sequence length; both campaigns, defaults and the H200 host profile) and the published H100 throughput rows
+   (``fp8_cp_validation.py``, eager and ``--kernels compiled``), before and after. It stays if the held kernel rows
+   improve, the text rows' MAPE does not rise on either campaign in either way, and the published H100 MAPE does
+   not rise by more than 1 point in either kernel mode.
+
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_measured.py benchmarks/data/gpu_campaign/h100_2026-11-27.jsonl
        --gpu H100-SXM5-80GB [--split all|dev|held] [--predictor NAME | --profile FILE] [--worst 8]
        [--scale-from OTHER_ROWS --scale-gpu OTHER_GPU]
