@@ -269,6 +269,7 @@ def fit(path: Path, gpu: str) -> int:
             print(f"{half:4s} n={len(rs):3d} {label:17s} MAPE (median signed): " + ", ".join(parts))
     attn = [r for r in rows if r["key"].startswith("attn") and "error" not in r]
     if attn:
+        fit_attention_ramp(attn, device, base)
         peak = device.peak_flops_per_s("bf16")
         eff = base.compute["tensor"]
         print(f"attention, share of the BF16 tensor peak ({peak / 1e12:.0f} TFLOP/s); catalog: attention "
@@ -277,6 +278,50 @@ def fit(path: Path, gpu: str) -> int:
             step = (r["fwd_flops"] + r["bwd_flops"]) / ((r["fwd_ms"] + r["bwd_ms"]) * 1e-3) / peak
             print(f"  {r['key']:32s} fwd {r['fwd_tflops']:5.0f} bwd {r['bwd_tflops']:5.0f} TFLOP/s  step {step:.3f}")
     return 0
+
+
+def fit_attention_ramp(attn: list[dict], device, base) -> None:
+    """``attention_half_keys`` (gpu_measured.py's addendum 8): k0 of ``eff x k / (k + k0)``, k the keys per query,
+    fitted on the dev half of the head-dim-128 flash and cuDNN rows with the catalog's long-sequence efficiencies
+    kept; each row's step (forward + backward) timed by the roofline as the attention ops it is."""
+    import zlib
+
+    import numpy as np
+    from scipy.optimize import minimize_scalar
+
+    from traincast.predict.roofline import CompiledOps
+    from traincast.workload.fused import attended_pairs
+
+    rows = [r for r in attn if r["backend"] in ("flash", "cudnn")]
+
+    def times(params, rs):
+        out = []
+        for r in rs:
+            k = attended_pairs(r["S"], r["S"], r["causal"]) / r["S"]
+            nb = 2.0 * 4 * r["B"] * r["H"] * r["S"] * r["D"]
+            key = "attention_cudnn" if r["backend"] == "cudnn" else "attention"
+            ops = CompiledOps.from_arrays([r["fwd_flops"], r["bwd_flops"]], [nb, 2 * nb], ["attention"] * 2, device,
+                                          precision="amp-bf16", dtype="bf16", key=[key] * 2, attn_keys=[k, k])
+            out.append(float(ops.times(params).sum()) * 1e3)
+        return np.array(out)
+
+    def ms(rs):
+        return np.array([r["fwd_ms"] + r["bwd_ms"] for r in rs])
+
+    d128 = [r for r in rows if r["D"] == 128]
+    dev = [r for r in d128 if zlib.crc32(r["key"].encode()) % 2 == 0]
+    held = [r for r in d128 if zlib.crc32(r["key"].encode()) % 2 == 1]
+    off = base.with_values({"attention_half_keys": 0.0})
+    res = minimize_scalar(lambda k0: float(np.sum(np.log(times(off.with_values({"attention_half_keys": k0}), dev)
+                                                          / ms(dev)) ** 2)), bounds=(0.0, 4096.0), method="bounded")
+    fitted = off.with_values({"attention_half_keys": res.x})
+    print(f"attention_half_keys (efficiency.yaml, Hopper): {res.x:.0f} keys, fitted on {len(dev)} dev rows "
+          f"(flash and cuDNN, head dim 128); catalog's long-sequence efficiencies kept")
+    for label, rs in (("dev", dev), ("held", held), ("head dim 64 (not fitted)", [r for r in rows if r["D"] == 64])):
+        for name, params in (("without the ramp", off), ("with it", fitted)):
+            e = times(params, rs) / ms(rs) - 1
+            print(f"  {label:24s} n={len(rs):2d} {name:16s} MAPE {100 * np.mean(np.abs(e)):5.1f}% "
+                  f"(median {100 * np.median(e):+5.1f}%)")
 
 
 def main(argv: list[str] | None = None) -> int:

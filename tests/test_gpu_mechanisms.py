@@ -435,3 +435,29 @@ def test_native_depthwise_kernels_against_the_h200_kernel_timings():
     for k, e in errs.items():
         assert np.mean(np.abs(e)) < 0.15, k
         assert abs(np.median(e)) < 0.05, k
+
+
+def test_attention_ramp_with_keys_per_query_by_hand():
+    """``attention_half_keys`` k0 (off in the catalog: the protocol of gpu_measured.py's addendum 8 fitted 0): a
+    fused attention op attending k keys per query runs at eff x k / (k + k0); a causal mask over S tokens is
+    (S + 1) / 2 keys a query on average."""
+    from traincast.predict.roofline import attention_keys
+
+    h100 = get_catalog().device("H100")
+    p = RooflineParams.for_device(h100)
+    assert p.attention_half_keys == 0.0
+    q = (2, 16, 4096, 128)
+    fwd = OpRecord(aten="_scaled_dot_product_flash_attention", phase="forward", module="a", op_class="attention",
+                   flops=10**12, bytes_read=3 * 2 * 2 * 16 * 4096 * 128, bytes_written=2 * 2 * 16 * 4096 * 128,
+                   dtype="bf16", input_shapes=(q, q, q), output_shapes=(q,), n_tensors=1, args=(True, 0.088))
+    bwd = replace(fwd, aten="_scaled_dot_product_flash_attention_backward", phase="backward",
+                  input_shapes=(q, q, q, q), args=(False, 0.088))
+    assert attention_keys(fwd) == pytest.approx(4097 / 2) and attention_keys(bwd) == 4096
+    assert attention_keys(conv()) == 0.0
+    ops = compile_ops([fwd, bwd], h100, "amp-bf16", p)
+    t0 = ops.times(p)
+    on = p.with_values({"attention_half_keys": 512.0})
+    t1 = ops.times(on)
+    over = on.op_overhead_us * 1e-6
+    assert (t1[0] - over) / (t0[0] - over) == pytest.approx((4097 / 2 + 512) / (4097 / 2), rel=1e-9)
+    assert (t1[1] - over) / (t0[1] - over) == pytest.approx((4096 + 512) / 4096, rel=1e-9)

@@ -28,6 +28,11 @@ Per op::
   whose tensors exceed ``cache_bytes`` (when set) streams from DRAM at ``dram_factor`` times that.
 - causal fused attention: the workload already counts the (query, key) pairs its kernels compute, about half
   the dense count (``workload/fused.py``); the roofline takes the op's FLOPs as they are.
+- fused attention's ramp with keys per query (``attention_half_keys`` k0 > 0; :func:`attention_keys`): each tile
+  of queries pays a fixed cost (loading it, the softmax's last rescale, writing the output) beside work in
+  proportion to the keys it attends, so the attention keys' efficiency is ``compute[unit][key] x k / (k + k0)``
+  with ``k`` the keys per query (the sequence, or about half of it under a causal mask); the catalog's value is
+  the long-sequence one.
 - ``launches``: a foreach (multi-tensor) op over n tensors launches ceil(n / ``foreach_chunk``) kernels.
 - ``overhead``: ``op_overhead_us`` per launch, or ``light_overhead_us`` (where set: CPUs) for ops that
   are no autograd node (:func:`is_light`).
@@ -114,7 +119,7 @@ _SCALARS = ("memory_scale", "kernel_floor_us", "op_overhead_us", "light_overhead
             "nchw_transpose", "host_forward_us", "host_backward_us", "depthwise_tap_ref", "depthwise_wgrad_gflops",
             "depthwise_call_us", "depthwise_grad_call_us", "bn_native_gelems_per_block", "fp8_matmul_ratio",
             "dw_fwd_cycles", "dw_fwd_tap_cycles", "dw_dgrad_cycles", "dw_dgrad_tap_cycles", "dw_generic_factor",
-            "dw_wgrad_iter_ns", "dw_wgrad_iter_block_ns", "dw_wgrad_block_us")
+            "dw_wgrad_iter_ns", "dw_wgrad_iter_block_ns", "dw_wgrad_block_us", "attention_half_keys")
 # PyTorch's native depthwise kernels (module doc): the YAML table ``dw_native`` holds them without the prefix
 _DW_NATIVE = ("fwd_cycles", "fwd_tap_cycles", "dgrad_cycles", "dgrad_tap_cycles", "generic_factor", "wgrad_iter_ns",
               "wgrad_iter_block_ns", "wgrad_block_us")
@@ -212,6 +217,7 @@ class RooflineTable(Document):
     bn_native_gelems_per_block: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
     fp8_matmul_ratio: Annotated[float, Field(gt=0, le=2, allow_inf_nan=False)] = 1.0
     dw_native: _DwNative | None = None
+    attention_half_keys: Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)] = 0.0
 
 
 def check_table(table, where: str) -> dict:
@@ -270,6 +276,7 @@ class RooflineParams:
     dw_wgrad_iter_ns: float = 0.0
     dw_wgrad_iter_block_ns: float = 0.0
     dw_wgrad_block_us: float = 0.0
+    attention_half_keys: float = 0.0
     _arrays: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -324,6 +331,7 @@ class RooflineParams:
             bn_native_gelems_per_block=float(table.get("bn_native_gelems_per_block", 0.0)),
             fp8_matmul_ratio=float(table.get("fp8_matmul_ratio", 1.0)),
             **{f"dw_{k}": float(dw.get(k, 0.0)) for k in _DW_NATIVE},
+            attention_half_keys=float(table.get("attention_half_keys", 0.0)),
         )
 
     @classmethod
@@ -347,7 +355,7 @@ class RooflineParams:
              "depthwise_tap_ref": self.depthwise_tap_ref, "depthwise_wgrad_gflops": self.depthwise_wgrad_gflops,
              "depthwise_call_us": self.depthwise_call_us, "depthwise_grad_call_us": self.depthwise_grad_call_us,
              "bn_native_gelems_per_block": self.bn_native_gelems_per_block,
-             "fp8_matmul_ratio": self.fp8_matmul_ratio}
+             "fp8_matmul_ratio": self.fp8_matmul_ratio, "attention_half_keys": self.attention_half_keys}
         if self.light_overhead_us is not None:
             d["light_overhead_us"] = self.light_overhead_us
         if self.fresh_alloc_min_bytes or self.fresh_alloc_gb_per_s:
@@ -572,6 +580,24 @@ def native_depthwise_s(work: np.ndarray, sm_count: float, ghz: float, params: "R
     return cycles / (sm_count * ghz * 1e9) + wgrad_ns * 1e-9
 
 
+def attention_keys(op) -> float:
+    """Keys per query of a fused attention op (forward or backward): the key sequence, or under a causal mask the
+    mean of the keys each query sees (:func:`traincast.workload.fused.attended_pairs` / queries); 0 for other ops
+    and where the shapes are unknown."""
+    if op.op_class != "attention":
+        return 0.0
+    shapes = op.input_shapes or ()
+    kpos = 2 if "backward" in op.aten else 1  # the backward's inputs: grad_out, q, k, v
+    try:
+        sq, sk = int(shapes[0][-2]), int(shapes[kpos][-2])
+    except (IndexError, TypeError, ValueError):
+        return 0.0
+    from traincast.workload.fused import attended_pairs
+
+    causal = any(a is True for a in (op.args or ()))
+    return attended_pairs(sq, sk, causal) / sq if sq > 0 else 0.0
+
+
 def key_of_class(op_class: str) -> str:
     return op_class if op_class in COMPUTE_KEYS else "other"
 
@@ -750,6 +776,7 @@ class CompiledOps:
     bn_itemsize: float = 2.0  # bytes per element of those inputs (BF16/FP16)
     fp8_gemm: np.ndarray | None = None  # bool: an FP8 GEMM on tensor cores
     dw_work: np.ndarray | None = None  # rows of native_depthwise_work (NVIDIA GPUs with such ops only)
+    attn_keys: np.ndarray | None = None  # keys per query of fused attention ops (0: other ops)
     sm_count: float = 0.0
     boost_ghz: float = 0.0
 
@@ -761,7 +788,7 @@ class CompiledOps:
                     dtype="fp32", key: Iterable[str] | None = None, dmin=None, n_tensors=None, light=None,
                     fresh_bytes=None, fresh_min_bytes: float = 0.0, winograd=None,
                     conv_bytes=None, taps=None, slow_wgrad_flops=None, dw_call=None,
-                    bn=None, dw_work=None) -> "CompiledOps":
+                    bn=None, dw_work=None, attn_keys=None) -> "CompiledOps":
         """From per-op arrays (canonical op rows, layer-campaign samples): ``op_class`` per op, ``dtype`` one
         for all or per op, ``key`` the efficiency key where it is not the class's; ``winograd`` (bool per op):
         the convolutions :func:`winograd_eligible` (counted only where they run in fp32 on the vector units);
@@ -770,7 +797,8 @@ class CompiledOps:
         :func:`depthwise_taps` and :func:`depthwise_wgrad_flops` per op; ``dw_call``: 1 for a depthwise
         convolution's forward, 2 for its backward, 0 for other ops; ``bn``: :func:`native_batch_norm_passes` per
         op (counted on NVIDIA GPUs only; a backward's own bytes are then in its passes, not in ``nbytes``);
-        ``dw_work``: :func:`native_depthwise_work` per op (counted on NVIDIA GPUs only)."""
+        ``dw_work``: :func:`native_depthwise_work` per op (counted on NVIDIA GPUs only); ``attn_keys``:
+        :func:`attention_keys` per op."""
         flops = np.asarray(flops, dtype=float)
         n = len(flops)
         classes = list(op_class)
@@ -820,6 +848,7 @@ class CompiledOps:
             bn_passes=bn_passes, bn_elems=bn_elems, bn_blocks=bn_blocks,
             fp8_gemm=fp8_gemm if fp8_gemm.any() else None,
             dw_work=dw, sm_count=float(device.sm_count), boost_ghz=float(device.boost_clock_mhz) / 1e3,
+            attn_keys=(np.asarray(attn_keys, dtype=float) if attn_keys is not None and np.any(attn_keys) else None),
         )
 
     def clock_factor(self, params: RooflineParams) -> float:
@@ -844,6 +873,9 @@ class CompiledOps:
         eff = eff0
         if params.depthwise_tap_ref > 0 and self.taps is not None:
             eff = np.where(self.taps > 0, np.minimum(1.0, eff0 * self.taps / params.depthwise_tap_ref), eff0)
+        if params.attention_half_keys > 0 and self.attn_keys is not None:
+            k = self.attn_keys
+            eff = np.where(k > 0, eff * k / np.maximum(k + params.attention_half_keys, 1e-30), eff)
         flops = self.flops
         half = np.where(self.gemm == 1, params.gemm_half_dim, np.where(self.gemm == 2, params.conv_half_dim, 0.0))
         scale = self.peak_flops_per_s * gemm_factors(self.dmin, half) * self.clock_factor(params)  # at efficiency 1
@@ -925,6 +957,7 @@ def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineP
         dw_call=[(2 if o.aten == "convolution_backward" else 1) if t else 0 for o, t in zip(ops, taps)],
         bn=[native_batch_norm_passes(o, precision) for o in ops],
         dw_work=[native_depthwise_work(o) for o in ops],
+        attn_keys=[attention_keys(o) for o in ops],
         fresh_bytes=[fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, min_bytes, o.dtype) if min_bytes
                      else 0.0 for o in ops],
         fresh_min_bytes=min_bytes,
