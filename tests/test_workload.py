@@ -518,3 +518,17 @@ def test_the_tracer_follows_values_computed_only_from_real_inputs():
         assert bool(m.any()) and bool(v.any())
         assert bool(torch.empty(8, dtype=torch.bool, device="meta").any())  # empty holds nothing to follow
     assert rec.data_dependent == 3
+
+
+def test_convolutions_fed_channels_last_strides_are_counted_and_noted():
+    """ConvNeXt's blocks permute to channels-last for their LayerNorm and back: 15 of its 18 depthwise convolutions
+    and its 3 downsampling ones get NCHW-shaped inputs with channels-last strides (PyTorch then runs channels-last
+    kernels); MobileNet v2 feeds none. A forecast says so; with --memory-format channels_last it need not."""
+    from traincast.workload.layout import apply_memory_format
+
+    cnx, mnv2 = trace("convnext_tiny", batch_size=2), trace("mobilenet_v2", batch_size=2)
+    assert cnx.channels_last_strided_convs == 18 and mnv2.channels_last_strided_convs == 0
+    assert any("18 convolutions per forward get channels-last-strided inputs" in n for n in cnx.kernel_notes())
+    assert not any("channels-last-strided" in n for n in mnv2.kernel_notes())
+    assert not any("channels-last-strided" in n for n in apply_memory_format(cnx, "channels_last").kernel_notes())
+    assert Workload.from_dict(json.loads(json.dumps(cnx.to_dict()))).channels_last_strided_convs == 18

@@ -237,6 +237,7 @@ class Workload:
     # (workload/selections.py): from a mixture-of-experts router's balanced share, or as full (a dense batch)
     routed_selections: int = 0
     dense_selections: int = 0
+    channels_last_strided_convs: int = 0  # forward convolutions fed channels-last strides in an NCHW shape
     unregistered_ops: tuple[tuple[str, int], ...] = ()  # aten ops without a FLOP formula, with their counts
     fused_kernels: tuple[tuple[str, int], ...] = ()  # fused kernels (workload/fused.py) run per step, by name
     param_tensors: int = 0  # trainable parameter tensors
@@ -298,6 +299,11 @@ class Workload:
             notes.append(f"kernels {self.kernels}: {self.recomputed_bytes / 2**30:.2f} GiB of the activations eager "
                          "autograd saves are recomputed in the backward pass from the fused kernels' inputs instead "
                          "(the min cut a compiler's partitioner takes), at this batch")
+        if self.channels_last_strided_convs and self.memory_format != "channels_last":
+            notes.append(f"{self.channels_last_strided_convs} convolutions per forward get channels-last-strided inputs "
+                         "(a permute in the model, as ConvNeXt's blocks make): PyTorch runs its channels-last kernels "
+                         "for them (cuDNN's, oneDNN's), which this forecast times as NCHW ones; for ConvNeXt-T that is "
+                         "its largest error (docs/gpu-accuracy.md)")
         if self.kernels == "eager" and self.precision in ("fp8", "fp8-current", "mxfp8"):
             notes.append("FP8 with eager kernels: each cast and amax reduction a kernel of its own, issued as an op; "
                          "torchao's float8 without torch.compile issues several small ops per cast from Python and ran "
@@ -332,6 +338,7 @@ class Workload:
             "data_dependent_reads": self.data_dependent_reads,
             "routed_selections": self.routed_selections,
             "dense_selections": self.dense_selections,
+            "channels_last_strided_convs": self.channels_last_strided_convs,
             "unregistered_ops": dict(self.unregistered_ops),
             "fused_kernels": dict(self.fused_kernels),
             "param_tensors": self.param_tensors,
@@ -358,6 +365,7 @@ class Workload:
         info = dict(d.get("meta") or {})  # workloads written before the typed fields kept them in "meta"
         info.update({k: d[k] for k in ("precision", "fused_attention", "recurrent_calls", "balanced_expert_gemms",
                                         "data_dependent_reads", "routed_selections", "dense_selections",
+                                        "channels_last_strided_convs",
                                         "unregistered_ops", "fused_kernels", "param_tensors", "trace_s",
                                         "interpolated_from", "kernels", "fused_pointwise", "recomputed_bytes")
                      if k in d})
@@ -380,6 +388,7 @@ class Workload:
             data_dependent_reads=int(info.get("data_dependent_reads", 0) or 0),
             routed_selections=int(info.get("routed_selections", 0) or 0),
             dense_selections=int(info.get("dense_selections", 0) or 0),
+            channels_last_strided_convs=int(info.get("channels_last_strided_convs", 0) or 0),
             unregistered_ops=tuple(sorted((str(k), int(v)) for k, v in (info.get("unregistered_ops") or {}).items())),
             fused_kernels=tuple(sorted((str(k), int(v)) for k, v in (info.get("fused_kernels") or {}).items())),
             param_tensors=int(info.get("param_tensors", 0) or 0),

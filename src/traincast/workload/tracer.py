@@ -126,6 +126,13 @@ def _node_creation_hook(hook):
         ag._pop_node_creation_hook()
 
 
+def _channels_last_strided(t) -> bool:
+    """A 4-D tensor not contiguous in NCHW but in channels-last order (what a permute to NHWC and back leaves, as in
+    ConvNeXt's blocks): PyTorch's convolutions then pick their channels-last kernels."""
+    return (t.dim() == 4 and t.shape[1] > 1 and not t.is_contiguous()
+            and t.is_contiguous(memory_format=torch.channels_last))
+
+
 class _OpRecorder(TorchDispatchMode):
     """Records every aten op that is not a view or an allocation."""
 
@@ -138,6 +145,7 @@ class _OpRecorder(TorchDispatchMode):
         self.unregistered: Counter[str] = Counter()
         self.fused: Counter[str] = Counter()  # traincast:: fused kernels run, by name
         self.data_dependent = 0
+        self.cl_strided_convs = 0  # forward convolutions whose input has channels-last strides in an NCHW shape
         self.writer: dict[int, tuple[int, int]] = {}  # storage -> (op index, output slot) that last wrote it
         self.values = WeakTensorKeyDictionary()  # small meta tensors -> their real values (:meth:`_follow`)
         self.value_storages: set[int] = set()  # the storages of those tensors (a write into one drops its views')
@@ -251,6 +259,8 @@ class _OpRecorder(TorchDispatchMode):
         ins = _tensors((args, kwargs))
         outs = _tensors(out)
         self._follow(func, args, kwargs, out, ins, outs)
+        if name == "convolution" and self.phase == "forward" and ins and _channels_last_strided(ins[0]):
+            self.cl_strided_convs += 1
         if name in costs.FREE_OPS or getattr(func, "is_view", False):
             return out
         fused_cost = None
@@ -569,6 +579,7 @@ def trace_step(step, precision: str = "fp32", fused_attention: bool = True) -> W
         routed_selections=selections.routed,
         dense_selections=selections.dense,
         data_dependent_reads=recorder.data_dependent,
+        channels_last_strided_convs=recorder.cl_strided_convs,
         fused_kernels=tuple(sorted(fused_counts.items())),
         unregistered_ops=tuple(sorted(recorder.unregistered.items())),
         param_tensors=len(trainable),
