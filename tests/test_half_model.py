@@ -48,6 +48,30 @@ def test_every_weight_and_activation_is_half_and_the_optimizer_keeps_fp32_master
     assert wl.memory.activation_bytes < amp.memory.activation_bytes
 
 
+def test_pure_bf16_steps_the_half_weights_themselves(tmp_path):
+    """``pure-bf16``: the forward as ``bf16``'s, but no masters: Adam's two moments in bf16 (4 bytes a parameter, not
+    12), no copies between masters and weights, and an optimizer step over half the bytes; a real step on the CPU
+    leaves bf16 weights moved by the update and no master list."""
+    pure, mixed = (trace(_gpt2(tmp_path), batch_size=2, seq_len=16, optimizer="adamw", precision=p)
+                   for p in ("pure-bf16", "bf16"))
+    n = pure.parameters
+    assert pure.flops("forward") == mixed.flops("forward") and pure.bytes("forward") == mixed.bytes("forward")
+    assert pure.memory.parameter_bytes == 2 * n and pure.memory.gradient_bytes == 2 * n
+    assert pure.memory.optimizer_state_bytes == 4 * n and mixed.memory.optimizer_state_bytes == 12 * n
+    assert not [o for o in pure.ops if o.phase == "optimizer" and o.aten == "_foreach_copy_"]
+    assert pure.bytes("optimizer") < 0.5 * mixed.bytes("optimizer")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    before = [p.detach().clone() for p in model.parameters()]
+    step = build_step(model, batch_size=4, device="cpu", optimizer="adamw", precision="pure-bf16", inputs=(8,))
+    step.run()
+    after = list(model.parameters())
+    assert all(p.dtype == torch.bfloat16 for p in after) and not step.master_params
+    assert any(not torch.equal(a.float(), b.to(torch.bfloat16).float()) for a, b in zip(after, before))
+    assert all(v.dtype == torch.bfloat16 for st in step.optimizers[0].state.values() for k, v in st.items()
+               if k != "step")
+
+
 def test_a_real_half_step_updates_the_weights_through_the_masters():
     """The step the tracer times is the step a measurement runs: on the CPU, a half model's weights stay half,
     move by the optimizer's update computed on the fp32 masters, and equal the masters rounded to half."""

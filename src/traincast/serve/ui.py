@@ -9,7 +9,7 @@ from fastapi.templating import Jinja2Templates
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 
-PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "fp16")
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "bf16", "pure-bf16", "fp16")
 
 
 def _choices():

@@ -17,6 +17,10 @@ switches set around a real step) and prediction (which peak each op runs at) all
   the residual stream run in half too; the loss is computed in fp32 as these frameworks and transformers do.
   Memory as in the ZeRO paper's accounting: 2 + 2 bytes of half weights and gradients, 12 of fp32 master
   weights and Adam moments per parameter.
+- ``pure-bf16``: the model and the optimizer's states in bfloat16, no master weights: the optimizer steps the
+  bf16 weights themselves (a model loaded with ``torch_dtype=torch.bfloat16`` or ``model.to(torch.bfloat16)`` and
+  trained with a plain optimizer, no autocast): 2 + 2 bytes of weights and gradients and 4 of Adam moments per
+  parameter, and no copies between masters and weights.
 - ``fp8`` / ``fp8-current`` / ``mxfp8``: ``bf16`` (the half model: Transformer Engine under Megatron/NeMo and
   torchao float8 under FSDP2 both run a bf16 model with fp32 master weights) with the linear layers' GEMMs
   (forward, data gradient and weight gradient) on FP8 tensor cores, as NVIDIA Transformer Engine runs them
@@ -50,6 +54,7 @@ class Precision:
     fp32_matrix: bool  # fp32 GEMMs and convolutions may run on full-FP32 matrix units (AMD CDNA MFMA)
     fp8: "Fp8Recipe | None" = None  # the linear layers' GEMMs in FP8 with this scaling recipe
     params: str | None = None  # the model itself in this half dtype (bf16 | fp16), fp32 master weights
+    masters: bool = True  # a half model's optimizer steps fp32 master weights (False: the half weights themselves)
 
     @property
     def params_dtype(self):
@@ -131,6 +136,9 @@ _add("amp-bf16", "torch.autocast to bfloat16 (the rest as fp32)",
 _add("bf16", "the model in bfloat16 with fp32 master weights in the optimizer (Megatron-LM --bf16, DeepSpeed bf16, "
      "FSDP MixedPrecision(param_dtype=bfloat16), torchtitan): every weight and activation bf16, the loss fp32",
      autocast=None, tf32_matmul=False, tf32_conv=True, fp32_matrix=True, params="bf16")
+_add("pure-bf16", "the model and its optimizer states in bfloat16, no fp32 master weights (model.to(torch.bfloat16) "
+     "or torch_dtype=torch.bfloat16 with a plain optimizer, no autocast)",
+     autocast=None, tf32_matmul=False, tf32_conv=True, fp32_matrix=True, params="bf16", masters=False)
 _add("fp16", "the model in float16 with fp32 master weights (Megatron-LM --fp16, DeepSpeed fp16, apex O2): every "
      "weight and activation fp16, the loss fp32 (loss scaling's checks not counted)",
      autocast=None, tf32_matmul=False, tf32_conv=True, fp32_matrix=True, params="fp16")

@@ -159,9 +159,13 @@ def supervised_step(
     """
     module.train()
     apply_freeze([module], freeze)
-    half = get_precision(precision).params_dtype
+    prec = get_precision(precision)
+    half = prec.params_dtype
     masters: list[torch.Tensor] = []
-    if half is not None:  # the model in half, fp32 master weights in the optimizer
+    if half is not None and not prec.masters:  # the model and its optimizer states in half, no masters
+        module.to(half)
+        opt = make_optimizer(optimizer, module.parameters())
+    elif half is not None:  # the model in half, fp32 master weights in the optimizer
         module.to(half)
         trainable = [p for p in module.parameters() if p.requires_grad]
         masters = [p.detach().float().clone().requires_grad_(True) for p in trainable]
@@ -182,7 +186,7 @@ def supervised_step(
         state.pop("loss").backward()
 
     step_fn = opt.step
-    if half is not None:
+    if masters:
         @torch.no_grad()
         def step_fn() -> None:
             # the half gradients into the masters' fp32 ones, the step on the masters, the masters back into the model
