@@ -17,7 +17,8 @@ GPU named by ``--gpu``, every other option at its default, and the H200 lease's 
 Nothing is set from these rows.
 
 ``--optimizer adamw-fused`` (added after the first comparison): the fused AdamW kernel the run stepped with (on the
-FP32 masters of ``--precision bf16``; the run kept BF16 weights and states), a sensitivity.
+FP32 masters of ``--precision bf16``; the run kept BF16 weights and states), a sensitivity; with ``--bf16-precision
+pure-bf16`` the BF16 rows as the run kept them (no masters; the FP8 precisions keep theirs), another.
 
 Usage: python benchmarks/fp8_step_bench.py --out fp8_steps.jsonl          (on the GPU; torchao importable)
        PYTHONPATH=src python benchmarks/fp8_step_bench.py --compare fp8_steps.jsonl --gpu H200-SXM-141GB
@@ -98,18 +99,19 @@ def measure(variant: str, device: str, steps: int, emulate: bool, compile_: bool
                 device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu")
 
 
-def compare(path: Path, gpu: str, profile: str | None, optimizer: str = "adamw") -> int:
+def compare(path: Path, gpu: str, profile: str | None, optimizer: str = "adamw", bf16_precision: str = "bf16") -> int:
     sys.path.insert(0, str(HERE.parent / "src"))
     from traincast.predict.options import forecast_from_options
 
     rows = {(r["variant"], r["compiled"]): r for r in map(json.loads, path.read_text().splitlines()) if "error" not in r}
     where = dict(profile=profile, gpu=gpu) if profile else dict(gpu=gpu)
-    print(f"forecast for {' on '.join(filter(None, (profile, gpu)))}, --optimizer {optimizer}"
-          + ("" if optimizer == "adamw" else " (a sensitivity, not the protocol's)"))
+    print(f"forecast for {' on '.join(filter(None, (profile, gpu)))}, --optimizer {optimizer}, BF16 as "
+          f"--precision {bf16_precision}" + ("" if (optimizer, bf16_precision) == ("adamw", "bf16")
+                                              else " (a sensitivity, not the protocol's)"))
     for compiled in (False, True):
         kernels = "compiled" if compiled else "eager"
         fc = {}
-        for variant, precision in (("bf16", "bf16"), ("fp8", "fp8-current")):
+        for variant, precision in (("bf16", bf16_precision), ("fp8", "fp8-current")):
             f = forecast_from_options(str(CONFIG), batch_size=BATCH, seq_len=SEQ, precision=precision,
                                       optimizer=optimizer, kernels=kernels, **where)
             fc[variant] = f.iteration_s * 1e3
@@ -136,11 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", type=Path)
     ap.add_argument("--gpu", default="H200-SXM-141GB")
     ap.add_argument("--profile", default=None)
+    ap.add_argument("--bf16-precision", default="bf16", choices=("bf16", "pure-bf16"),
+                    help="the BF16 rows' precision (the protocol: bf16; pure-bf16, BF16 states without masters as "
+                    "the run kept them, is a sensitivity added after)")
     ap.add_argument("--optimizer", default="adamw", help="the forecast's optimizer (the protocol: adamw; adamw-fused, "
                     "the fused kernel the run used, is a sensitivity added after)")
     a = ap.parse_args(argv)
     if a.compare:
-        return compare(a.compare, a.gpu, a.profile, a.optimizer)
+        return compare(a.compare, a.gpu, a.profile, a.optimizer, a.bf16_precision)
     with a.out.open("a") as f:
         for v in a.variants.split(","):
             name, compile_ = v.removesuffix("-eager"), not v.endswith("-eager")
