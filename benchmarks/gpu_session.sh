@@ -4,7 +4,7 @@
 # Wheels of the packages the machine's image lacks travel in .whl/ (carried); LIMIT: seconds this script may run.
 # STEPS: which checks, in this order (default: all but host and profile): fp8 bench profile pytest host campaign
 # calibrate kernels. kernels: benchmarks/gpu_kernels.py (depthwise convolutions, attention by backend; KERNELS_S
-# seconds, default 200) -> kernels.jsonl. profile: `traincast bench model` breakdowns of ConvNeXt-T and MobileNet v2 in FP32.
+# seconds, default 200; KERNELS_ARGS: more options, e.g. "--variants 4,5 --no-attention") -> kernels.jsonl. profile: `traincast bench model` breakdowns of ConvNeXt-T and MobileNet v2 in FP32.
 # host: `traincast calibrate --device cuda --host-only` -> host_profile.yaml. FP8_REPS: replays per FP8 GEMM.
 set -u
 STEPS=" ${STEPS:-fp8 bench pytest campaign calibrate} "
@@ -30,7 +30,7 @@ p=torch.cuda.get_device_properties(0); print(p.name, p.multi_processor_count, 'S
 if want kernels; then
   step "kernels: depthwise convolutions and attention"
   timeout $(( ${KERNELS_S:-200} + 60 )) python3 benchmarks/gpu_kernels.py --out "$OUT/kernels.jsonl" \
-    --deadline "${KERNELS_S:-200}" >> "$L" 2>&1
+    --deadline "${KERNELS_S:-200}" ${KERNELS_ARGS:-} >> "$L" 2>&1
   echo "kernels rc=$?" >> "$L"
 fi
 if want fp8; then
