@@ -51,6 +51,13 @@ measured by this project, and no parameter was ever set from an H200 row):
    improve, the text rows' MAPE does not rise on either campaign in either way, and the published H100 MAPE does
    not rise by more than 1 point in either kernel mode.
 
+9. Written 2026-11-28 after the rows of addendum 7 were scored (ConvNeXt's among them, so this is no blind test):
+   a dispatch fix, not a fit. Convolutions whose input has channels-last strides run PyTorch's channels-last kernels
+   (cuDNN's on NVIDIA GPUs), so the trace marks them channels-last: no layout transposes, and not the native
+   depthwise kernels of addendum 7, which had been applied to ConvNeXt's 15 such depthwise convolutions. It is kept
+   whatever the rows say (the native kernels do not run there: the profiles of the third lease), and reported once:
+   the ConvNeXt rows and all rows of both campaigns, defaults and the H200 host profile, before and after.
+
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_measured.py benchmarks/data/gpu_campaign/h100_2026-11-27.jsonl
        --gpu H100-SXM5-80GB [--split all|dev|held] [--predictor NAME | --profile FILE] [--worst 8]
        [--scale-from OTHER_ROWS --scale-gpu OTHER_GPU]
