@@ -302,8 +302,10 @@ class Workload:
         if self.channels_last_strided_convs and self.memory_format != "channels_last":
             notes.append(f"{self.channels_last_strided_convs} convolutions per forward get channels-last-strided inputs "
                          "(a permute in the model, as ConvNeXt's blocks make): PyTorch runs its channels-last kernels "
-                         "for them (cuDNN's, oneDNN's), which this forecast times as NCHW ones; for ConvNeXt-T that is "
-                         "its largest error (docs/gpu-accuracy.md)")
+                         "for them (cuDNN's, oneDNN's), which the roofline times at its convolution efficiencies, not "
+                         "by a model of those kernels (cuDNN's FP32 7x7 depthwise weight gradients run far slower; on "
+                         "CPUs the depthwise terms measured on NCHW kernels apply): the largest error left on "
+                         "ConvNeXt-T (docs/gpu-accuracy.md)")
         if self.kernels == "eager" and self.precision in ("fp8", "fp8-current", "mxfp8"):
             notes.append("FP8 with eager kernels: each cast and amax reduction a kernel of its own, issued as an op; "
                          "torchao's float8 without torch.compile issues several small ops per cast from Python and ran "

@@ -259,7 +259,10 @@ class _OpRecorder(TorchDispatchMode):
         ins = _tensors((args, kwargs))
         outs = _tensors(out)
         self._follow(func, args, kwargs, out, ins, outs)
-        if name == "convolution" and self.phase == "forward" and ins and _channels_last_strided(ins[0]):
+        # a convolution (or its backward) whose input has channels-last strides runs channels-last kernels
+        x = ins[0] if name == "convolution" else ins[1] if name == "convolution_backward" and len(ins) > 1 else None
+        layout = "nhwc" if x is not None and _channels_last_strided(x) else ""
+        if layout and name == "convolution" and self.phase == "forward":
             self.cl_strided_convs += 1
         if name in costs.FREE_OPS or getattr(func, "is_view", False):
             return out
@@ -332,6 +335,7 @@ class _OpRecorder(TorchDispatchMode):
                 args=_scalar_args(args) if not name.startswith("_foreach_") else (),
                 src=tuple(src),
                 outs=tuple(out_rec),
+                layout=layout,
             )
         )
         return out
