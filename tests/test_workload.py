@@ -528,6 +528,10 @@ def test_convolutions_fed_channels_last_strides_are_counted_and_noted():
 
     cnx, mnv2 = trace("convnext_tiny", batch_size=2), trace("mobilenet_v2", batch_size=2)
     assert cnx.channels_last_strided_convs == 18 and mnv2.channels_last_strided_convs == 0
+    # those convolutions and their backward passes are marked channels-last (the kernels PyTorch picks), no others
+    convs = [o for o in cnx.ops if o.aten in ("convolution", "convolution_backward")]
+    assert sum(o.layout == "nhwc" for o in convs) == 36 and len(convs) == 44
+    assert not any(o.layout for o in mnv2.ops)
     assert any("18 convolutions per forward get channels-last-strided inputs" in n for n in cnx.kernel_notes())
     assert not any("channels-last-strided" in n for n in mnv2.kernel_notes())
     assert not any("channels-last-strided" in n for n in apply_memory_format(cnx, "channels_last").kernel_notes())
