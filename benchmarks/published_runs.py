@@ -125,8 +125,7 @@ def model_tflops_per_gpu(r: dict, st) -> tuple[float, float]:
     """(forecast model TFLOP/s per GPU, the same with half of the attention core's FLOPs) of row ``r`` whose step
     is ``st``: the traced forward and backward FLOPs of the global batch over the iteration and the GPUs."""
     wl = family(r).trace(1)
-    ph = wl.by_phase()
-    per_sample = ph["forward"]["flops"] + ph["backward"]["flops"]
+    per_sample = wl.model_flops()
     attention = sum(o.flops for o in wl.ops if o.op_class == "attention" and o.phase in ("forward", "backward"))
     scale = int(r["batch"]) / st.iteration_s / int(r["gpus"]) / 1e12
     return per_sample * scale, (per_sample - attention / 2) * scale

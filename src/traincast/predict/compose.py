@@ -710,7 +710,7 @@ def forecast(
         input_pipeline=ip.to_dict() if ip is not None else None, input_wait_s=wait_s,
         strategy=strategy.to_dict() if strategy is not None else None, workload=wl,
         shares=step_shares(st.iteration_s, *_fp8_times(wl.ops, st.op_times.times_s)),
-        model_flops=float(bw["forward"]["flops"] + bw["backward"]["flops"]) * gpus,
+        model_flops=float(wl.model_flops()) * gpus,
         model_peak_name=mfu_pk[0], model_peak_flops_per_s=mfu_pk[1],
     )
 
@@ -792,7 +792,7 @@ def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nod
         workload=wl,
         shares=step_shares(step.iteration_s, step.fp8_gemm_s, step.fp8_cast_s,
                            step.comm_exposed_by_kind.get("context", 0.0), step.comm_total_by_kind.get("context", 0.0)),
-        model_flops=float(bw["forward"]["flops"] + bw["backward"]["flops"]) * global_batch / step.micro_batch,
+        model_flops=float(wl.model_flops()) * global_batch / step.micro_batch,
         model_peak_name=mfu_pk[0], model_peak_flops_per_s=mfu_pk[1],
     )
 

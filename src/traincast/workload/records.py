@@ -7,6 +7,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from traincast.workload.precision import PRECISIONS
+
 PHASES = ("forward", "backward", "optimizer")
 
 # Op classes the predictors know. Each traced op is put in exactly one.
@@ -254,6 +256,11 @@ class Workload:
     def flops(self, phase: str | None = None) -> int:
         return sum(o.flops for o in self.ops if phase is None or o.phase == phase)
 
+    def model_flops(self) -> int:
+        """The model FLOPs of the traced step, what MFU counts: its forward and backward passes (not the optimizer;
+        recomputation that a parallel layout adds is not in the trace)."""
+        return sum(o.flops for o in self.ops if o.phase in ("forward", "backward"))
+
     def bytes(self, phase: str | None = None) -> int:
         return sum(o.bytes_total for o in self.ops if phase is None or o.phase == phase)
 
@@ -306,7 +313,8 @@ class Workload:
                          "by a model of those kernels (cuDNN's FP32 7x7 depthwise weight gradients run far slower; on "
                          "CPUs the depthwise terms measured on NCHW kernels apply): the largest error left on "
                          "ConvNeXt-T (docs/gpu-accuracy.md)")
-        if self.kernels == "eager" and self.precision in ("fp8", "fp8-current", "mxfp8"):
+        fp8 = self.precision in PRECISIONS and PRECISIONS.get(self.precision).fp8 is not None
+        if self.kernels == "eager" and fp8:
             notes.append("FP8 with eager kernels: each cast and amax reduction a kernel of its own, issued as an op; "
                          "torchao's float8 without torch.compile issues several small ops per cast from Python and ran "
                          "0.56x BF16 on an H200 (docs/gpu-accuracy.md): for torchao, forecast --kernels compiled")

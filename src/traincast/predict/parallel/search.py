@@ -204,14 +204,13 @@ def search(model: ParallelModel, gpus: int, global_batch: int, *, top: int = 10,
     if not cands:
         notes.append("no layout fits in memory; the fastest regardless of memory is shown as fastest_regardless_of_memory")
     base, _ = model.base()
-    ph = base.by_phase()
     peak_name, peak = mfu_peak(base, model.device, model.precision)
     return SearchResult(model=base.model, device=model.device.name, gpus=gpus, nodes=model.cluster.nodes,
                         global_batch=global_batch, candidates=cands, considered=len(layouts), out_of_memory=oom,
                         best=cands[0] if cands else None,
                         best_any=Candidate.of(any_best, global_batch) if any_best else None,
                         elapsed_s=time.perf_counter() - t0, notes=tuple(notes),
-                        model_flops=(ph["forward"]["flops"] + ph["backward"]["flops"]) / base.batch_size * global_batch,
+                        model_flops=base.model_flops() / base.batch_size * global_batch,
                         peak_name=peak_name, mfu_peak_flops=peak)
 
 
