@@ -200,8 +200,9 @@ def attn_key(r: dict) -> str:
     return f"attn {r['backend']} D{r['D']} S{r['S']} {'causal' if r['causal'] else 'full'}"
 
 
-def _passes(r: dict) -> list[tuple[str, tuple, float, float]]:
-    """(pass, native_depthwise_work row, measured ms, bytes) of each pass of a measured depthwise row."""
+def _passes(r: dict) -> list[tuple[str, tuple, float, float, float]]:
+    """(pass, native_depthwise_work row, measured ms, bytes, FLOPs: 2 per tap of each output, input element or
+    weight-gradient product) of each pass of a measured depthwise row."""
     import math
 
     n, c, h, w, ho, wo = r["N"], r["C"], r["H"], r["W"], r["Ho"], r["Wo"]
@@ -210,9 +211,9 @@ def _passes(r: dict) -> list[tuple[str, tuple, float, float]]:
     el = 2 if r["dtype"] == "bf16" else 4
     out, inp = n * c * ho * wo, n * c * h * w
     iters = math.ceil(n / max(1, min(n, 8))) * math.ceil(ho * wo / 32)
-    return [("fwd", (out, 0, taps, gen, 0, 0), r["fwd_ms"], el * (out + inp)),
-            ("dgrad", (0, inp, taps, gen, 0, 0), r["dgrad_ms"], el * (out + inp)),
-            ("wgrad", (0, 0, taps, gen, c * taps, iters), r["wgrad_ms"], el * (out + inp))]
+    return [("fwd", (out, 0, taps, gen, 0, 0), r["fwd_ms"], el * (out + inp), 2.0 * out * taps),
+            ("dgrad", (0, inp, taps, gen, 0, 0), r["dgrad_ms"], el * (out + inp), 2.0 * inp * taps),
+            ("wgrad", (0, 0, taps, gen, c * taps, iters), r["wgrad_ms"], el * (out + inp), 2.0 * out * taps)]
 
 
 def fit(path: Path, gpu: str) -> int:
@@ -222,27 +223,27 @@ def fit(path: Path, gpu: str) -> int:
     from scipy.optimize import least_squares
 
     from traincast.hardware.catalog import get_catalog
-    from traincast.predict.roofline import CompiledOps, RooflineParams, native_depthwise_s
+    from traincast.predict.roofline import DW_NATIVE, CompiledOps, RooflineParams, native_depthwise_s
 
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     dw = [r for r in rows if r["key"].startswith("dw") and r.get("format") == "nchw" and "error" not in r]
     device = get_catalog().device(gpu)
     base = RooflineParams.for_device(device)
     ghz = device.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], device).clock_factor(base)
-    names = [f"dw_{k}" for k in ("fwd_cycles", "fwd_tap_cycles", "dgrad_cycles", "dgrad_tap_cycles",
-                                 "generic_factor", "wgrad_iter_ns", "wgrad_iter_block_ns", "wgrad_block_us")]
+    names = [f"dw_{k}" for k in DW_NATIVE]
     dev = [r for r in dw if zlib.crc32(r["key"].encode()) % 2 == 0]
     held = [r for r in dw if zlib.crc32(r["key"].encode()) % 2 == 1]
 
     def table(rs):
-        ps = [p for r in rs for p in _passes(r)]
-        return [p[0] for p in ps], np.array([p[1] for p in ps], float), np.array([p[2] for p in ps]), \
-            np.array([p[3] for p in ps])
+        """Per pass of rows ``rs``: kinds, work rows, measured ms, bytes, FLOPs, dtypes."""
+        ps = [(p, r["dtype"]) for r in rs for p in _passes(r)]
+        return ([p[0] for p, _ in ps], np.array([p[1] for p, _ in ps], float), np.array([p[2] for p, _ in ps]),
+                np.array([p[3] for p, _ in ps]), np.array([p[4] for p, _ in ps]), [dt for _, dt in ps])
 
     def model_ms(params, work):
         return native_depthwise_s(work, device.sm_count, ghz, params) * 1e3
 
-    kinds_d, work_d, ms_d, _ = table(dev)
+    _, work_d, ms_d, *_ = table(dev)
     x0 = np.array([1.7, 0.1, 3.5, 0.1, 0.4, 90.0, 40.0, 5.0])
     sol = least_squares(lambda x: np.log(model_ms(base.with_vector(names, x), work_d) / ms_d), x0,
                         bounds=(0, np.inf))
@@ -253,10 +254,10 @@ def fit(path: Path, gpu: str) -> int:
     for nm, v in zip(names, sol.x):
         print(f"  {nm[3:]}: {v:.4g}")
     for half, rs in (("dev", dev), ("held", held)):
-        kinds, work, ms, nbytes = table(rs)
+        kinds, work, ms, nbytes, flops, dtypes = table(rs)
         own = model_ms(params, work)
-        conv = CompiledOps.from_arrays(2.0 * work[:, :2].sum(1) * work[:, 2] + 2.0 * work[:, 4] * work[:, 5] * 256,
-                                       nbytes, ["conv"] * len(ms), device, precision="fp32",
+        # FP32 convolutions on TF32 tensor cores (PyTorch's default), BF16 ones as autocast gives them
+        conv = CompiledOps.from_arrays(flops, nbytes, ["conv"] * len(ms), device, precision="amp-bf16", dtype=dtypes,
                                        key=["conv_depthwise"] * len(ms), dw_work=work)
         whole = conv.times(params) * 1e3
         before = conv.times(base.with_values({"dw_fwd_cycles": 0.0})) * 1e3

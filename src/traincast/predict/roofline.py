@@ -121,7 +121,7 @@ _SCALARS = ("memory_scale", "kernel_floor_us", "op_overhead_us", "light_overhead
             "dw_fwd_cycles", "dw_fwd_tap_cycles", "dw_dgrad_cycles", "dw_dgrad_tap_cycles", "dw_generic_factor",
             "dw_wgrad_iter_ns", "dw_wgrad_iter_block_ns", "dw_wgrad_block_us", "attention_half_keys")
 # PyTorch's native depthwise kernels (module doc): the YAML table ``dw_native`` holds them without the prefix
-_DW_NATIVE = ("fwd_cycles", "fwd_tap_cycles", "dgrad_cycles", "dgrad_tap_cycles", "generic_factor", "wgrad_iter_ns",
+DW_NATIVE = ("fwd_cycles", "fwd_tap_cycles", "dgrad_cycles", "dgrad_tap_cycles", "generic_factor", "wgrad_iter_ns",
               "wgrad_iter_block_ns", "wgrad_block_us")
 
 ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
@@ -330,7 +330,7 @@ class RooflineParams:
             depthwise_grad_call_us=float(table.get("depthwise_grad_call_us", 0.0)),
             bn_native_gelems_per_block=float(table.get("bn_native_gelems_per_block", 0.0)),
             fp8_matmul_ratio=float(table.get("fp8_matmul_ratio", 1.0)),
-            **{f"dw_{k}": float(dw.get(k, 0.0)) for k in _DW_NATIVE},
+            **{f"dw_{k}": float(dw.get(k, 0.0)) for k in DW_NATIVE},
             attention_half_keys=float(table.get("attention_half_keys", 0.0)),
         )
 
@@ -361,7 +361,7 @@ class RooflineParams:
         if self.fresh_alloc_min_bytes or self.fresh_alloc_gb_per_s:
             d["fresh_alloc"] = {"min_bytes": self.fresh_alloc_min_bytes, "gb_per_s": self.fresh_alloc_gb_per_s}
         if self.dw_fwd_cycles:
-            d["dw_native"] = {k: getattr(self, f"dw_{k}") for k in _DW_NATIVE}
+            d["dw_native"] = {k: getattr(self, f"dw_{k}") for k in DW_NATIVE}
         if self.cache_bytes:
             d["cache"] = {"bytes": self.cache_bytes, "dram_factor": self.dram_factor}
         return d
