@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "src"))
 CONFIG = HERE / "data" / "gpu_campaign" / "llama3-8b-shape-8-layers.json"
 BATCH, SEQ = 4, 2048
 
@@ -74,25 +75,15 @@ def measure(variant: str, device: str, steps: int, emulate: bool, compile_: bool
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    from traincast.measure.timing import clock_for
+
+    clock = clock_for(device)  # CUDA events around each step on a GPU, the wall clock on a CPU
     t0 = time.perf_counter()
     for _ in range(3):
         step()
-    if device == "cuda":
-        torch.cuda.synchronize()
+    clock.sync()
     warm = time.perf_counter() - t0
-    times = []
-    for _ in range(steps):
-        if device == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            step()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
-        else:
-            t = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t) * 1e3)
+    times = clock.measure(step, steps, 1)
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0
     return dict(variant=variant, compiled=compile_, batch=batch, seq=seq, config=config.name, step_ms=statistics.median(times),
                 steps_ms=times, warmup_s=warm, peak_allocated_bytes=peak, torch=torch.__version__,
@@ -100,7 +91,6 @@ def measure(variant: str, device: str, steps: int, emulate: bool, compile_: bool
 
 
 def compare(path: Path, gpu: str, profile: str | None, optimizer: str = "adamw", bf16_precision: str = "bf16") -> int:
-    sys.path.insert(0, str(HERE.parent / "src"))
     from traincast.predict.options import forecast_from_options
 
     rows = {(r["variant"], r["compiled"]): r for r in map(json.loads, path.read_text().splitlines()) if "error" not in r}
