@@ -14,25 +14,22 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 STAGES = [(96, 56), (192, 28), (384, 14), (768, 7)]  # ConvNeXt-T: channels, feature map at 224 x 224
 
 
 def timed(fn, device: str, reps: int) -> float:
-    import torch
+    """Median ms of ``reps`` calls after a warm-up one, by traincast.measure's clock for ``device``."""
+    from traincast.measure.timing import clock_for
 
+    clock = clock_for(device)
     fn()
-    ts = []
-    for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        ts.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(ts)
+    clock.sync()
+    return statistics.median(clock.measure(fn, reps, 1))
 
 
 def main(argv: list[str] | None = None) -> int:
