@@ -384,3 +384,44 @@ def test_host_only_profile_carries_the_measured_host_and_slows_a_host_bound_fore
     kw = dict(batch_size=2, seq_len=64, precision="amp-bf16", optimizer="adamw")
     slow = forecast_from_options("bert-tiny", profile=str(out), **kw).iteration_s
     assert slow > 2 * forecast_from_options("bert-tiny", gpu="H100", **kw).iteration_s
+
+
+def test_a_step_slowed_by_a_neighbour_is_timed_again_and_the_faster_timing_fitted(monkeypatch):
+    """A busy neighbour can slow a whole measurement evenly (small spread, so measure_steps keeps it): after the
+    fit, a step measured well above its fitted time is timed once more, the faster timing kept and the fit redone;
+    a step timed the same twice changes nothing."""
+    import traincast.fit.calibration as cal
+    from traincast.measure.kernels import DepthwiseCosts
+    from traincast.measure.memory import Bandwidth
+
+    bw = Bandwidth(stream_gb_per_s=20.0, fresh_gb_per_s=4.0, fill_gb_per_s=15.0, size_mb=128, cov=0.0)
+    dw = DepthwiseCosts(gflops_per_s=4.0, ratio_to_3x3=25.0, shapes=((8, 96, 56, 56),), cov=0.0, call_us=50.0,
+                        grad_call_us=100.0)
+    models, batches = ("resnet18", "mobilenet_v2", "alexnet"), (2, 8, 16)
+    kw = dict(device="cpu", threads=2, bandwidth=bw, depthwise=dw)
+    seed = [Measured(m, b, 0.02 * b, 0.0, 0.01, {}) for b in batches for m in models]
+    clean = {(r["model"], r["batch_size"]): r["predicted_s"] for r in calibrate(models, batches, measured=seed,
+                                                                                   **kw).fit["steps"]}
+    slowed = ("resnet18", 8)
+    meas = [Measured(m, b, clean[(m, b)] * (2.5 if (m, b) == slowed else 1.0), 0.0, 0.01, {})
+            for b in batches for m in models]
+    timed = []
+
+    def measure_again(ms, bs, **_):
+        timed.append((ms[0], bs[0]))
+        return [Measured(ms[0], bs[0], clean[(ms[0], bs[0])], 0.0, 0.01, {})]
+
+    monkeypatch.setattr(cal, "measure_steps", measure_again)
+    kept = calibrate(models, batches, measured=meas, retime=0, **kw)
+    assert timed == [] and "retimed" not in kept.fit
+    fixed = calibrate(models, batches, measured=meas, retime=3, **kw)
+    assert timed[0] == slowed  # the worst step first
+    r = fixed.fit["retimed"][0]
+    assert (r["model"], r["batch_size"]) == slowed and r["again_s"] == pytest.approx(clean[slowed])
+    assert r["first_s"] > 1.2 * r["fitted_s"]
+    step = {(s["model"], s["batch_size"]): s for s in fixed.fit["steps"]}
+    assert step[slowed]["measured_s"] == pytest.approx(clean[slowed])
+    assert fixed.fit["rms_log_error"] < 0.5 * kept.fit["rms_log_error"]
+    # every other step re-timed was timed the same: its first timing stays
+    for r in fixed.fit["retimed"][1:]:
+        assert r["again_s"] == pytest.approx(r["first_s"])

@@ -99,6 +99,9 @@ def register(app: typer.Typer) -> None:
         layer_samples: int = typer.Option(160, "--layer-samples", min=0, help="single-op campaign samples for the "
                                           "per-op-class fit (stored, resumable); 0: whole steps only"),
         isolate: bool = _isolate_option(),
+        retime: int = typer.Option(3, "--retime", min=0, help="after the fit, time again up to this many steps that "
+                                   "took over 1.2x their fitted time (a busy neighbour slows a whole measurement "
+                                   "evenly), keep the faster timing and fit again; 0: never"),
         name: str = typer.Option("local", "--name", help="profile name (`--profile NAME` uses it)"),
         out: Optional[Path] = typer.Option(None, "--out", help="write the profile here instead"),
         host_only: bool = typer.Option(False, "--host-only", help="GPUs: measure only the host's cost of issuing "
@@ -143,7 +146,8 @@ def register(app: typer.Typer) -> None:
             meas = measure_steps(ms, bs, device=device, steps=steps, threads=threads, progress=tick, budget_s=budget_s,
                                  isolate=isolate)
         layers = _layers(layer_samples, device, threads)
-        prof = run_calibration(ms, bs, device=device, threads=threads, name=name, measured=meas, layer_samples=layers)
+        prof = run_calibration(ms, bs, device=device, threads=threads, name=name, measured=meas, layer_samples=layers,
+                               steps=steps, isolate=isolate, retime=retime)
         path = prof.save(out)
         if as_json:
             print_json({"profile": str(path), "fit": prof.fit, "overrides": prof.overrides})
@@ -151,6 +155,11 @@ def register(app: typer.Typer) -> None:
         rows = [[r["model"], r["batch_size"], dur(r["measured_s"]), dur(r["predicted_s"]),
                  f"{(r['predicted_s'] - r['measured_s']) / r['measured_s'] * 100:+.1f}%"] for r in prof.fit["steps"]]
         console.print(table(f"calibration on {prof.device['name']}", ["model", "batch", "measured", "fitted", "error"], rows))
+        for r in prof.fit.get("retimed", []):
+            verdict = ("kept the second: the first was slowed" if r["again_s"] < 0.95 * r["first_s"]
+                       else "about the same: the fit, not the timing, misses it")
+            console.print(f"timed again: {r['model']} batch {r['batch_size']}, {dur(r['first_s'])} -> "
+                          f"{dur(r['again_s'])} (fitted {dur(r['fitted_s'])}; {verdict})")
         console.print("parameters: " + ", ".join(f"{k}={v:.3g}" for k, v in prof.fit["parameters"].items()))
         bw = prof.fit.get("bandwidth")
         if bw:
