@@ -17,6 +17,7 @@ from traincast.predict.comm import SYNC_METHODS, CommTime, gradient_sync
 from traincast.predict.host import predict_with_host, slow_host_note
 from traincast.predict.inputs import input_pipeline, workers_per_gpu
 from traincast.predict.inputs import note as input_note
+from traincast.predict.pages import fresh_pages_note
 from traincast.predict.registry import default_predictor
 from traincast.predict.rnn import with_cudnn_recurrent
 from traincast.predict.roofline import check_precision, mfu_peak
@@ -629,6 +630,9 @@ def forecast(
     slow_host = slow_host_note(st.op_times, wl, predictor, device, st.iteration_s)
     if slow_host:
         notes.append(slow_host)
+    fresh = fresh_pages_note(wl, predictor, device, st.iteration_s)
+    if fresh:
+        notes.append(fresh)
     notes.extend(wl.kernel_notes())
     ip = None
     if device.kind == "gpu":  # on a CPU the loader shares the cores that train: not modelled
