@@ -68,6 +68,13 @@ def test_trace_json(capsys):
     (["predict", "resnet18", "--batch-size", "8"], "name the hardware"),
     (["predict", "missing.yaml", "--gpu", "V100", "--batch-size", "8"], "does not exist"),
     (["predict", "resnet18", "--gpu", "V100", "--batch-size", "8", "--catalog", "nope.yaml"], "does not exist"),
+    (["predict", "", "--gpu", "V100", "--batch-size", "8"], "the model name is empty"),
+    (["predict", "gpt2", "--gpu", "V100", "--batch-size", "8", "--precision", "fp8"], "use --precision amp-fp16"),
+    (["predict", "gpt2", "--gpu", "A100", "--batch-size", "8", "--precision", "fp8"], "use --precision amp-bf16"),
+    (["predict", "gpt2", "--gpu", "A100", "--batch-size", "8", "--tokens", "1e400"], "too large to be a count"),
+    (["predict", "gpt2", "--gpu", "A100", "--batch-size", "8", "--gpus", "8", "--zero", "5"], "--zero takes 0"),
+    (["parallelize", "gpt2", "--gpu", "A100", "--gpus", "8", "-b", "8", "--max-tp", "0"], "--max-tp must be"),
+    (["parallelize", "gpt2", "--gpu", "A100", "--gpus", "8", "-b", "8", "--cp", "3"], "divides the 8 GPUs"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, args, message):
     code, out, err = cli(capsys, *args)
@@ -208,6 +215,8 @@ def test_files_and_numbers_a_user_gets_wrong_are_errors_not_tracebacks(capsys, t
          "give one of them"),
         (["ingest", str(csv), "--job", "j", "--hardware", "0xA100"], "count must be at least 1"),
         (["predict", "mnist-cnn", "--gpu", "A100", "-b", "8", "--seq-len", "128"], "--seq-len does not apply"),
+        (["predict", "mnist-cnn", "--gpu", "A100", "-b", "8", "--profile", str(binary)], "(not UTF-8 text)"),
+        (["predict", "mnist-cnn", "--gpu", "A100", "-b", "8", "--profile", str(folder)], "is a folder"),
     ]
     for args, message in cases:
         code, _, err = cli(capsys, *args)

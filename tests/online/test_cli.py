@@ -107,8 +107,15 @@ def test_user_errors_exit_2(app, tmp_path, db, capsys):
         (["eta", str(DATA / "keras2.log"), "--plot", str(tmp_path / "x.jpg")], ".png"),
         (["converge", str(DATA / "lightning_metrics.csv"), "--target-loss", "nan"], "finite"),
         (["watch", str(DATA / "keras2.log"), "--total-steps", "0", "--once"], "positive"),
-        (["eta", str(backwards), "--total-steps", "100"], "times do not advance"),
+        (["eta", str(backwards), "--total-steps", "100"], "times never pass its first"),
         (["eta", str(DATA / "keras2.log"), "--total-steps", "5"], "past the 5 total steps"),
+        (["eta", str(DATA / "keras2.log"), "--speed-ratio", "2", "--price-usd-per-hour", "-3"], "a price of 0 or more"),
+        (["eta", str(DATA / "keras2.log"), "--speed-ratio", "2", "--restart-overhead-s", "-100"], "0 or more seconds"),
+        (["eta", ""], "name is empty"),
+        (["converge", str(DATA / "lightning_metrics.csv"), "--target-loss", "0.5", "--lr-schedule", f"csv:{tmp_path}"],
+         "is a folder"),
+        (["converge", str(DATA / "lightning_metrics.csv"), "--target-loss", "0.5", "--lr-schedule", "csv:"],
+         "give a file"),
     ]
     for argv, msg in cases:
         assert run(argv, the_app=app) == 2, argv

@@ -245,7 +245,7 @@ def register(app: typer.Typer) -> None:
         pp: int = typer.Option(1, "--pp", help="pipeline stages (contiguous groups of layers)"),
         dp: Optional[int] = typer.Option(None, "--dp", help="data-parallel degree (default: GPUs / (tp x pp))"),
         ep: int = typer.Option(1, "--ep", help="expert-parallel degree (mixture of experts)"),
-        zero: Optional[int] = typer.Option(None, "--zero", help="ZeRO stage 1 | 2 | 3 (shard optimizer / + gradients "
+        zero: Optional[int] = typer.Option(None, "--zero", help="ZeRO stage 0 (none) | 1 | 2 | 3 (shard optimizer / + gradients "
                                                                "/ + parameters over data-parallel ranks)"),
         fsdp: Optional[str] = typer.Option(None, "--fsdp", help="PyTorch FSDP: full | grad-op | hybrid"),
         micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="samples per micro-batch per replica "

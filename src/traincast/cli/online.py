@@ -173,6 +173,10 @@ def register(app: typer.Typer) -> None:
         """Remaining time of a job (from its log or the store), optionally on other hardware."""
         _positive("--total-steps", total_steps)
         _positive("--batch-size", batch_size)
+        if price_usd_per_hour is not None and not 0 <= price_usd_per_hour < math.inf:
+            raise ConfigError(f"--price-usd-per-hour must be a price of 0 or more, got {price_usd_per_hour!r}")
+        if not 0 <= restart_s < math.inf:
+            raise ConfigError(f"--restart-overhead-s must be 0 or more seconds, got {restart_s!r}")
         store = None if Path(target).exists() else _job_store(db, target)
         series, parsed = api.open_series(target, fmt, store, total_steps)
         est = estimate.estimate_remaining(series, total_steps, estimator, tests=tests)

@@ -16,6 +16,8 @@ def open_series(
     target: str, fmt: str = "auto", store: Store | None = None, total_steps: int | None = None
 ) -> tuple[JobSeries, ParsedLog | None]:
     """``target`` is a log file (parsed) or else the name of a job in the store."""
+    if not str(target).strip():
+        raise DataError("the log file or job name is empty; give the path of a training log or a job's name")
     p = Path(target)
     if p.exists() or any(sep in target for sep in ("/", "\\")) or p.suffix in (".log", ".txt", ".csv", ".json", ".jsonl"):
         parsed = parse_log(p, fmt)

@@ -397,4 +397,5 @@ def converge(
     if tau:
         stt = StepsToTarget(fc.target_loss, fc.steps, fc.low, fc.high, fc.reach_probability, fc.current_step)
         ttt = time_to_target(stt, tau)
-    return ConvergeResult(fc, sched.spec if sched is not None else None, source, tuple(warns) + fc.notes, tau, ttt, draws)
+    return ConvergeResult(fc, sched.spec if sched is not None else None, source,
+                          tuple(dict.fromkeys(tuple(warns) + fc.notes)), tau, ttt, draws)  # each said once

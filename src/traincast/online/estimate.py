@@ -412,9 +412,8 @@ def estimate_remaining(
         raise ConfigError(f"total steps must be positive, got {total}")
     timed = series.timed()
     if len(timed.time_s) >= 2 and not float(np.max(timed.time_s)) > float(timed.time_s[0]):
-        raise DataError(f"the log's times do not advance (step {int(timed.steps[0])} at {timed.time_s[0]:g} s, "
-                        f"step {int(timed.steps[-1])} at {timed.time_s[-1]:g} s): no speed to extrapolate; check its "
-                        "time column")
+        raise DataError(f"the log's times never pass its first (step {int(timed.steps[0])} at {timed.time_s[0]:g} s) "
+                        f"up to step {int(timed.steps[-1])}: no speed to extrapolate; check its time column")
     if len(timed.steps) and int(timed.steps[-1]) > total:
         raise ConfigError(f"the log is already at step {int(timed.steps[-1])}, past the {total} total steps given")
     iv = _intervals(series)

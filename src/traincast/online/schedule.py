@@ -232,16 +232,18 @@ def _p_wsd(spec, args, total):
 
 
 def _p_csv(spec, args, total):
-    path = Path(":".join(args)) if args else None
-    if path is None or not str(path):
+    name = ":".join(args).strip() if args else ""
+    if not name:
         raise ConfigError(f"schedule {spec!r}: give a file, csv:PATH")
-    return read_csv_schedule(path, total, spec)
+    return read_csv_schedule(Path(name), total, spec)
 
 
 def read_csv_schedule(path, total_steps: int | None = None, spec: str | None = None) -> Schedule:
     """A schedule from a CSV file with ``step`` and ``lr`` (or ``learning_rate``) columns."""
     p = Path(path)
     spec = spec or f"csv:{p}"
+    if p.is_dir():
+        raise DataError(f"schedule file {str(p)!r} is a folder; give a CSV with step and lr columns")
     if not p.is_file():
         raise DataError(f"schedule file {str(p)!r} does not exist; give a CSV with step and lr columns")
     rows = list(csv.reader(io.StringIO(p.read_text(errors="replace"))))
@@ -249,7 +251,8 @@ def read_csv_schedule(path, total_steps: int | None = None, spec: str | None = N
         raise DataError(f"schedule file {str(p)!r} is empty; it needs a header with step and lr columns")
     head = [h.strip().lower() for h in rows[0]]
     if "step" not in head or not ({"lr", "learning_rate"} & set(head)):
-        raise DataError(f"schedule file {str(p)!r} needs 'step' and 'lr' (or 'learning_rate') columns, has: {', '.join(head)}")
+        shown = "".join(c if c.isprintable() and c != "\ufffd" else "?" for c in ", ".join(head))[:120]
+        raise DataError(f"schedule file {str(p)!r} needs 'step' and 'lr' (or 'learning_rate') columns, has: {shown}")
     si = head.index("step")
     li = head.index("lr") if "lr" in head else head.index("learning_rate")
     ks, vs = [], []

@@ -190,6 +190,8 @@ def parse_count(text: str, what: str) -> float:
         value = float(num) * scale
     except ValueError:
         raise ConfigError(f"{what} must be a count such as 15T, 300B, 2.5e12 or 1000000, got {text!r}") from None
+    if math.isinf(value) and value > 0:
+        raise ConfigError(f"{what} is too large to be a count: {text!r}")
     if not math.isfinite(value) or value < 1:
         raise ConfigError(f"{what} must be a positive count, got {text!r}")
     return value

@@ -140,8 +140,12 @@ class DeviceProfile:
         p = Path(path)
         if not p.exists():
             raise DataError(f"device profile {str(p)!r} does not exist; run `traincast calibrate` first")
+        if p.is_dir():
+            raise DataError(f"device profile {str(p)!r} is a folder; give a profile file from `traincast calibrate`")
         try:
             d = yamlio.safe_load(p.read_text())
+        except UnicodeDecodeError:
+            raise DataError(f"{p}: not a traincast device profile (not UTF-8 text)") from None
         except yaml.YAMLError as exc:
             raise DataError(f"{p}: not a traincast device profile (not valid YAML: {str(exc).splitlines()[0]})") from None
         if not isinstance(d, dict):

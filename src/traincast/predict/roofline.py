@@ -739,7 +739,8 @@ def check_precision(device: Device, precision: str) -> None:
         has = [n for n in ("fp8", "mxfp8") if getattr(device, f"{n}_tflops", None)]
         what = "MXFP8 (block-scaled FP8) tensor cores (Blackwell)" if need == "mxfp8" else \
             "FP8 tensor cores (Hopper, Ada Lovelace, Blackwell)"
-        alt = "--precision fp8" if "fp8" in has else "--precision amp-bf16"
+        alt = ("--precision fp8" if "fp8" in has else "--precision amp-bf16" if getattr(device, "bf16_tflops", None)
+               else "--precision amp-fp16")
         raise ConfigError(f"--precision {prec.name} needs {what}; {device.name} has none: use {alt}")
 
 

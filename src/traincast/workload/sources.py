@@ -300,6 +300,9 @@ _add("spec", "a .yaml/.json layer spec (Keras-like layers)",
 def _zoo_build(text, *, seq_len=None, inputs=None, **kw):
     from traincast.workload import zoo
 
+    if not str(text).strip():
+        raise ConfigError("the model name is empty; give a zoo name (`traincast models`), a layer spec (.yaml) or "
+                          "a Hugging Face config.json")
     if Path(text).is_dir():
         raise ConfigError(f"model {text!r} is a folder without a config.json; give a zoo name, a layer spec "
                           "(.yaml) or a Hugging Face config.json")

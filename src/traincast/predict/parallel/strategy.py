@@ -251,7 +251,7 @@ def resolve(gpus: int, *, tp: int = 1, pp: int = 1, dp: int | None = None, ep: i
         raise ConfigError(f"{' and '.join(given)} both shard the data-parallel state; give one of them")
     if zero is not None:
         if zero not in (0, 1, 2, 3):
-            raise ConfigError(f"--zero takes 1, 2 or 3, got {zero!r}")
+            raise ConfigError(f"--zero takes 0 (no sharding), 1, 2 or 3, got {zero!r}")
         sharding = "none" if zero == 0 else f"zero{zero}"
     elif fsdp is not None:
         f = str(fsdp).strip().lower()
