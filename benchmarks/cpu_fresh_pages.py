@@ -81,7 +81,7 @@ def forecast(model: str, batch: int, profile: str | None):
     from traincast.hardware.catalog import get_catalog
     from traincast.hardware.records import Cluster
     from traincast.predict.compose import step_time
-    from traincast.predict.pages import roofline_params, fresh_page_seconds
+    from traincast.predict.pages import fresh_page_seconds, roofline_params
     from traincast.predict.registry import default_predictor
     from traincast.workload import trace
 
@@ -111,6 +111,8 @@ def main() -> None:
         m, b = args.child.split(":")
         child(m, int(b), args.steps)
         return
+    if args.rounds < 1 or args.steps < 1:
+        ap.error("--rounds and --steps must be at least 1")
     try:
         cases = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases.split(",") if c]
     except (IndexError, ValueError):

@@ -61,7 +61,12 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     models = [m for m in args.models.split(",") if m]
-    batches = [int(b) for b in args.batch_sizes.split(",")]
+    try:
+        batches = [int(b) for b in args.batch_sizes.split(",")]
+    except ValueError:
+        ap.error(f"--batch-sizes {args.batch_sizes!r}: give whole numbers separated by commas")
+    if args.steps < 1 or not models or min(batches) < 1:
+        ap.error("--steps, --models and --batch-sizes need at least one step, one model and positive batches")
     t0 = time.time()
 
     profile = out / "profile.yaml"
