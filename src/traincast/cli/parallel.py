@@ -57,14 +57,6 @@ def register(app: typer.Typer) -> None:
         from traincast.predict.parallel.strategy import CONTEXT_PARALLEL
 
         ctx = tuple(split_list(cps, "--cp", int)) if cps else None
-        for c in ctx or ():
-            positive("--cp entries", c)
-        if max_tp is not None:
-            positive("--max-tp", max_tp)
-        if ctx and gpus > 0 and not any(gpus % c == 0 for c in ctx):
-            from traincast.errors import ConfigError
-
-            raise ConfigError(f"no --cp degree given ({', '.join(map(str, ctx))}) divides the {gpus} GPUs")
         kinds = tuple(CONTEXT_PARALLEL.canonical(x.lower()) for x in split_list(cp_kinds, "--cp-kinds"))
         for m in mbs:
             positive("--micro-batches entries", m)

@@ -228,6 +228,13 @@ def parallelize(model_spec, *, gpu=None, gpus: int, nodes: int | None = None, ba
     cat = catalog or get_catalog()
     positive("--gpus", gpus)
     positive("--batch-size", batch_size)
+    if kw.get("max_tp") is not None:
+        positive("--max-tp", kw["max_tp"])
+    context = kw.get("context") or ()
+    for c in context:
+        positive("--cp entries", c)
+    if context and not any(gpus % c == 0 for c in context):
+        raise ConfigError(f"no --cp degree given ({', '.join(map(str, context))}) divides the {gpus} GPUs")
     device, cluster, _inst = cluster_of(cat, gpu=gpu, instance=instance, gpus=gpus, nodes=nodes,
                                         network_gbit_per_s=network_gbit_per_s)
     from traincast.predict.roofline import check_precision
