@@ -81,7 +81,8 @@ def forecast(model: str, batch: int, profile: str | None):
     from traincast.hardware.catalog import get_catalog
     from traincast.hardware.records import Cluster
     from traincast.predict.compose import step_time
-    from traincast.predict.pages import fresh_page_seconds, roofline_params
+    from traincast.predict.host import predictor_params
+    from traincast.predict.pages import fresh_page_seconds
     from traincast.predict.registry import default_predictor
     from traincast.workload import trace
 
@@ -95,7 +96,7 @@ def forecast(model: str, batch: int, profile: str | None):
     wl = trace(model, batch_size=batch)
     st = step_time(wl, Cluster(dev), pred)
     s = fresh_page_seconds(wl, pred, dev)
-    rate = roofline_params(pred, dev).fresh_alloc_gb_per_s * 1e9
+    rate = predictor_params(pred, dev).fresh_alloc_gb_per_s * 1e9
     return st.iteration_s, s, s * rate
 
 

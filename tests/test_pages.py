@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from traincast.hardware.catalog import get_catalog
-from traincast.predict.pages import MALLOC_KEEP, NOTE_SHARE, fresh_page_seconds, fresh_pages_note, roofline_params
+from traincast.predict.host import predictor_params
+from traincast.predict.pages import MALLOC_KEEP, NOTE_SHARE, fresh_page_seconds, fresh_pages_note
 from traincast.predict.registry import default_predictor
 from traincast.predict.roofline import fresh_output_bytes
 from traincast.workload import trace
@@ -50,7 +51,7 @@ def test_the_note_gives_the_fresh_page_share_and_the_step_without_it():
 
     cpu, pred = get_catalog().device("generic-2core-avx2"), default_predictor()
     wl = trace("efficientnet_b0", batch_size=32)
-    params = roofline_params(pred, cpu)  # the analytical predictor's: the learned one leaves CPUs to it
+    params = predictor_params(pred, cpu)
     rate, min_bytes = params.fresh_alloc_gb_per_s * 1e9, params.fresh_alloc_min_bytes
     assert min_bytes == 32 * 2**20
     fresh = sum(fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, min_bytes, o.dtype) for o in wl.ops)

@@ -124,12 +124,17 @@ def host_measured(predictor) -> bool:
     return bool({"host_forward_us", "host_backward_us"} & set(_overrides(predictor) or ()))
 
 
-def host_costs(predictor, device) -> tuple[float, float]:
-    """(host_forward_us, host_backward_us) for forecasts on ``device`` by ``predictor``: a device profile's
-    values where the predictor carries one (``overrides``), else the catalog's for the device's generation."""
+def predictor_params(predictor, device):
+    """The roofline parameters of forecasts on ``device`` by ``predictor``: a device profile's where the predictor
+    (or one it wraps) carries one (``overrides``), else the catalog's for the device's generation."""
     from traincast.predict.roofline import RooflineParams
 
-    params = RooflineParams.for_device(device, _overrides(predictor))
+    return RooflineParams.for_device(device, _overrides(predictor))
+
+
+def host_costs(predictor, device) -> tuple[float, float]:
+    """(host_forward_us, host_backward_us) for forecasts on ``device`` by ``predictor`` (:func:`predictor_params`)."""
+    params = predictor_params(predictor, device)
     return params.host_forward_us, params.host_backward_us
 
 

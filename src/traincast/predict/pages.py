@@ -26,32 +26,16 @@ MALLOC_KEEP = "MALLOC_MMAP_THRESHOLD_=17179869184 MALLOC_TRIM_THRESHOLD_=1717986
 NOTE_SHARE = 0.10  # say so where fresh pages take at least this share of the step
 
 
-def roofline_params(predictor, device: Device):
-    """The roofline parameters ``device``'s ops are timed with: the analytical predictor's in ``predictor``, one it
-    wraps, or the one a learned predictor hands a device outside its data to (every CPU); None otherwise."""
-    from traincast.predict.analytical import AnalyticalPredictor
-
-    p = predictor
-    while p is not None and not isinstance(p, AnalyticalPredictor):
-        fallback = getattr(p, "fallback", None)
-        if isinstance(fallback, AnalyticalPredictor) and not p.covers(device):
-            p = fallback
-        else:
-            p = getattr(p, "inner", None)
-    return p.params(device) if p is not None else None
-
-
 def fresh_page_seconds(workload: Workload, predictor, device: Device) -> float:
-    """Seconds of a step of ``workload`` that the forecast charges for writing outputs to fresh pages (0 where the
-    predictor is not the roofline or its parameters have no ``fresh_alloc``)."""
-    from traincast.predict.roofline import fresh_output_bytes
+    """Seconds of a step of ``workload`` that the roofline charges for writing outputs to fresh pages with the
+    parameters ``predictor`` times ``device`` with (0 where they have no ``fresh_alloc``: GPUs)."""
+    from traincast.predict.host import predictor_params
+    from traincast.predict.roofline import fresh_bytes
 
-    params = roofline_params(predictor, device)
-    if params is None or not params.fresh_alloc_gb_per_s or not params.fresh_alloc_min_bytes:
+    params = predictor_params(predictor, device)
+    if not params.fresh_alloc_gb_per_s:
         return 0.0
-    fresh = sum(fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, params.fresh_alloc_min_bytes, o.dtype)
-                for o in workload.ops)
-    return fresh / (params.fresh_alloc_gb_per_s * 1e9)
+    return sum(fresh_bytes(workload.ops, params.fresh_alloc_min_bytes)) / (params.fresh_alloc_gb_per_s * 1e9)
 
 
 def fresh_pages_note(workload: Workload, predictor, device: Device, iteration_s: float) -> str | None:

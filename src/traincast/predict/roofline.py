@@ -659,6 +659,12 @@ def fresh_output_bytes(aten: str, output_shapes, bytes_written: float, min_bytes
     return float(min(fresh, bytes_written))
 
 
+def fresh_bytes(ops: Sequence, min_bytes: float) -> list[float]:
+    """:func:`fresh_output_bytes` of each op at ``min_bytes`` (all 0 where it is 0: no fresh-page term)."""
+    return [fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, min_bytes, o.dtype) if min_bytes else 0.0
+            for o in ops]
+
+
 def launches_of(op, chunk: int) -> int:
     """Kernel launches of an op: a foreach op over n tensors launches ceil(n / chunk) kernels; an op inside a
     fused kernel (``fusion == 2``, workload/fusion.py) none of its own."""
@@ -959,7 +965,6 @@ def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineP
         bn=[native_batch_norm_passes(o, precision) for o in ops],
         dw_work=[native_depthwise_work(o) for o in ops],
         attn_keys=[attention_keys(o) for o in ops],
-        fresh_bytes=[fresh_output_bytes(o.aten, o.output_shapes, o.bytes_written, min_bytes, o.dtype) if min_bytes
-                     else 0.0 for o in ops],
+        fresh_bytes=fresh_bytes(ops, min_bytes),
         fresh_min_bytes=min_bytes,
     )
