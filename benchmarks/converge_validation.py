@@ -116,6 +116,11 @@ the session that wrote it; the logs were copied by helper sessions under the mec
     ``learning_rate`` and ``step``. Every such entry is copied (``data/public_curves_f/raw/OWNER__NAME.csv``:
     step, loss, learning_rate, epoch; ``.json`` beside it: repository, commit, max_steps, epochs, logging
     steps); skipped repositories and why in ``raw/skipped_*.txt``.
+  * Added the same day, when the root files gave 12 runs and before any run was scored: every repository the
+    index lists for ``results/trainer_state.json``, ``output/trainer_state.json`` and
+    ``outputs/trainer_state.json`` (39), under the same rule. A run whose logged loss is not a training loss
+    to be driven down (any value <= 0: reinforcement-learning objectives such as GRPO's) is left out, and so is
+    a run whose loss column repeats one already in the set (forks), by the loader.
   * Schedule given to the method: the logged learning rate of the whole run (linear in between), the run's
     total = ``max_steps``: what the user set when launching the job (scheduler type, warm-up, max_steps), not
     an outcome. Targets, origins and metrics as above (``--by steps``).
@@ -228,7 +233,7 @@ def hf_runs(part: str = "all", folder: Path = PUBLIC_F):
     from traincast.online.schedule import Schedule
 
     files = sorted((folder / "raw").glob("*.csv"))
-    out = []
+    out, seen = [], []
     for i, p in enumerate(files):
         if part == "dev" and i % 2 or part == "test" and not i % 2:
             continue
@@ -240,11 +245,14 @@ def hf_runs(part: str = "all", folder: Path = PUBLIC_F):
         lr = np.array([float(r["learning_rate"]) for r in rows])
         o = np.argsort(k, kind="stable")
         k, y, lr = k[o], y[o], lr[o]
+        if np.any(y <= 0) or any(np.array_equal(y, r["loss"]) for r in seen):
+            continue  # not a loss to drive down (RL objectives), or a fork's copy (the docstring)
         total = int(meta["max_steps"])
         ks, vs = k.copy(), lr / max(float(np.max(lr)), 1e-300)
         sched = Schedule("logged (whole run)", lambda x, ks=ks, vs=vs: np.interp(x, ks, vs), total)
         v = vs[k >= k[int(np.argmax(vs))]]
         kind = ("constant" if np.ptp(vs) < 0.03 else "decaying" if v[-1] < 0.5 else "other")
+        seen.append(dict(loss=y))
         out.append(dict(name=p.stem, group="hf-" + ("test" if i % 2 else "dev"), schedule=sched, sched_kind=kind,
                         total=total, steps=k, loss=y))
     return out
