@@ -112,6 +112,22 @@ def test_console_script_end_to_end():
     assert r.returncode == 2 and r.stderr.startswith("error: unknown model")
 
 
+def test_piped_tables_keep_whole_names():
+    """Output through a pipe has no terminal width: the device table must not be cut to 80 columns ("H1…"),
+    or `traincast gpus | grep H100-SXM5` finds nothing; COLUMNS, when the user sets it, still decides."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    r = subprocess.run([sys.executable, "-m", "traincast", "gpus"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0
+    rows = [line for line in r.stdout.splitlines() if "H100-SXM5-80GB" in line]
+    assert rows and "1979" in rows[0]  # the whole row on one line: name and FP8 peak
+    assert "…" not in r.stdout
+    r = subprocess.run([sys.executable, "-m", "traincast", "gpus"], capture_output=True, text=True,
+                       env=env | {"COLUMNS": "60"})
+    assert r.returncode == 0 and max(len(line) for line in r.stdout.splitlines()) <= 60
+
+
 def test_predictor_choice(capsys):
     code, out, _ = cli(capsys, "predict", "gpt2", "--gpu", "T4", "--batch-size", "1", "--seq-len", "128",
                        "--dataset-size", "10", "--predictor", "learned", "--json")

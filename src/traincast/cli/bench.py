@@ -47,14 +47,14 @@ def _fmt_ms(ms: float | None) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    from rich.console import Console
+    from traincast.cli.render import make_console
     from rich.table import Table
 
     bench = typer.Typer(help="Measure this machine: single layers, whole training steps, data-parallel runs.",
                         no_args_is_help=True)
     app.add_typer(bench, name="bench")
-    console = Console()
-    err_console = Console(stderr=True)
+    console = make_console()
+    err_console = make_console(stderr=True)
 
     @bench.command("layers")
     def layers(

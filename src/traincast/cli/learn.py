@@ -14,9 +14,9 @@ from traincast.errors import ConfigError, DataError
 
 
 def register(app: typer.Typer) -> None:
-    from rich.console import Console
+    from traincast.cli.render import make_console
 
-    console = Console()
+    console = make_console()
 
     @app.command("eval-layers")
     def eval_layers_cmd(

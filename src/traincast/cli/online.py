@@ -56,14 +56,14 @@ def _positive(name, v):
 
 
 def register(app: typer.Typer) -> None:
-    from rich.console import Console
+    from traincast.cli.render import make_console
     from rich.table import Table
 
     from traincast.online import api, estimate, jobs, move, parsers, plot
     from traincast.online.curves import FORMS
     from traincast.online.schedule import schedule_help
 
-    console = Console()
+    console = make_console()
 
     @app.command("watch")
     def watch(

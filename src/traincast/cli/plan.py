@@ -84,12 +84,10 @@ def _fmt(mean: float, sd: float, scale: float, fmt: str) -> str:
 
 
 def render(result, plot: Path | None) -> None:
-    from rich.console import Console
+    from traincast.cli.render import make_console
     from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:  # piped: do not squeeze the table into 80 columns
-        console = Console(width=170)
+    console = make_console()
     title = (f"{result.scenario}: {result.nodes} nodes, {result.n_jobs} jobs, Poisson mean "
              f"{result.mean_interarrival_s:g} s, {result.replications} replications, seed {result.seed}")
     table = Table(title=title, caption="mean ± sd over replications")

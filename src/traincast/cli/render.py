@@ -4,11 +4,26 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+# Piped or redirected output (`traincast gpus | grep H100`, `> report.txt`) has no terminal to measure; rich
+# would then wrap every table at 80 columns and cut names to "H1…". Such output gets room for the widest
+# table instead; COLUMNS, when set, still decides.
+PIPE_WIDTH = 200
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console that measures its terminal, or gets ``PIPE_WIDTH`` columns when piped or redirected."""
+    stream = sys.stderr if stderr else sys.stdout
+    wide = not (os.environ.get("COLUMNS") or stream.isatty())
+    return Console(stderr=stderr, width=PIPE_WIDTH if wide else None)
+
+
+console = make_console()
 
 
 def dur(seconds: float | None) -> str:
