@@ -120,7 +120,9 @@ the session that wrote it; the logs were copied by helper sessions under the mec
     index lists for ``results/trainer_state.json``, ``output/trainer_state.json`` and
     ``outputs/trainer_state.json`` (39), under the same rule. A run whose logged loss is not a training loss
     to be driven down (any value <= 0: reinforcement-learning objectives such as GRPO's) is left out, and so is
-    a run whose loss column repeats one already in the set (forks), by the loader.
+    a run whose loss column repeats one already in the set (forks), by the loader; so is a run an earlier set
+    already holds (its repository named in an earlier manifest's source: two of set a's runs were found among
+    the candidates, TinyLlama QLoRA and Stanford Alpaca).
   * Schedule given to the method: the logged learning rate of the whole run (linear in between), the run's
     total = ``max_steps``: what the user set when launching the job (scheduler type, warm-up, max_steps), not
     an outcome. Targets, origins and metrics as above (``--by steps``).
@@ -233,11 +235,16 @@ def hf_runs(part: str = "all", folder: Path = PUBLIC_F):
     from traincast.online.schedule import Schedule
 
     files = sorted((folder / "raw").glob("*.csv"))
+    earlier = " ".join(str(m.get("source", "")) for man_p in [*HERE.glob("data/public_curves*/manifest.json"),
+                                                              *DENSE.glob("*/manifest.json")]
+                       for m in json.loads(man_p.read_text()).values())
     out, seen = [], []
     for i, p in enumerate(files):
         if part == "dev" and i % 2 or part == "test" and not i % 2:
             continue
         meta = json.loads(p.with_suffix(".json").read_text())
+        if f"{meta['repo']} " in earlier:
+            continue  # scored in an earlier set (the docstring)
         with open(p) as f:
             rows = list(csv.DictReader(f))
         k = np.array([float(r["step"]) for r in rows])
