@@ -155,6 +155,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 sys.path.insert(0, str(HERE))
 
 from traincast.online.converge import LossCurveModel  # noqa: E402
+from traincast.errors import DataError  # noqa: E402
 from traincast.online.curves import forecast_many  # noqa: E402
 from traincast.online.schedule import parse_schedule  # noqa: E402
 
@@ -301,16 +302,25 @@ def evaluate(run, draws: int, methods=("traincast", "no-schedule", "optimus-auto
         for meth in methods:
             t0 = time.time()
             if meth == "optimus-auto":
-                m = LossCurveModel("auto", log_space=True).fit(k[:cut], y[:cut])
                 preds = []
+                try:
+                    m = LossCurveModel("auto", log_space=True).fit(k[:cut], y[:cut])
+                except (DataError, ValueError):  # too few points to fit
+                    m = None
                 for _, target, _ in cases:
+                    if m is None:
+                        preds.append((math.inf, math.nan, math.nan, "not enough signal"))
+                        continue
                     s = m.steps_to_target(target, n_boot=40, level=0.8)
                     st = s.steps if s.steps <= run["total"] else math.inf
                     preds.append((st, s.low, s.high if s.high <= run["total"] else math.inf, "ok"))
             else:
-                fcs = forecast_many(k[:cut], y[:cut], [c[1] for c in cases], sched if meth == "traincast" else None,
-                                    run["total"], n_draws=draws, seed=0)
-                preds = [(fc.steps, fc.low, fc.high, fc.status) for fc in fcs]
+                try:
+                    fcs = forecast_many(k[:cut], y[:cut], [c[1] for c in cases],
+                                        sched if meth == "traincast" else None, run["total"], n_draws=draws, seed=0)
+                    preds = [(fc.steps, fc.low, fc.high, fc.status) for fc in fcs]
+                except DataError:  # too few points to fit (a short log at 10%): the method declines, no step given
+                    preds = [(math.inf, math.nan, math.nan, "not enough signal")] * len(cases)
             dt = time.time() - t0
             for (tf, target, true_step), (st, lo, hi, status) in zip(cases, preds):
                 err = abs(st - true_step) / true_step if math.isfinite(st) else math.inf
