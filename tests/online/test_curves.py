@@ -93,6 +93,17 @@ def test_statuses():
     assert flat.status == "not enough signal"
 
 
+def test_now_is_the_last_logged_step_not_the_last_bins_median():
+    """The fit bins the curve (MAX_BINS medians); the step the user is told "now at" and the steps still to go
+    count from the last step logged: 1,000 logged steps in 60 bins would otherwise say "now at step 992"."""
+    spec = "constant"
+    k, y, clean = tissue_curve(spec, c_frac=0.0, seed=4)
+    sched = parse_schedule(spec, T)
+    reached, ok = forecast_many(k[:1000], y[:1000], [float(clean[0]), float(clean[2000])], sched, T, n_draws=20)
+    assert reached.current_step == 1000 and ok.current_step == 1000
+    assert ok.status == "ok" and ok.steps > 1000
+
+
 def test_bad_input():
     k, y, _ = tissue_curve("constant")
     with pytest.raises(ConfigError, match="finite"):

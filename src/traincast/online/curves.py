@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -571,6 +571,9 @@ def forecast_many(
                 draws = sample_curves(k, y, schedule, h, n_draws=n_draws, seed=seed, forms=forms, run_steps=total)
             f = forecast_from_draws(draws, float(target_loss), schedule, notes, level)
         out.append(f)
+    # the fit works on binned steps (the last bin's median step); "now" is the last step logged, as `eta` says
+    last = int(np.max(k[np.isfinite(k) & np.isfinite(y) & (y > 0) & (k > 0)]))
+    out = [replace(f, current_step=max(f.current_step, last)) for f in out]
     return (out, draws) if return_draws else out
 
 
