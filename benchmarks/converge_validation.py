@@ -134,6 +134,11 @@ the session that wrote it; the logs were copied by helper sessions under the mec
     the rule of 2026-11-27 applied to the public runs of both (median error from 25%; out if ``cpu`` from 25%
     or 50% is worse by more than 3 points); (3) the chosen one runs once on ``public-f-test``, reported
     whatever it shows, beside the baseline's figure on the same runs.
+  * Candidates (written after step (1) and after one look at ``public-f-dev`` with the exponent prior off,
+    which read 23.5% from 25% against the baseline's 28.6% on the same half; before any candidate was run on
+    ``dense-dev`` or ``cpu``): ``baseline`` (``EXP_PRIOR_SIGMA`` 0.7), ``exp-wide`` (1.4: the prior on the
+    exponent half as strong; fine-tunes that memorise their data fall with exponents of 2-4, which 0.7 about
+    log 0.4 all but forbids) and ``exp-off`` (0).
 
     PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test] [--by steps|points] [--draws 80] [--const NAME=VALUE]
 """
