@@ -143,6 +143,27 @@ def test_converge_on_trainer_state(app, capsys):
     assert "at least" in capsys.readouterr().err  # 5 points only
 
 
+def _trainer_state(path, epochs: int, max_steps: int = 3000, upto: int = 700):
+    hist = [{"epoch": k * epochs / max_steps, "learning_rate": 5e-5 * (1 - k / max_steps),
+             "loss": 0.5 + 2.0 * (k / 10) ** -0.5, "step": k} for k in range(10, upto + 10, 10)]
+    path.write_text(json.dumps({"global_step": upto, "log_history": hist, "max_steps": max_steps,
+                                "num_train_epochs": epochs, "logging_steps": 10}))
+    return path
+
+
+def test_converge_warns_when_the_forecast_crosses_an_epoch_not_yet_seen(app, tmp_path, capsys):
+    """A Trainer run of 3 epochs seen to step 700 starts its second pass at step 1,000: fine-tunes' losses drop
+    there (set f of benchmarks/converge_validation.py), so the forecast says so; one epoch: no such warning."""
+    three = _trainer_state(tmp_path / "three.json", epochs=3)
+    assert run(["converge", str(three), "--target-loss", "0.7", "--draws", "20", "--json"], the_app=app) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert any("starts epoch 2 of 3 at step 1,000" in w for w in d["warnings"])
+    one = _trainer_state(tmp_path / "one.json", epochs=1)
+    assert run(["converge", str(one), "--target-loss", "0.7", "--draws", "20", "--json"], the_app=app) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["steps"] > 700 and not any("epoch" in w for w in d["warnings"])
+
+
 def test_ingest_then_jobs_table(app, db, capsys):
     assert run(["ingest", str(DATA / "keras2.log"), "--job", "k2", "--model", "cnn"], the_app=app) == 0
     assert "stored 12 records" in capsys.readouterr().out
