@@ -139,6 +139,17 @@ the session that wrote it; the logs were copied by helper sessions under the mec
     ``dense-dev`` or ``cpu``): ``baseline`` (``EXP_PRIOR_SIGMA`` 0.7), ``exp-wide`` (1.4: the prior on the
     exponent half as strong; fine-tunes that memorise their data fall with exponents of 2-4, which 0.7 about
     log 0.4 all but forbids) and ``exp-off`` (0).
+    Result: the baseline stays (docs/online.md).
+  * A second candidate, ``epoch-drops`` (written after that result and after looking at the drops of the loss
+    across the epoch boundaries of ``public-f-dev``; before it ran on any data): a run that passes over its data
+    more than once (steps per pass from the log's ``epoch`` column at the origin) has its loss drop by exp(g) at
+    each boundary (``traincast.online.curves.EpochDrops``): g measured at the last boundary seen (the jump of
+    the log-loss across it beyond the fall of the 0.1 epoch before), the drops already seen taken out before the
+    fit, and each drawn curve dropping at the boundaries to come, g drawn with a log-sd of 0.5 about the measured
+    one, or from the prior LogNormal(log 0.1, 1.2) before any boundary is seen. ``--const EPOCH_DROPS=0`` is the
+    baseline. The development sets other than ``public-f-dev`` have no epoch column and are unchanged by it, so
+    the rule reduces to the pooled median from 25% with ``public-f-dev``'s cases; the winner runs once on
+    ``public-f-test``.
 
     PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test] [--by steps|points] [--draws 80] [--const NAME=VALUE]
 """
@@ -256,8 +267,9 @@ def hf_runs(part: str = "all", folder: Path = PUBLIC_F):
         k = np.array([float(r["step"]) for r in rows])
         y = np.array([float(r["loss"]) for r in rows])
         lr = np.array([float(r["learning_rate"]) for r in rows])
+        ep = np.array([float(r["epoch"]) if r.get("epoch") not in (None, "") else math.nan for r in rows])
         o = np.argsort(k, kind="stable")
-        k, y, lr = k[o], y[o], lr[o]
+        k, y, lr, ep = k[o], y[o], lr[o], ep[o]
         if np.any(y <= 0) or any(np.array_equal(y, r["loss"]) for r in seen):
             continue  # not a loss to drive down (RL objectives), or a fork's copy (the docstring)
         total = int(meta["max_steps"])
@@ -267,8 +279,24 @@ def hf_runs(part: str = "all", folder: Path = PUBLIC_F):
         kind = ("constant" if np.ptp(vs) < 0.03 else "decaying" if v[-1] < 0.5 else "other")
         seen.append(dict(loss=y))
         out.append(dict(name=p.stem, group="hf-" + ("test" if i % 2 else "dev"), schedule=sched, sched_kind=kind,
-                        total=total, steps=k, loss=y))
+                        total=total, steps=k, loss=y, epoch=ep))
     return out
+
+
+def _steps_per_epoch(run, k_now: float) -> float | None:
+    """Steps per pass over the data as the log tells it at step ``k_now`` (its last logged epoch share), when the
+    run makes more than one pass; None for runs without an epoch column, or ``--const EPOCH_DROPS=0``."""
+    import traincast.online.curves as _c
+
+    ep = run.get("epoch")
+    if ep is None or not _c.EPOCH_DROPS:
+        return None
+    k = run["steps"]
+    m = (k <= k_now) & np.isfinite(ep) & (ep > 0)
+    if not m.any():
+        return None
+    spe = float(k[m][-1] / ep[m][-1])
+    return spe if spe < run["total"] * 0.99 else None
 
 
 def evaluate(run, draws: int, methods=("traincast", "no-schedule", "optimus-auto"), by: str = "steps"):
@@ -320,9 +348,11 @@ def evaluate(run, draws: int, methods=("traincast", "no-schedule", "optimus-auto
                     st = s.steps if s.steps <= run["total"] else math.inf
                     preds.append((st, s.low, s.high if s.high <= run["total"] else math.inf, "ok"))
             else:
+                spe = _steps_per_epoch(run, k[cut - 1]) if meth == "traincast" else None
                 try:
                     fcs = forecast_many(k[:cut], y[:cut], [c[1] for c in cases],
-                                        sched if meth == "traincast" else None, run["total"], n_draws=draws, seed=0)
+                                        sched if meth == "traincast" else None, run["total"], n_draws=draws, seed=0,
+                                        steps_per_epoch=spe)
                     preds = [(fc.steps, fc.low, fc.high, fc.status) for fc in fcs]
                 except DataError:  # too few points to fit (a short log at 10%): the method declines, no step given
                     preds = [(math.inf, math.nan, math.nan, "not enough signal")] * len(cases)

@@ -74,6 +74,16 @@ BAND = (0.1, 0.9)  # the 80% band
 # ("if it is reached at all, about then"; the reach probability beside it), not "not reached". Chosen 2026-11-27 on
 # the development sets by the protocol in benchmarks/converge_validation.py; 0: the median of all draws.
 COND_MEDIAN = 1
+# Epochs (a run that passes over its data several times, ``steps_per_epoch`` known): the training loss drops by a
+# factor exp(g) each time the data come round again (benchmarks/converge_validation.py, set f). Once a boundary is
+# seen, g is the drop measured there (the last one: on the development runs the drops grow from pass to pass),
+# drawn with a log-sd of EPOCH_DRAW_SIGMA; before, from the prior g ~ LogNormal(log EPOCH_PRIOR_G, EPOCH_PRIOR_SIGMA)
+# (first-boundary drops of the development half of set f: 1.0-1.6x, median about 1.1x). 0 turns it off.
+EPOCH_DROPS = 1
+EPOCH_PRIOR_G = 0.1
+EPOCH_PRIOR_SIGMA = 1.2
+EPOCH_DRAW_SIGMA = 0.5
+EPOCH_WINDOW = 0.1  # the windows either side of a boundary, as a share of an epoch
 
 
 # ------------------------------------------------------------------ the grid
@@ -414,6 +424,41 @@ class CurveDraws:
     last_loss: float = float("nan")  # the loss now (median of the last bins)
 
 
+@dataclass(frozen=True)
+class EpochDrops:
+    """The passes over the data: epoch index of a step and the drop of the log-loss per pass (``g``)."""
+
+    steps_per_epoch: float
+    g_seen: float | None  # the drop measured at the last boundary seen; None: no boundary seen (or measurable)
+    now: int  # passes completed by the last step seen
+
+    def index(self, k) -> np.ndarray:
+        return np.floor((np.asarray(k, dtype=float) - 1.0) / self.steps_per_epoch)
+
+    @staticmethod
+    def measure(k: np.ndarray, y: np.ndarray, steps_per_epoch: float | None) -> EpochDrops | None:
+        if not EPOCH_DROPS or not steps_per_epoch or steps_per_epoch <= 0 or not len(k):
+            return None
+        spe = float(steps_per_epoch)
+        w = EPOCH_WINDOW * spe
+        ly = np.log(y)
+        g = None
+        for j in range(1, int(np.max(k) // spe) + 1):
+            b = j * spe
+            pre2, pre, post = (ly[(k > b - 2 * w) & (k <= b - w)], ly[(k > b - w) & (k <= b)],
+                               ly[(k > b) & (k <= b + w)])
+            if min(len(pre2), len(pre), len(post)) < 2:
+                continue
+            m2, m1, m0 = float(np.median(pre2)), float(np.median(pre)), float(np.median(post))
+            g = max((m1 - m0) - max(m2 - m1, 0.0), 0.0)  # the jump beyond the fall the epoch was already making
+        return EpochDrops(spe, g, int((np.max(k) - 1) // spe))
+
+    def draw(self, rng) -> float:
+        if self.g_seen is not None:
+            return self.g_seen * math.exp(EPOCH_DRAW_SIGMA * rng.normal())
+        return EPOCH_PRIOR_G * math.exp(EPOCH_PRIOR_SIGMA * rng.normal())
+
+
 def _grid_steps(k_now: float, horizon: int, n: int = 400) -> np.ndarray:
     if horizon <= k_now:
         return np.array([float(horizon)])
@@ -422,11 +467,19 @@ def _grid_steps(k_now: float, horizon: int, n: int = 400) -> np.ndarray:
 
 def sample_curves(
     steps, losses, schedule: Schedule | None = None, horizon: int | None = None, *, n_draws: int = 120,
-    seed: int = 0, forms=None, run_steps: int | None = None,
+    seed: int = 0, forms=None, run_steps: int | None = None, steps_per_epoch: float | None = None,
 ) -> CurveDraws:
-    """Fit every form, weight by rolling-origin backtests, and draw future curves up to ``horizon``."""
+    """Fit every form, weight by rolling-origin backtests, and draw future curves up to ``horizon``.
+
+    With ``steps_per_epoch`` (the run passes over its data more than once) the drops at the boundaries already
+    seen are taken out before the fit, and each drawn curve drops at the boundaries to come (:class:`EpochDrops`).
+    """
     k_all = np.asarray(steps, dtype=float)
     y_all = np.asarray(losses, dtype=float)
+    ok_e = np.isfinite(k_all) & np.isfinite(y_all) & (y_all > 0) & (k_all > 0)
+    ep = EpochDrops.measure(k_all[ok_e], y_all[ok_e], steps_per_epoch)
+    if ep is not None and ep.g_seen:  # the curve as it would run without the passes already made
+        y_all = np.where(ok_e, y_all * np.exp(ep.g_seen * (ep.index(k_all) - ep.now)), y_all)
     k_last = float(np.nanmax(k_all)) if len(k_all) else 0.0
     keep = k_all >= SKIP_FRAC * k_last
     kb, yb = bin_curve(k_all[keep], y_all[keep])
@@ -500,6 +553,9 @@ def sample_curves(
     c_fut = Ctx.make(grid, gs, k_now)
     rel_h = np.log1p((gs - k_now) / k_now)
     curves, forms_used = [], []
+    # the passes to come: a separate random stream, so that runs without epochs draw as before
+    rng_e = np.random.default_rng(seed + 7919)
+    passes = np.maximum(ep.index(gs) - ep.now, 0.0) if ep is not None else None
     counts = {n: int(round(weights[n] * n_draws)) for n in fits}
     for n, cnt in counts.items():
         if cnt <= 0:
@@ -517,7 +573,10 @@ def sample_curves(
             e_b = EXP_PRIOR_MU + EXP_PRIOR_SIGMA * rng.normal() if EXP_PRIOR_SIGMA > 0 else EXP_PRIOR_MU
             fb = fit_form(n, ctx, yb_b, l_ref, sigma, prior_mu=mu_b, p0=f.params, exp_mu=e_b)
             cur = form.f(fb.params, c_fut) if fb is not None else cur0
-            curves.append(cur * np.exp(rng.normal() * s_ext * rel_h))
+            cur = cur * np.exp(rng.normal() * s_ext * rel_h)
+            if passes is not None:
+                cur = cur * np.exp(-ep.draw(rng_e) * passes)
+            curves.append(cur)
             forms_used.append(n)
     fall = float(np.mean(np.log(yb[:n5])) - np.mean(np.log(yb[-n5:])))
     return CurveDraws(gs, np.array(curves), tuple(forms_used), weights, fits, int(k_now), sigma, trend, fall, l_ref)
@@ -540,7 +599,7 @@ def forecast_convergence(
 def forecast_many(
     steps, losses, targets, schedule: Schedule | None = None, total_steps: int | None = None, *,
     horizon: int | None = None, n_draws: int = 120, seed: int = 0, forms=None, level: float = 0.8,
-    return_draws: bool = False,
+    return_draws: bool = False, steps_per_epoch: float | None = None,
 ):
     """:func:`forecast_convergence` for several targets from one set of draws (and the draws, when asked)."""
     for t in targets:
@@ -568,7 +627,8 @@ def forecast_many(
         f = _reached(kb, yb, float(target_loss), h, schedule, notes, level)
         if f is None:
             if draws is None:
-                draws = sample_curves(k, y, schedule, h, n_draws=n_draws, seed=seed, forms=forms, run_steps=total)
+                draws = sample_curves(k, y, schedule, h, n_draws=n_draws, seed=seed, forms=forms, run_steps=total,
+                                      steps_per_epoch=steps_per_epoch)
             f = forecast_from_draws(draws, float(target_loss), schedule, notes, level)
         out.append(f)
     # the fit works on binned steps (the last bin's median step); "now" is the last step logged, as `eta` says
