@@ -77,10 +77,8 @@ COND_MEDIAN = 1
 # Epochs (a run that passes over its data several times, ``steps_per_epoch`` known): the training loss drops by a
 # factor exp(g) each time the data come round again (benchmarks/converge_validation.py, set f). Once a boundary is
 # seen, g is the drop measured there (the last one: on the development runs the drops grow from pass to pass),
-# drawn with a log-sd of EPOCH_DRAW_SIGMA; boundaries passed but logged too coarsely to measure leave g at 0 (the
-# fitted trend carries them); before the first boundary, g comes from the prior
-# g ~ LogNormal(log EPOCH_PRIOR_G, EPOCH_PRIOR_SIGMA) (first-boundary drops of the development half of set f:
-# 1.0-1.6x, median about 1.1x). 0 turns it off.
+# drawn with a log-sd of EPOCH_DRAW_SIGMA; before, from the prior g ~ LogNormal(log EPOCH_PRIOR_G, EPOCH_PRIOR_SIGMA)
+# (first-boundary drops of the development half of set f: 1.0-1.6x, median about 1.1x). 0 turns it off.
 EPOCH_DROPS = 1
 EPOCH_PRIOR_G = 0.1
 EPOCH_PRIOR_SIGMA = 1.2
@@ -442,13 +440,9 @@ class EpochDrops:
         if not EPOCH_DROPS or not steps_per_epoch or steps_per_epoch <= 0 or not len(k):
             return None
         spe = float(steps_per_epoch)
-        o = np.argsort(k)
-        k, y = k[o], y[o]
-        gap = float(np.median(np.diff(k))) if len(k) > 1 else spe
-        w = min(max(EPOCH_WINDOW * spe, 2.5 * gap), 0.5 * spe)  # at least two logged points a window if it can
+        w = EPOCH_WINDOW * spe
         ly = np.log(y)
-        now = int((np.max(k) - 1) // spe)
-        g = None if now == 0 else 0.0  # passes made but not measurable (logged coarser than them): in the trend
+        g = None
         for j in range(1, int(np.max(k) // spe) + 1):
             b = j * spe
             pre2, pre, post = (ly[(k > b - 2 * w) & (k <= b - w)], ly[(k > b - w) & (k <= b)],
@@ -457,7 +451,7 @@ class EpochDrops:
                 continue
             m2, m1, m0 = float(np.median(pre2)), float(np.median(pre)), float(np.median(post))
             g = max((m1 - m0) - max(m2 - m1, 0.0), 0.0)  # the jump beyond the fall the epoch was already making
-        return EpochDrops(spe, g, now)
+        return EpochDrops(spe, g, int((np.max(k) - 1) // spe))
 
     def draw(self, rng) -> float:
         if self.g_seen is not None:
