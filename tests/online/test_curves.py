@@ -104,6 +104,32 @@ def test_now_is_the_last_logged_step_not_the_last_bins_median():
     assert ok.status == "ok" and ok.steps > 1000
 
 
+def test_epoch_drops_are_measured_and_foreseen(monkeypatch):
+    """A run of 3 passes whose loss falls by exp(0.3) at each boundary (every 1,000 steps), seen to step 1,500:
+    the drop at step 1,000 is measured (within 0.1 of 0.3) and the forecast of a level only the third pass
+    reaches lands just after step 2,000; without the epochs (EPOCH_DROPS = 0) the smooth forms, bent by the
+    drop they saw, put it hundreds of steps later. Before any boundary is seen the drop is a prior's."""
+    from traincast.online import curves
+
+    rng = np.random.default_rng(1)
+    k = np.arange(10, 3001, 10).astype(float)
+    passes = np.floor((k - 1) / 1000)
+    y = (0.8 + 2.0 * (k / 10) ** -0.5) * np.exp(-0.3 * passes) * np.exp(0.01 * rng.normal(size=len(k)))
+    seen = k <= 1500
+    ep = curves.EpochDrops.measure(k[seen], y[seen], 1000)
+    assert ep.now == 1 and abs(ep.g_seen - 0.3) < 0.1
+    assert curves.EpochDrops.measure(k[k <= 900], y[k <= 900], 1000).g_seen is None
+    target = 1.05 * float(np.median(y[(k > 2100) & (k <= 2300)]))  # a level only the third pass reaches
+    true = float(k[np.argmax(y <= target)])
+    assert 2000 < true < 2050
+    sched = parse_schedule("constant", 3000)
+    fc = forecast_convergence(k[seen], y[seen], target, sched, 3000, n_draws=40, steps_per_epoch=1000)
+    assert fc.status == "ok" and abs(fc.steps - true) < 0.03 * true
+    monkeypatch.setattr(curves, "EPOCH_DROPS", 0)
+    flat = forecast_convergence(k[seen], y[seen], target, sched, 3000, n_draws=40, steps_per_epoch=1000)
+    assert not math.isfinite(flat.steps) or flat.steps > 1.08 * true
+
+
 def test_bad_input():
     k, y, _ = tissue_curve("constant")
     with pytest.raises(ConfigError, match="finite"):

@@ -354,24 +354,25 @@ def resolve_schedule(series, lr_schedule: str | None = None, total_steps: int | 
     return None, "none", ()
 
 
-# Measured on set f of benchmarks/converge_validation.py (26 public Hugging Face Trainer runs, 2026-11-28): from a
-# quarter of the run, forecasts erred by a median 17.9% on one-epoch runs, 26.5% on 2-5 epochs and 89.9% beyond, and
-# 13 of the 58 multi-epoch targets were called unreachable that the runs reached (docs/online.md).
+# The loss model drops at each epoch boundary (curves.EpochDrops); before the first is seen, by a prior.
 EPOCH_NOTE = ("the run starts epoch {next_epoch} of {epochs} at step {step:,}: a fine-tune's training loss often "
-              "drops when its data come round again, which the curve of the steps so far cannot show; on public "
-              "multi-epoch fine-tunes, forecasts from a quarter of the run missed by a median 27-90% (docs/online.md)")
+              "drops when its data come round again (by up to about 2x across those of public fine-tunes); until a "
+              "boundary is seen the forecast assumes about {prior:.2f}x a pass (a wide prior), and it measures the drop "
+              "once one is logged")
 
 
 def _epoch_notes(series, fc, total: int | None) -> list[str]:
-    """A warning when the forecast runs across an epoch boundary the log has not reached (the data repeat)."""
+    """A note when the forecast runs across an epoch boundary and none has been logged yet (the drop is a prior)."""
+    from traincast.online import curves
+
     spe = series.steps_per_epoch
-    if not spe or not total or total <= spe or fc.status == "reached":
+    if not curves.EPOCH_DROPS or not spe or not total or total <= spe or fc.status == "reached":
         return []
     now = int(np.nanmax(series.steps))
-    nxt = (now // spe + 1) * spe
-    if nxt >= total:
+    if now > spe:
         return []
-    return [EPOCH_NOTE.format(next_epoch=now // spe + 2, epochs=math.ceil(total / spe), step=nxt)]
+    return [EPOCH_NOTE.format(next_epoch=2, epochs=math.ceil(total / spe), step=int(spe),
+                              prior=math.exp(curves.EPOCH_PRIOR_G))]
 
 
 def converge(
@@ -404,7 +405,7 @@ def converge(
     forms = None if form == "auto" else [form]
     k, y = series.steps[ok].astype(float), series.loss[ok]
     (fc,), draws = curves.forecast_many(k, y, [target_loss], sched, total, n_draws=n_draws, seed=seed, forms=forms,
-                                        return_draws=True)
+                                        return_draws=True, steps_per_epoch=series.steps_per_epoch)
     warns = [*warns, *_epoch_notes(series, fc, total)]
     tau = step_time_s
     if tau is None:

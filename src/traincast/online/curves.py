@@ -585,6 +585,7 @@ def sample_curves(
 def forecast_convergence(
     steps, losses, target_loss: float, schedule: Schedule | None = None, total_steps: int | None = None, *,
     horizon: int | None = None, n_draws: int = 120, seed: int = 0, forms=None, level: float = 0.8,
+    steps_per_epoch: float | None = None,
 ) -> ConvergenceForecast:
     """Step at which the smoothed training loss reaches ``target_loss``, with an 80% band.
 
@@ -593,7 +594,7 @@ def forecast_convergence(
     there). Without either the horizon is 10x the steps seen.
     """
     return forecast_many(steps, losses, [target_loss], schedule, total_steps, horizon=horizon, n_draws=n_draws,
-                         seed=seed, forms=forms, level=level)[0]
+                         seed=seed, forms=forms, level=level, steps_per_epoch=steps_per_epoch)[0]
 
 
 def forecast_many(

@@ -289,7 +289,11 @@ def _parse_trainer_state(text: str) -> ParsedLog:
     total = state.get("max_steps") if isinstance(state.get("max_steps"), int) and state.get("max_steps") > 0 else None
     epochs = state.get("num_train_epochs")
     spe = None
-    if total and isinstance(epochs, (int, float)) and epochs > 0 and float(epochs).is_integer():
+    with_epoch = [r for r in recs.values() if r.epoch and r.epoch > 0]
+    if with_epoch:  # the logged share of an epoch: exact where max_steps, not the epochs, ends the run
+        last = max(with_epoch, key=lambda r: r.step)
+        spe = int(round(last.step / last.epoch)) or None
+    elif total and isinstance(epochs, (int, float)) and epochs > 0 and float(epochs).is_integer():
         spe = int(total // int(epochs)) or None
     return ParsedLog("hf", tuple(recs[k] for k in sorted(recs)), tuple(events), c.read, c.skipped, total, spe, tuple(c.examples))
 
