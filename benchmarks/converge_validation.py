@@ -167,7 +167,15 @@ the session that wrote it; the logs were copied by helper sessions under the mec
     from 50%), worse than the first version's 14.9%: the first version is the candidate, and runs once on
     ``public-f-test``.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test] [--by steps|points] [--draws 80] [--const NAME=VALUE]
+Seventh set g, for the next method change (written 2026-11-28, before its logs were gathered)
+----------------------------------------------------------------------------------------------
+  * Source and rule as set f, from the paths ``model/trainer_state.json`` (51 repositories listed) and
+    ``checkpoints/trainer_state.json`` (10); runs an earlier set holds (set f's included) are left out by the
+    loader. Copied to ``data/public_curves_g/raw/``; not scored when gathered. All of set f is development data
+    from now on; the next candidate is chosen on the development sets and run once on ``public-g``, with the
+    method of the day beside it.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test|public-g] [--by steps|points] [--draws 80] [--const NAME=VALUE]
 """
 
 from __future__ import annotations
@@ -199,6 +207,7 @@ PUBLIC_C = HERE / "data" / "public_curves_c"  # the third held-out set: run once
 PUBLIC_D = HERE / "data" / "public_curves_d"  # a fourth held-out set (gathered 2026-11-26), run only by name, for the next method change
 DENSE = HERE / "data" / "dense"  # whole-log extracts (2026-11-27): re-extractions of sets b-d, and the fifth held-out set e
 PUBLIC_F = HERE / "data" / "public_curves_f"  # the sixth set (2026-11-28): Hugging Face Trainer logs, split dev/test
+PUBLIC_G = HERE / "data" / "public_curves_g"  # the seventh (gathered 2026-11-28): held out for the next method change
 
 
 def smoothed(loss: np.ndarray, w: int) -> np.ndarray:
@@ -271,6 +280,8 @@ def hf_runs(part: str = "all", folder: Path = PUBLIC_F):
     earlier = " ".join(str(m.get("source", "")) for man_p in [*HERE.glob("data/public_curves*/manifest.json"),
                                                               *DENSE.glob("*/manifest.json")]
                        for m in json.loads(man_p.read_text()).values())
+    if folder != PUBLIC_F:  # a later Trainer set: set f's runs are earlier too
+        earlier += " " + " ".join(json.loads(q.read_text())["repo"] + " " for q in (PUBLIC_F / "raw").glob("*.json"))
     out, seen = [], []
     for i, p in enumerate(files):
         if part == "dev" and i % 2 or part == "test" and not i % 2:
@@ -294,7 +305,8 @@ def hf_runs(part: str = "all", folder: Path = PUBLIC_F):
         v = vs[k >= k[int(np.argmax(vs))]]
         kind = ("constant" if np.ptp(vs) < 0.03 else "decaying" if v[-1] < 0.5 else "other")
         seen.append(dict(loss=y))
-        out.append(dict(name=p.stem, group="hf-" + ("test" if i % 2 else "dev"), schedule=sched, sched_kind=kind,
+        group = ("hf-" + ("test" if i % 2 else "dev")) if folder == PUBLIC_F else "hf-" + folder.name.rsplit("_", 1)[-1]
+        out.append(dict(name=p.stem, group=group, schedule=sched, sched_kind=kind,
                         total=total, steps=k, loss=y, epoch=ep))
     return out
 
@@ -406,7 +418,7 @@ def table(rows, title, by="method"):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("cpu", "public", "public-b", "all", "public-c", "public-d", "dense-dev", "public-e",
-                                   "public-f", "public-f-dev", "public-f-test"),
+                                   "public-f", "public-f-dev", "public-f-test", "public-g"),
                     default="all",
                     help="all = the first development sets (cpu, public, public-b); dense-dev = public (whole-log extracts "
                          "already) + the whole-log re-extractions of public-b/c/d; public-c, public-d and public-e are "
@@ -441,7 +453,8 @@ def main() -> None:
             + (public_runs() + dense_runs(("b", "c", "d")) if args.set == "dense-dev" else [])
             + (dense_runs(("e",)) if args.set == "public-e" else [])
             + (hf_runs({"public-f": "all", "public-f-dev": "dev", "public-f-test": "test"}[args.set])
-               if args.set.startswith("public-f") else []))
+               if args.set.startswith("public-f") else [])
+            + (hf_runs("all", PUBLIC_G) if args.set == "public-g" else []))
     if args.only:
         runs = [r for r in runs if args.only in r["name"]]
     methods = tuple(args.methods.split(","))
