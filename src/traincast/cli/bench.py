@@ -47,8 +47,9 @@ def _fmt_ms(ms: float | None) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    from traincast.cli.render import make_console
     from rich.table import Table
+
+    from traincast.cli.render import make_console
 
     bench = typer.Typer(help="Measure this machine: single layers, whole training steps, data-parallel runs.",
                         no_args_is_help=True)

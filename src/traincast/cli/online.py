@@ -56,9 +56,9 @@ def _positive(name, v):
 
 
 def register(app: typer.Typer) -> None:
-    from traincast.cli.render import make_console
     from rich.table import Table
 
+    from traincast.cli.render import make_console
     from traincast.online import api, estimate, jobs, move, parsers, plot
     from traincast.online.curves import FORMS
     from traincast.online.schedule import schedule_help

@@ -84,8 +84,9 @@ def _fmt(mean: float, sd: float, scale: float, fmt: str) -> str:
 
 
 def render(result, plot: Path | None) -> None:
-    from traincast.cli.render import make_console
     from rich.table import Table
+
+    from traincast.cli.render import make_console
 
     console = make_console()
     title = (f"{result.scenario}: {result.nodes} nodes, {result.n_jobs} jobs, Poisson mean "

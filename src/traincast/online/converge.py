@@ -354,24 +354,29 @@ def resolve_schedule(series, lr_schedule: str | None = None, total_steps: int | 
     return None, "none", ()
 
 
-# The loss model drops at each epoch boundary (curves.EpochDrops); before the first is seen, by a prior.
+# The loss model drops at each epoch boundary (curves.EpochDrops); until a drop is measured, by a prior.
 EPOCH_NOTE = ("the run starts epoch {next_epoch} of {epochs} at step {step:,}: a fine-tune's training loss often "
               "drops when its data come round again (by up to about 2x across those of public fine-tunes); until a "
-              "boundary is seen the forecast assumes about {prior:.2f}x a pass (a wide prior), and it measures the drop "
-              "once one is logged")
+              "drop is measured at a logged boundary ({why}) the forecast assumes about {prior:.2f}x a pass (a wide "
+              "prior)")
 
 
 def _epoch_notes(series, fc, total: int | None) -> list[str]:
-    """A note when the forecast runs across an epoch boundary and none has been logged yet (the drop is a prior)."""
+    """A note when the forecast runs across epoch boundaries while the drop per pass is still the prior's."""
     from traincast.online import curves
 
     spe = series.steps_per_epoch
-    if not curves.EPOCH_DROPS or not spe or not total or total <= spe or fc.status == "reached":
+    if not spe or not total or total <= spe or fc.status == "reached":
         return []
-    now = int(np.nanmax(series.steps))
-    if now > spe:
+    ok = np.isfinite(series.steps) & np.isfinite(series.loss) & (series.loss > 0) & (series.steps > 0)
+    ep = curves.EpochDrops.measure(series.steps[ok].astype(float), series.loss[ok], spe)
+    if ep is None or ep.g_seen is not None:
         return []
-    return [EPOCH_NOTE.format(next_epoch=2, epochs=math.ceil(total / spe), step=int(spe),
+    nxt = (ep.now + 1) * spe
+    if nxt >= total:
+        return []
+    why = "none passed yet" if ep.now == 0 else "the log is too coarse around those passed"
+    return [EPOCH_NOTE.format(next_epoch=ep.now + 2, epochs=math.ceil(total / spe), step=int(nxt), why=why,
                               prior=math.exp(curves.EPOCH_PRIOR_G))]
 
 

@@ -77,7 +77,8 @@ COND_MEDIAN = 1
 # Epochs (a run that passes over its data several times, ``steps_per_epoch`` known): the training loss drops by a
 # factor exp(g) each time the data come round again (benchmarks/converge_validation.py, set f). Once a boundary is
 # seen, g is the drop measured there (the last one: on the development runs the drops grow from pass to pass),
-# drawn with a log-sd of EPOCH_DRAW_SIGMA; before, from the prior g ~ LogNormal(log EPOCH_PRIOR_G, EPOCH_PRIOR_SIGMA)
+# drawn with a log-sd of EPOCH_DRAW_SIGMA; until one is measured (none passed yet, or none logged finely enough: two
+# points in each tenth of an epoch around it), from the prior g ~ LogNormal(log EPOCH_PRIOR_G, EPOCH_PRIOR_SIGMA)
 # (first-boundary drops of the development half of set f: 1.0-1.6x, median about 1.1x). 0 turns it off.
 EPOCH_DROPS = 1
 EPOCH_PRIOR_G = 0.1
