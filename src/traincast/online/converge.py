@@ -366,7 +366,7 @@ def _epoch_notes(series, fc, total: int | None) -> list[str]:
     from traincast.online import curves
 
     spe = series.steps_per_epoch
-    if not spe or not total or total <= spe or fc.status == "reached":
+    if not spe or not total or spe >= 0.99 * total or fc.status == "reached":
         return []
     ok = np.isfinite(series.steps) & np.isfinite(series.loss) & (series.loss > 0) & (series.steps > 0)
     ep = curves.EpochDrops.measure(series.steps[ok].astype(float), series.loss[ok], spe)

@@ -615,6 +615,8 @@ def forecast_many(
     if schedule is not None and not schedule.future_known and schedule.note:
         notes.append(schedule.note)
     total = total_steps or (schedule.total_steps if schedule is not None else None)
+    if steps_per_epoch and total and steps_per_epoch >= 0.99 * total:  # one pass (rounding of the epoch shares)
+        steps_per_epoch = None
     h = horizon or total
     kb, yb = bin_curve(k, y)
     if len(kb) < MIN_POINTS:
