@@ -1,4 +1,5 @@
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -143,9 +144,11 @@ def test_converge_on_trainer_state(app, capsys):
     assert "at least" in capsys.readouterr().err  # 5 points only
 
 
-def _trainer_state(path, epochs: int, max_steps: int = 3000, upto: int = 700):
+def _trainer_state(path, epochs: int, max_steps: int = 3000, upto: int = 700, drop: float = 0.0):
+    spe = max_steps / epochs
     hist = [{"epoch": k * epochs / max_steps, "learning_rate": 5e-5 * (1 - k / max_steps),
-             "loss": 0.5 + 2.0 * (k / 10) ** -0.5, "step": k} for k in range(10, upto + 10, 10)]
+             "loss": (0.5 + 2.0 * (k / 10) ** -0.5) * math.exp(-drop * ((k - 1) // spe)), "step": k}
+            for k in range(10, upto + 10, 10)]
     path.write_text(json.dumps({"global_step": upto, "log_history": hist, "max_steps": max_steps,
                                 "num_train_epochs": epochs, "logging_steps": 10}))
     return path
@@ -158,10 +161,17 @@ def test_converge_warns_when_the_forecast_crosses_an_epoch_not_yet_seen(app, tmp
     assert run(["converge", str(three), "--target-loss", "0.7", "--draws", "20", "--json"], the_app=app) == 0
     d = json.loads(capsys.readouterr().out)
     assert any("starts epoch 2 of 3 at step 1,000" in w for w in d["warnings"])
+    assert d["epochs"]["passes_done"] == 0 and d["epochs"]["drop_source"] == "prior (median)"
+    seen = _trainer_state(tmp_path / "seen.json", epochs=3, upto=1500, drop=0.3)  # one drop of e^0.3 logged
+    assert run(["converge", str(seen), "--target-loss", "0.45", "--draws", "20", "--json"], the_app=app) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["epochs"]["passes_done"] == 1 and d["epochs"]["drop_source"] == "measured"
+    assert d["epochs"]["drop_per_pass"] == pytest.approx(math.exp(0.3), rel=0.1)
+    assert not any("starts epoch" in w for w in d["warnings"])
     one = _trainer_state(tmp_path / "one.json", epochs=1)
     assert run(["converge", str(one), "--target-loss", "0.7", "--draws", "20", "--json"], the_app=app) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["steps"] > 700 and not any("epoch" in w for w in d["warnings"])
+    assert d["steps"] > 700 and not any("epoch" in w for w in d["warnings"]) and d["epochs"] is None
 
 
 def test_ingest_then_jobs_table(app, db, capsys):

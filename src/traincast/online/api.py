@@ -105,6 +105,7 @@ def converge_dict(result, target: str) -> dict:
         "target": target,
         **dataclasses.asdict(fc),
         "schedule_source": result.schedule_source,
+        "epochs": result.epochs,
         "warnings": list(result.warnings),
         "reached": fc.status == "reached",
         "floor_loss": fc.floor_loss,

@@ -314,6 +314,7 @@ class ConvergeResult:
     step_time_s: float | None
     time_to_target: TimeToTarget | None
     draws: object = None  # curves.CurveDraws (for plots); None when the target was already reached
+    epochs: dict | None = None  # epochs_dict: the passes over the data the forecast knows of
 
 
 def resolve_schedule(series, lr_schedule: str | None = None, total_steps: int | None = None):
@@ -361,16 +362,35 @@ EPOCH_NOTE = ("the run starts epoch {next_epoch} of {epochs} at step {step:,}: a
               "prior)")
 
 
+def _epochs(series, total: int | None):
+    """The run's passes over its data as the forecast sees them (curves.EpochDrops), or None (one pass, unknown)."""
+    from traincast.online import curves
+
+    spe = series.steps_per_epoch
+    if not spe or not total or spe >= 0.99 * total:
+        return None
+    ok = np.isfinite(series.steps) & np.isfinite(series.loss) & (series.loss > 0) & (series.steps > 0)
+    return curves.EpochDrops.measure(series.steps[ok].astype(float), series.loss[ok], spe)
+
+
+def epochs_dict(ep) -> dict | None:
+    """What ``converge --json`` says of the epochs: steps a pass, passes done, the drop a pass and where it is from."""
+    from traincast.online import curves
+
+    if ep is None:
+        return None
+    g = ep.g_seen if ep.g_seen is not None else curves.EPOCH_PRIOR_G
+    return {"steps_per_epoch": ep.steps_per_epoch, "passes_done": ep.now, "drop_per_pass": math.exp(g),
+            "drop_source": "measured" if ep.g_seen is not None else "prior (median)"}
+
+
 def _epoch_notes(series, fc, total: int | None) -> list[str]:
     """A note when the forecast runs across epoch boundaries while the drop per pass is still the prior's."""
     from traincast.online import curves
 
     spe = series.steps_per_epoch
-    if not spe or not total or spe >= 0.99 * total or fc.status == "reached":
-        return []
-    ok = np.isfinite(series.steps) & np.isfinite(series.loss) & (series.loss > 0) & (series.steps > 0)
-    ep = curves.EpochDrops.measure(series.steps[ok].astype(float), series.loss[ok], spe)
-    if ep is None or ep.g_seen is not None:
+    ep = _epochs(series, total)
+    if ep is None or ep.g_seen is not None or fc.status == "reached":
         return []
     nxt = (ep.now + 1) * spe
     if nxt >= total:
@@ -425,4 +445,5 @@ def converge(
         stt = StepsToTarget(fc.target_loss, fc.steps, fc.low, fc.high, fc.reach_probability, fc.current_step)
         ttt = time_to_target(stt, tau)
     return ConvergeResult(fc, sched.spec if sched is not None else None, source,
-                          tuple(dict.fromkeys(tuple(warns) + fc.notes)), tau, ttt, draws)  # each said once
+                          tuple(dict.fromkeys(tuple(warns) + fc.notes)), tau, ttt, draws,  # each said once
+                          epochs_dict(_epochs(series, total)))
