@@ -128,14 +128,6 @@ the session that wrote it; the logs were copied by helper sessions under the mec
     an outcome. Targets, origins and metrics as above (``--by steps``).
   * Split: runs sorted by file name; the 1st, 3rd, 5th ... are ``public-f-dev``, the 2nd, 4th ... are
     ``public-f-test``.
-    Revised once on ``public-f-dev`` (14.9% pooled from 25%, against the baseline's 19.7%; 12.8% against 9.7% from
-    50%), before any run on ``public-f-test``: the prior applies only before the first boundary; boundaries passed
-    but logged too coarsely to measure (fewer than two points in a window) leave g at 0, their drops being in
-    the fitted trend (runs of 12-50 short epochs drew prior drops at every boundary to come); the windows widen
-    to 2.5 logging intervals (at most half an epoch). The revision is the candidate if it is no worse than the
-    first version on the rule; else the first version. Result: the revision read 16.6% pooled from 25% (10.6%
-    from 50%), worse than the first version's 14.9%: the first version is the candidate, and runs once on
-    ``public-f-test``.
   * Order of runs: (1) the method as committed (``baseline``, the default of 2026-11-28) runs once on the whole
     set (``--set public-f``): the held-out figure of today's method on a sixth independent set, reported
     whatever it shows. (2) Any candidate change is compared on ``public-f-dev`` and ``dense-dev`` only, with
@@ -423,7 +415,7 @@ def main() -> None:
                     help="all = the first development sets (cpu, public, public-b); dense-dev = public (whole-log extracts "
                          "already) + the whole-log re-extractions of public-b/c/d; public-c, public-d and public-e are "
                          "held-out sets, run only by name; public-f: Hugging Face Trainer logs (halves public-f-dev, "
-                         "public-f-test; see the docstring)")
+                         "public-f-test; see the docstring); public-g: the next held-out Trainer set")
     ap.add_argument("--by", choices=("steps", "points"), default="steps",
                     help="origins and targets as shares of the run's steps (default, 2026-11-27) or of the logged points "
                          "(the protocol before: the same on whole-log extracts, not on block extracts)")
