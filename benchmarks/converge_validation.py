@@ -167,6 +167,16 @@ Seventh set g, for the next method change (written 2026-11-28, before its logs w
     from now on; the next candidate is chosen on the development sets and run once on ``public-g``, with the
     method of the day beside it.
 
+  * First candidate scored on set g (written 2026-11-28, after a synthetic check and before it ran on any data):
+    a 90-epoch run whose loss has no drops at all, logged every 100 steps with 390 steps a pass, seen to 25%,
+    is forecast 45-59% early by ``EpochDrops``: no boundary can be measured at that logging (two points in a
+    tenth of an epoch), so every one of the 68 boundaries to come draws the prior's drop. Candidate
+    ``epoch-coarse``: once a boundary has been passed, a drop that could not be measured at any of them is 0
+    (the passes are in the fitted trend; ``--const EPOCH_COARSE_ZERO=0`` is ``EpochDrops`` as chosen). Rule,
+    given that failure on a common kind of run: it replaces ``EpochDrops`` unless its pooled median from 25% on
+    the development data (dense-dev + all of set f, now development) is worse by more than 2 points; the
+    chosen one then runs once on ``public-g`` beside the method before ``EpochDrops`` (``EPOCH_DROPS=0``).
+
     PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test|public-g] [--by steps|points] [--draws 80] [--const NAME=VALUE]
 """
 

@@ -85,6 +85,9 @@ EPOCH_PRIOR_G = 0.1
 EPOCH_PRIOR_SIGMA = 1.2
 EPOCH_DRAW_SIGMA = 0.5
 EPOCH_WINDOW = 0.1  # the windows either side of a boundary, as a share of an epoch
+# once a boundary has been passed, a drop no boundary could measure (logged too coarsely) is 0: the passes are in the
+# fitted trend (a 90-epoch run logged every 100 steps would otherwise draw the prior at each of its boundaries)
+EPOCH_COARSE_ZERO = 1
 
 
 # ------------------------------------------------------------------ the grid
@@ -452,7 +455,10 @@ class EpochDrops:
                 continue
             m2, m1, m0 = float(np.median(pre2)), float(np.median(pre)), float(np.median(post))
             g = max((m1 - m0) - max(m2 - m1, 0.0), 0.0)  # the jump beyond the fall the epoch was already making
-        return EpochDrops(spe, g, int((np.max(k) - 1) // spe))
+        now = int((np.max(k) - 1) // spe)
+        if g is None and now >= 1 and EPOCH_COARSE_ZERO:
+            g = 0.0
+        return EpochDrops(spe, g, now)
 
     def draw(self, rng) -> float:
         if self.g_seen is not None:
