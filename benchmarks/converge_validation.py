@@ -176,6 +176,8 @@ Seventh set g, for the next method change (written 2026-11-28, before its logs w
     given that failure on a common kind of run: it replaces ``EpochDrops`` unless its pooled median from 25% on
     the development data (dense-dev + all of set f, now development) is worse by more than 2 points; the
     chosen one then runs once on ``public-g`` beside the method before ``EpochDrops`` (``EPOCH_DROPS=0``).
+    Result (pooled, 126 cases from 25%): ``EpochDrops`` 18.2%, ``epoch-coarse`` 21.1%, no epochs 24.4%: worse by
+    2.9 points, so ``EpochDrops`` stays (``EPOCH_COARSE_ZERO = 0``) and runs once on ``public-g``.
 
     PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test|public-g] [--by steps|points] [--draws 80] [--const NAME=VALUE]
 """
