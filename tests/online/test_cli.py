@@ -168,6 +168,12 @@ def test_converge_warns_when_the_forecast_crosses_an_epoch_not_yet_seen(app, tmp
     assert d["epochs"]["passes_done"] == 1 and d["epochs"]["drop_source"] == "measured"
     assert d["epochs"]["drop_per_pass"] == pytest.approx(math.exp(0.3), rel=0.1)
     assert not any("starts epoch" in w for w in d["warnings"])
+    assert run(["converge", str(three), "--target-loss", "0.7", "--draws", "20", "--steps-per-epoch", "0", "--json"],
+               the_app=app) == 0  # the user's word: this loss does not drop when the data repeat
+    d = json.loads(capsys.readouterr().out)
+    assert d["epochs"] is None and not any("epoch" in w for w in d["warnings"])
+    assert run(["converge", str(three), "--target-loss", "0.7", "--steps-per-epoch", "-1"], the_app=app) == 2
+    assert "--steps-per-epoch must be a number >= 0" in capsys.readouterr().err
     one = _trainer_state(tmp_path / "one.json", epochs=1)
     assert run(["converge", str(one), "--target-loss", "0.7", "--draws", "20", "--json"], the_app=app) == 0
     d = json.loads(capsys.readouterr().out)

@@ -286,25 +286,37 @@ def register(app: typer.Typer) -> None:
         form: str = typer.Option("auto", "--form", help="loss-curve form: auto (the average of all), " + ", ".join(FORMS)),
         n_draws: int = typer.Option(120, "--draws", "--boot", help="sampled curves for the band"),
         step_time_s: Optional[float] = typer.Option(None, "--step-time-s", help="time per step (else measured from the log)"),
+        steps_per_epoch: Optional[float] = typer.Option(
+            None, "--steps-per-epoch",
+            help="steps a pass over the data (else from the log: a trainer_state's epoch shares, the recorder's); the "
+                 "loss is forecast to drop at each boundary; 0: no drops (a loss that does not fall when the data "
+                 "repeat, e.g. a many-epoch image model logged coarsely)"),
         plot_path: Optional[str] = typer.Option(None, "--plot", help="PNG of the loss forecast"),
         db: Optional[str] = typer.Option(None, "--db"),
         as_json: bool = typer.Option(False, "--json"),
     ):
-        """Steps (and time) until the training loss reaches a target, aware of the learning-rate schedule."""
+        """Steps (and time) until the training loss reaches a target, aware of the learning-rate schedule and of the
+        passes over the data."""
         if not math.isfinite(target_loss):
             raise ConfigError(f"--target-loss must be a finite number, got {target_loss}")
         if n_draws < 10:
             raise ConfigError(f"--draws must be >= 10, got {n_draws}")
         _positive("--step-time-s", step_time_s)
         _positive("--total-steps", total_steps)
+        if steps_per_epoch is not None and not (math.isfinite(steps_per_epoch) and steps_per_epoch >= 0):
+            raise ConfigError(f"--steps-per-epoch must be a number >= 0 (0: no epoch drops), got {steps_per_epoch}")
         if plot_path:
             from traincast.errors import png_path
 
             png_path(plot_path)
+        import dataclasses
+
         from traincast.online.converge import converge as _converge
 
         store = None if Path(target).exists() else _job_store(db, target)
         series, _ = api.open_series(target, fmt, store, total_steps)
+        if steps_per_epoch is not None:
+            series = dataclasses.replace(series, steps_per_epoch=steps_per_epoch or None)
         res = _converge(series, target_loss, lr_schedule, total_steps, form=form, n_draws=n_draws, step_time_s=step_time_s)
         fc, ttt = res.forecast, res.time_to_target
         for w in res.warnings:

@@ -359,7 +359,7 @@ def resolve_schedule(series, lr_schedule: str | None = None, total_steps: int | 
 EPOCH_NOTE = ("the run starts epoch {next_epoch} of {epochs} at step {step:,}: a fine-tune's training loss often "
               "drops when its data come round again (by up to about 2x across those of public fine-tunes); until a "
               "drop is measured at a logged boundary ({why}) the forecast assumes about {prior:.2f}x a pass (a wide "
-              "prior)")
+              "prior); if this run's loss does not drop when its data repeat, pass --steps-per-epoch 0")
 
 
 def _epochs(series, total: int | None):
