@@ -328,7 +328,7 @@ def _steps_per_epoch(run, k_now: float) -> float | None:
     if not m.any():
         return None
     spe = float(k[m][-1] / ep[m][-1])
-    return spe if spe < run["total"] * 0.99 else None
+    return None if _c.one_pass(spe, run["total"]) else spe
 
 
 def evaluate(run, draws: int, methods=("traincast", "no-schedule", "optimus-auto"), by: str = "steps"):

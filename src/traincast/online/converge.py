@@ -367,7 +367,7 @@ def _epochs(series, total: int | None):
     from traincast.online import curves
 
     spe = series.steps_per_epoch
-    if not spe or not total or spe >= 0.99 * total:
+    if not spe or not total or curves.one_pass(spe, total):
         return None
     ok = np.isfinite(series.steps) & np.isfinite(series.loss) & (series.loss > 0) & (series.steps > 0)
     return curves.EpochDrops.measure(series.steps[ok].astype(float), series.loss[ok], spe)
@@ -384,14 +384,14 @@ def epochs_dict(ep) -> dict | None:
             "drop_source": "measured" if ep.g_seen is not None else "prior (median)"}
 
 
-def _epoch_notes(series, fc, total: int | None) -> list[str]:
-    """A note when the forecast runs across epoch boundaries while the drop per pass is still the prior's."""
+def _epoch_notes(ep, fc, total: int | None) -> list[str]:
+    """A note when the forecast runs across epoch boundaries (``ep``: :func:`_epochs`) while the drop per pass is
+    still the prior's."""
     from traincast.online import curves
 
-    spe = series.steps_per_epoch
-    ep = _epochs(series, total)
     if ep is None or ep.g_seen is not None or fc.status == "reached":
         return []
+    spe = ep.steps_per_epoch
     nxt = (ep.now + 1) * spe
     if nxt >= total:
         return []
@@ -431,7 +431,8 @@ def converge(
     k, y = series.steps[ok].astype(float), series.loss[ok]
     (fc,), draws = curves.forecast_many(k, y, [target_loss], sched, total, n_draws=n_draws, seed=seed, forms=forms,
                                         return_draws=True, steps_per_epoch=series.steps_per_epoch)
-    warns = [*warns, *_epoch_notes(series, fc, total)]
+    ep = _epochs(series, total)
+    warns = [*warns, *_epoch_notes(ep, fc, total)]
     tau = step_time_s
     if tau is None:
         from traincast.online.estimate import estimate_remaining
@@ -446,4 +447,4 @@ def converge(
         ttt = time_to_target(stt, tau)
     return ConvergeResult(fc, sched.spec if sched is not None else None, source,
                           tuple(dict.fromkeys(tuple(warns) + fc.notes)), tau, ttt, draws,  # each said once
-                          epochs_dict(_epochs(series, total)))
+                          epochs_dict(ep))

@@ -428,6 +428,12 @@ class CurveDraws:
     last_loss: float = float("nan")  # the loss now (median of the last bins)
 
 
+def one_pass(steps_per_epoch: float | None, total_steps: int | None) -> bool:
+    """Whether a run of ``total_steps`` makes a single pass over its data: an epoch ending within 1% of the run's
+    end is the same pass (a trainer_state's epoch shares are rounded)."""
+    return bool(steps_per_epoch and total_steps and steps_per_epoch >= 0.99 * total_steps)
+
+
 @dataclass(frozen=True)
 class EpochDrops:
     """The passes over the data: epoch index of a step and the drop of the log-loss per pass (``g``)."""
@@ -621,7 +627,7 @@ def forecast_many(
     if schedule is not None and not schedule.future_known and schedule.note:
         notes.append(schedule.note)
     total = total_steps or (schedule.total_steps if schedule is not None else None)
-    if steps_per_epoch and total and steps_per_epoch >= 0.99 * total:  # one pass (rounding of the epoch shares)
+    if one_pass(steps_per_epoch, total):
         steps_per_epoch = None
     h = horizon or total
     kb, yb = bin_curve(k, y)
