@@ -393,3 +393,41 @@ def test_fp8_runs_on_the_bf16_half_model(small_gpt):
     assert wl.memory.optimizer_state_bytes == 12 * wl.parameters
     assert all(o.dtype == "bf16" for o in wl.ops if o.phase == "forward" and o.op_class == "norm")
     assert sum(o.dtype == "fp8" for o in wl.ops if o.op_class == "matmul") == 3 * len(mods)
+
+
+def _cp_ring_bench():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "cp_ring_bench.py"
+    spec = importlib.util.spec_from_file_location("cp_ring_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("c", [1, 2, 4])
+def test_the_ring_attention_benchmark_computes_causal_attention_and_its_gradients(c):
+    """benchmarks/cp_ring_bench.py times PyTorch's ring attention step by step (load-balanced chunks, FP32 merges,
+    dK/dV passed round the ring); its lockstep emulation must be that algorithm: every rank's output and its dQ,
+    dK, dV equal the whole sequence's causal attention and autograd's gradients, chunk for chunk."""
+    import torch
+    import torch.nn.functional as F
+
+    bench = _cp_ring_bench()
+    torch.manual_seed(0)
+    q, k, v, g = (torch.randn(1, 2, 32, 8, dtype=torch.float64) for _ in range(4))
+    qa, ka, va = (x.clone().requires_grad_(True) for x in (q, k, v))
+    ref = F.scaled_dot_product_attention(qa, ka, va, is_causal=True)
+    ref.backward(g)
+    flash = bench.Flash("cpu")
+    qs, ks, vs, ds = (bench.local_chunks(x, c) for x in (q, k, v, g))
+    outs, lses, rests = bench.ring_forward(qs, ks, vs, flash)
+    dqs, dks, dvs = bench.ring_backward(ds, qs, ks, vs, outs, lses, rests, flash)
+    for mine, whole in ((outs, ref.detach()), (dqs, qa.grad), (dks, ka.grad), (dvs, va.grad)):
+        want = bench.local_chunks(whole, c)
+        for r in range(c):
+            assert torch.allclose(mine[r], want[r], atol=1e-5), (c, r, float((mine[r] - want[r]).abs().max()))
+    # the steps' blocks: each rank computes 1/c of the causal pairs (load balancing), the local block causal
+    assert [bench._behaviour(c - 1, i) for i in range(c)] == ["causal"] + ["half-kv"] * (c - 1)
+    assert [bench._behaviour(0, i) for i in range(c)] == ["causal"] + ["half-q"] * (c - 1)
