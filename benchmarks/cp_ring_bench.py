@@ -412,25 +412,62 @@ def forecast_attention_ms(device, seq: int, c: int) -> tuple[float, float]:
     return float(t[0]), float(t[1])
 
 
+def forecast_ring_work_ms(device, seq: int, c: int) -> tuple[float, float]:
+    """The ring's own work beside the flash calls as the forecast prices it (``engine.with_ring_work``: the bytes
+    of :func:`ring_attention_bytes`, c element-wise ops a pass, FP32), one rank, one layer (ms, forward, backward);
+    0 at c = 1 (no ring)."""
+    if c <= 1:
+        return 0.0, 0.0
+    from traincast.predict.parallel.engine import ring_attention_bytes
+    from traincast.predict.roofline import CompiledOps, RooflineParams
+
+    e = HEADS * seq / c * HEAD_DIM
+    f_r, f_w, b_r, b_w = ring_attention_bytes(e, e, c, 2)
+    flops = [0.0] * (2 * c)
+    nbytes = [(f_r + f_w) / c] * c + [(b_r + b_w) / c] * c
+    ops = CompiledOps.from_arrays(flops, nbytes, ["elementwise"] * (2 * c), device, precision="amp-bf16",
+                                  dtype="fp32")
+    t = ops.times(RooflineParams.for_device(device)) * 1e3
+    return float(t[:c].sum()), float(t[c:].sum())
+
+
 def compare(path: Path, gpu: str) -> int:
     from traincast.hardware.catalog import get_catalog
 
     device = get_catalog().device(gpu)
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     print(f"forecast on {device.name}: one rank's attention, one layer (32 heads x 128, batch 1, BF16, causal)")
-    print(f"{'row':>16s} {'pass':>8s} {'forecast':>9s} {'kernels':>9s} {'whole':>9s} {'fc/kern':>8s} {'fc/whole':>8s}"
-          f" {'overhead':>8s}")
+    print("forecast: the attention kernels alone (as before 2026-11-28); +ring: with the ring's own work "
+          "(engine.with_ring_work); measured: the flash kernels alone, the whole pass; overhead: (whole - kernels) / "
+          "whole; ring bytes / (whole - kernels): the bandwidth the measured overhead implies")
+    print(f"{'row':>16s} {'pass':>8s} {'forecast':>9s} {'+ring':>9s} {'kernels':>9s} {'whole':>9s} {'fc/kern':>8s} "
+          f"{'fc/whole':>8s} {'+ring/wh':>8s} {'overhead':>8s} {'TB/s':>5s}")
+    from traincast.predict.parallel.engine import ring_attention_bytes
+
+    with_ring = []
     for r in rows:
         if r["kind"] != "ring":
             continue
         f_fw, f_bw = forecast_attention_ms(device, r["seq"], r["cp"])
-        for name, fc, kern, whole in (("forward", f_fw, r["forward_kernels_ms"], r["forward_ms"]),
-                                      ("backward", f_bw, r["backward_kernels_ms"], r["backward_ms"])):
-            print(f"{r['seq']:>9d} cp {r['cp']:<3d} {name:>8s} {fc:9.2f} {kern:9.2f} {whole:9.2f} "
-                  f"{fc / kern - 1:+8.1%} {fc / whole - 1:+8.1%} {(whole - kern) / whole:8.1%}")
-        fc, whole = f_fw + f_bw, r["forward_ms"] + r["backward_ms"]
-        print(f"{'':>16s} {'both':>8s} {fc:9.2f} {r['forward_kernels_ms'] + r['backward_kernels_ms']:9.2f} "
-              f"{whole:9.2f} {'':8s} {fc / whole - 1:+8.1%}")
+        w_fw, w_bw = forecast_ring_work_ms(device, r["seq"], r["cp"])
+        e = HEADS * r["seq"] / r["cp"] * HEAD_DIM
+        f_r, f_w, b_r, b_w = ring_attention_bytes(e, e, r["cp"], 2) if r["cp"] > 1 else (0, 0, 0, 0)
+        for name, fc, w, kern, whole, nb in (
+                ("forward", f_fw, w_fw, r["forward_kernels_ms"], r["forward_ms"], f_r + f_w),
+                ("backward", f_bw, w_bw, r["backward_kernels_ms"], r["backward_ms"], b_r + b_w)):
+            bw = nb / (whole - kern) / 1e9 if nb else float("nan")
+            print(f"{r['seq']:>9d} cp {r['cp']:<3d} {name:>8s} {fc:9.2f} {fc + w:9.2f} {kern:9.2f} {whole:9.2f} "
+                  f"{fc / kern - 1:+8.1%} {fc / whole - 1:+8.1%} {(fc + w) / whole - 1:+8.1%} "
+                  f"{(whole - kern) / whole:8.1%} {bw:5.2f}")
+        fc, w, whole = f_fw + f_bw, w_fw + w_bw, r["forward_ms"] + r["backward_ms"]
+        print(f"{'':>16s} {'both':>8s} {fc:9.2f} {fc + w:9.2f} "
+              f"{r['forward_kernels_ms'] + r['backward_kernels_ms']:9.2f} {whole:9.2f} {'':8s} {fc / whole - 1:+8.1%} "
+              f"{(fc + w) / whole - 1:+8.1%}")
+        if r["cp"] >= 4:
+            with_ring.append(((fc / whole - 1), ((fc + w) / whole - 1), r))
+    if with_ring:
+        print("rows with C >= 4 (the protocol's): forecast / whole - 1 without -> with the ring's work: "
+              + ", ".join(f"{r['seq'] // 1024}K/{r['cp']}: {a:+.1%} -> {b:+.1%}" for a, b, r in with_ring))
     for r in rows:
         if r["kind"] == "gemm":
             print(f"BF16 GEMM 8192^3: {r['tflops']:.0f} TFLOP/s")

@@ -261,6 +261,89 @@ def cp_split_ops(ops, c: int, token_sizes, carries=None) -> list[OpRecord]:
     return out
 
 
+RING_ATENS = ("ring_attention_merge", "ring_attention_grad_accumulate")
+
+
+def ring_attention_bytes(q_elems: float, kv_elems: float, c: int, item: float) -> tuple[float, float, float, float]:
+    """Bytes PyTorch's ring attention moves beside its flash calls, on one of ``c`` ranks, per attention call:
+    (forward read, forward written, backward read, backward written). ``q_elems``: the rank's query (and output)
+    elements, ``kv_elems``: its key (= value) elements as the attention op receives them, ``item``: their bytes.
+
+    The source (``torch/distributed/tensor/experimental/_attention.py``, what torchtitan runs: ``convert_to_f32``,
+    load balancing), averaged over the ranks (with load balancing a rank's steps 1..c-1 are half "i <= rank"
+    blocks, all queries against the first half of the keys, and half "i > rank" blocks, the second half of the
+    queries against all keys, whose output is merged into one half of the FP32 output with a ``torch.cat``):
+
+    - forward: ``torch.cat`` of K and V into the send buffer at every step but the last; each block's output cast
+      to FP32 (``_SDPAMerger.step``); from step 1 the merge ``out - sigmoid(lse_b - lse) * (out - out_b)`` (three
+      FP32 passes: a subtraction, a broadcast multiply, a subtraction; the log-sum-exp updates are 1/D of that) and,
+      for a half-query block, the ``torch.cat`` that puts the half back; the result cast back;
+    - backward: FP32 zeros for dQ, dK, dV; the same K/V ``torch.cat`` per step; every step's dK, dV (and dQ) added
+      into the FP32 accumulators (a half-key block through a ``torch.cat`` of the whole accumulator, a half-query
+      block's dQ likewise); the ``torch.cat`` of dK and dV sent to the next rank at every step; dQ and the last
+      received dK, dV cast back.
+
+    Measured on an H200 (benchmarks/cp_ring_bench.py, docs/parallel.md): the whole pass less its flash kernels
+    moved these bytes at 2.9-3.2 TB/s for c = 2-8 and 8K-32K tokens a rank; nothing was fitted."""
+    e, k, a = float(q_elems), float(kv_elems), float(item)
+    s = max(0, c - 1)
+    # forward: (read, write) per pass
+    f_r = s * 2 * k * a + e * a + s * (0.5 * (e * a + 20 * e) + 0.5 * (0.5 * e * a + 10 * e + 4 * e)) + 4 * e
+    f_w = s * 2 * k * a + 4 * e + s * (0.5 * (4 * e + 12 * e) + 0.5 * (2 * e + 6 * e + 4 * e)) + e * a
+    # backward
+    half_kv_r = 2 * (0.5 * k * (4 + a) + 4 * k) + e * (4 + a)
+    half_kv_w = 2 * (0.5 * k * 4 + 4 * k) + 4 * e
+    half_q_r = 2 * k * (4 + a) + 0.5 * e * (4 + a) + 4 * e
+    half_q_w = 2 * k * 4 + 0.5 * e * 4 + 4 * e
+    b_r = (s * 2 * k * a + 2 * k * (4 + a) + e * (4 + a) + s * 0.5 * (half_kv_r + half_q_r) + c * 8 * k
+           + 4 * e + 8 * k)
+    b_w = (4 * e + 8 * k + s * 2 * k * a + 2 * k * 4 + 4 * e + s * 0.5 * (half_kv_w + half_q_w) + c * 8 * k
+           + e * a + 2 * k * a)
+    return f_r, f_w, b_r, b_w
+
+
+def _query_key_elems(o) -> tuple[float, float] | None:
+    """The query and key elements of a fused attention op (forward: q, k, ...; backward: dout, q, k, ...)."""
+    back = o.phase == "backward"
+    if len(o.input_shapes) < (3 if back else 2):
+        return None
+    q, k = (o.input_shapes[1], o.input_shapes[2]) if back else o.input_shapes[:2]
+    return float(_numel(q)), float(_numel(k))
+
+
+def with_ring_work(ops, c: int, idx, anchor_ops=None) -> tuple[list[OpRecord], list[int]]:
+    """``ops`` (one context-parallel rank's, :func:`cp_split_ops`) with the ring's own element-wise work after each
+    fused attention op (:func:`ring_attention_bytes`, from the op's query and key shapes), one op a step as the
+    kernels it stands for run (c steps a pass); ``idx`` (the original op index of each) extended alike.
+    ``anchor_ops``: the traced anchor's ops (whole sequence), for interpolated ops without shapes: their elements
+    scaled by the op's bytes over the anchor op's."""
+    out, out_idx = [], []
+    for o, i in zip(ops, idx):
+        out.append(o)
+        out_idx.append(i)
+        if o.op_class != "attention" or o.phase not in ("forward", "backward"):
+            continue
+        qk = _query_key_elems(o)
+        if qk is None and anchor_ops is not None and i < len(anchor_ops):
+            a = anchor_ops[i]
+            qk_a = _query_key_elems(a)
+            if qk_a is not None and a.bytes_total > 0:
+                s = o.bytes_total / a.bytes_total
+                qk = (qk_a[0] * s, qk_a[1] * s)
+        if qk is None:
+            continue
+        back = o.phase == "backward"
+        item = ITEMSIZE.get(o.dtype, 2)
+        f_r, f_w, b_r, b_w = ring_attention_bytes(qk[0], qk[1], c, item)
+        r, w = (b_r, b_w) if back else (f_r, f_w)
+        aten = RING_ATENS[1] if back else RING_ATENS[0]
+        for _ in range(c):
+            out.append(replace(o, aten=aten, op_class="elementwise", flops=0, bytes_read=int(r / c),
+                               bytes_written=int(w / c), dtype="fp32", n_tensors=1, src=(), outs=(), fusion=0))
+            out_idx.append(i)
+    return out, out_idx
+
+
 FP8_CAST_ATENS = ("fp8_cast_transpose", "fp8_amax")
 
 
@@ -346,8 +429,10 @@ class ParallelModel:
         return self.base()[1]
 
     # --- costs -----------------------------------------------------------------------------------------------
-    def unit_costs(self, t: int, sp: bool, mb: int, c: int = 1) -> UnitCosts:
-        key = (t, sp, mb, c)
+    def unit_costs(self, t: int, sp: bool, mb: int, c: int = 1, ring: bool = False) -> UnitCosts:
+        """``ring``: context parallelism by ring attention, whose merges and FP32 accumulators run beside the
+        attention kernels (:func:`with_ring_work`; not under Transformer Engine's kernels, which have their own)."""
+        key = (t, sp, mb, c, ring)
         if key in self._costs:
             return self._costs[key]
         wl, lay = self.inputs(mb)
@@ -377,6 +462,8 @@ class ParallelModel:
             carries = [has_token_dim(anchor.ops[i], anchor_tokens) for i in idx] if len(anchor.ops) == len(wl.ops) \
                 else None
             new_ops = cp_split_ops(new_ops, c, {tokens, lay.seq_len, tokens // t if sp and t > 1 else 0}, carries)
+            if ring and wl.kernels != "transformer-engine":
+                new_ops, idx = with_ring_work(new_ops, c, idx, anchor.ops if len(anchor.ops) == len(wl.ops) else None)
         calls = wl.recurrent_calls if t == 1 else ()
         sub = replace(wl, ops=tuple(new_ops), recurrent_calls=calls)
         ot = predict_with_host(self.predictor, sub, self.device, self.precision, by_phase=True)
@@ -653,7 +740,7 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         raise ConfigError(f"the interleaved schedule needs the micro-batches per step ({m}) to be a multiple of "
                           f"--pp {p}")
     ncp = cfg.cp
-    uc = model.unit_costs(t, sp, mb, ncp)
+    uc = model.unit_costs(t, sp, mb, ncp, ring=ncp > 1 and cfg.cp_spec.ring)
     groups = model.groups(cfg)
     cp = model.collectives
     notes: list[str] = []
