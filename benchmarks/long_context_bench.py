@@ -19,6 +19,18 @@ and 32K (what recomputation costs), and the peak memory against the allocator's 
 rows. Read: if the rows at 32K and more are within 10%, one GPU's long-sequence step is not what makes the
 published 32K-256K rows miss.
 
+Addendum (2026-11-28, after the five rows were scored: +20% to +46% slow, and the profile of two of them read,
+``traincast bench model CONFIG -b 1 --seq-len 32768|16384 --precision pure-bf16 --optimizer adamw-fused --device
+cuda``): the attention ran as ``_scaled_dot_product_cudnn_attention``, not the flash kernel the forecast priced.
+PyTorch's SDPA tries cuDNN's kernel first on sm90/sm100/sm103 when its cuDNN is newer than 9.15
+(``check_prefer_cudnn_attention``, aten/src/ATen/native/transformers/cuda/sdp_utils.cpp; since 2.9,
+pytorch#162073). A dispatch fix, kept whatever the rows say: ``--sdpa auto`` (the default) prices those kernels
+at ``attention_cudnn`` on Hopper and data-centre Blackwell, ``--sdpa flash`` as before. Scored once before and
+after, nothing else changed: these rows; the H100 and H200 campaigns (``gpu_measured.py``, defaults, and with the
+host-only profile); the FP8 steps (``fp8_step_bench.py --compare``); the published FP8 / long-context rows
+(``fp8_cp_validation.py``, each source's PyTorch: torchtitan's 2024-12 and 2025-08 runs predate the preference
+and are pinned to flash in the data file).
+
 Usage: python benchmarks/long_context_bench.py --out long_context.jsonl [--deadline 150]     (on the GPU)
        PYTHONPATH=src python benchmarks/long_context_bench.py --compare long_context.jsonl [--gpu H200-SXM-141GB]
 """
