@@ -28,6 +28,7 @@ cuDNN's fused attention, which Transformer Engine prefers on Hopper and later).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -57,9 +58,18 @@ def published_tokens(row: dict) -> float:
     return float(row["model_tflops_per_gpu"]) * 1e12 / nemo_llama_flops_per_token(cfg, row["seq_len"])
 
 
-def forecast_row(row: dict, catalog, families: dict, kernels: str = "eager"):
+@functools.lru_cache(maxsize=1)
+def _sources() -> dict:
+    return yaml.safe_load(DATA.read_text())["sources"]
+
+
+def forecast_row(row: dict, catalog, families: dict, kernels: str = "eager", sdpa: str | None = None):
+    """``sdpa``: PyTorch SDPA's kernel (``--sdpa``); None: the row's source's (``sdpa`` in the data file, else auto)."""
     from traincast.predict.compose import WorkloadFamily
     from traincast.predict.options import forecast_from_options
+
+    if sdpa is None:
+        sdpa = _sources().get(row.get("source"), {}).get("sdpa", "auto")
 
     model = str(CONFIGS / f"{row['model']}.json")
     cfg = json.loads(Path(model).read_text())
@@ -69,10 +79,10 @@ def forecast_row(row: dict, catalog, families: dict, kernels: str = "eager"):
         tmp = Path(tempfile.gettempdir()) / f"fp8cp-{row['model']}-{row['seq_len']}.json"
         tmp.write_text(json.dumps(cfg))
         model = str(tmp)
-    key = (model, row["precision"], row["seq_len"], kernels)
+    key = (model, row["precision"], row["seq_len"], kernels, sdpa)
     if key not in families:
         families[key] = WorkloadFamily(model, optimizer="adamw", precision=row["precision"], seq_len=row["seq_len"],
-                                       kernels=kernels)
+                                       kernels=kernels, sdpa=sdpa)
     gpus = row["gpus"]
     gpn = row.get("gpus_per_node")
     nodes = gpus // gpn if gpn and gpus > gpn else None

@@ -213,7 +213,8 @@ def test_transformer_engine_runs_attention_in_cudnn_at_its_own_rate(tmp_path):
     p.write_text(json.dumps({"model_type": "llama", "hidden_size": 256, "intermediate_size": 688,
                              "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
                              "vocab_size": 2000, "max_position_embeddings": 8192}))
-    wl = WorkloadFamily(str(p), optimizer="adamw", precision="amp-bf16", seq_len=8192).trace(1)
+    # flash pinned (--sdpa flash): the comparison is with the kernel PyTorch ran before it preferred cuDNN's
+    wl = WorkloadFamily(str(p), optimizer="adamw", precision="amp-bf16", seq_len=8192, sdpa="flash").trace(1)
     comp, te = apply_kernels(wl, "compiled"), apply_kernels(wl, "transformer-engine")
     assert te.kernels == "transformer-engine"
     att = [i for i, o in enumerate(comp.ops) if o.op_class == "attention"]
@@ -236,6 +237,53 @@ def test_transformer_engine_runs_attention_in_cudnn_at_its_own_rate(tmp_path):
             assert tt[i] / tc[i] == pytest.approx(ratio, rel=0.02)
         assert sum(tt[i] for i in range(len(tt)) if i not in att) == pytest.approx(
             sum(tc[i] for i in range(len(tc)) if i not in att))
+
+
+def test_pytorch_sdpa_runs_cudnn_attention_on_hopper_and_flash_elsewhere(tmp_path, capsys):
+    """--sdpa auto (the default): on Hopper and data-centre Blackwell current PyTorch's SDPA runs cuDNN's fused
+    attention before flash (sdp_utils.cpp, check_prefer_cudnn_attention), so the flash ops of a BF16 trace are timed
+    at cuDNN's share of the tensor peak there (Hopper: 0.53 against 0.33) and as flash on an A100; --sdpa flash
+    keeps flash everywhere, --sdpa cudnn renames the ops; head dims above 128 stay flash; the forecast says which;
+    a bad choice is one line, exit 2."""
+    from traincast.cli.main import run
+    from traincast.predict.analytical import AnalyticalPredictor
+    from traincast.predict.compose import WorkloadFamily, kernel_notes_on
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "llama", "hidden_size": 256, "intermediate_size": 688,
+                             "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
+                             "vocab_size": 2000, "max_position_embeddings": 8192}))
+    kw = dict(optimizer="adamw", precision="amp-bf16", seq_len=8192)
+    auto = WorkloadFamily(str(p), **kw).trace(1)
+    flash = WorkloadFamily(str(p), sdpa="flash", **kw).trace(1)
+    cudnn = WorkloadFamily(str(p), sdpa="cudnn", **kw).trace(1)
+    att = [i for i, o in enumerate(auto.ops) if o.op_class == "attention"]
+    assert len(att) == 4 and auto.sdpa == "auto" and flash.sdpa == "flash"
+    assert [auto.ops[i].aten for i in att] == [flash.ops[i].aten for i in att]  # resolved where the GPU is known
+    assert {cudnn.ops[i].aten for i in att} == {"_scaled_dot_product_cudnn_attention",
+                                               "_scaled_dot_product_cudnn_attention_backward"}
+    cat = get_catalog()
+    pred = AnalyticalPredictor()
+    for gpu, ratio in (("H100-SXM5-80GB", 0.33 / 0.53), ("H200-SXM-141GB", 0.33 / 0.53), ("A100-SXM4-80GB", 1.0)):
+        dev = cat.device(gpu)
+        ta, tf, tc = (pred.predict(w, dev, "amp-bf16").times_s for w in (auto, flash, cudnn))
+        for i in att:
+            assert ta[i] / tf[i] == pytest.approx(ratio, rel=0.02)
+            assert tc[i] == pytest.approx(ta[i], rel=1e-9)  # (Ampere: cuDNN's kernel has flash's share)
+        assert any(n.startswith("attention: cudnn") for n in kernel_notes_on(auto, dev)) == (ratio != 1.0)
+        assert not any(n.startswith("attention: cudnn") for n in kernel_notes_on(flash, dev))
+    # head dim 256: cuDNN's kernel is not assumed to take it, flash keeps it on Hopper too
+    wide = tmp_path / "wide.json"
+    wide.write_text(json.dumps({"model_type": "llama", "hidden_size": 512, "intermediate_size": 688,
+                                "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
+                                "vocab_size": 2000, "max_position_embeddings": 8192}))
+    w_auto = WorkloadFamily(str(wide), **kw).trace(1)
+    w_flash = WorkloadFamily(str(wide), sdpa="flash", **kw).trace(1)
+    dev = cat.device("H100-SXM5-80GB")
+    assert pred.predict(w_auto, dev, "amp-bf16").times_s == pred.predict(w_flash, dev, "amp-bf16").times_s
+    assert run(["predict", str(p), "--gpu", "H100", "-b", "1", "--seq-len", "1024", "--sdpa", "fast"]) == 2
+    err = capsys.readouterr().err
+    assert "--sdpa" in err and "'fast'" in err and "flash" in err and "Traceback" not in err
 
 
 def _step_ops(forward, backward):

@@ -19,6 +19,9 @@ KERNELS_HELP = ("eager (every op its own kernel, as eager PyTorch) | compiled (e
 MEMORY_FORMAT_HELP = ("contiguous (PyTorch's default NCHW) | channels_last (NHWC: model.to(memory_format="
                       "torch.channels_last), as mixed-precision CNN recipes run; no layout transposes around "
                       "tensor-core convolutions, BF16 batch norms on PyTorch's channels-last kernels)")
+SDPA_HELP = ("the fused attention kernel PyTorch's SDPA runs: auto (as current PyTorch picks by GPU: cuDNN's on "
+             "Hopper and data-centre Blackwell, flash elsewhere) | flash (PyTorch before it preferred cuDNN's, or "
+             "TORCH_CUDNN_SDPA_DEPRIORITIZED=1) | cudnn")
 HF_TASK_HELP = ("the head of a Hugging Face model where its type has several: causal-lm | masked-lm | seq2seq | "
                 "image-classification | contrastive | ctc | audio-classification | speech-seq2seq | "
                 "image-text-to-text | sequence-classification | ... (one per transformers auto mapping; "
@@ -272,6 +275,7 @@ def register(app: typer.Typer) -> None:
                                                      help="data-loader worker processes per GPU decoding images "
                                                           "(default: from --instance's vCPUs; else not counted)"),
         kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
+        sdpa: str = typer.Option("auto", "--sdpa", help=SDPA_HELP),
         memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
         task: Optional[str] = typer.Option(None, "--task", help=HF_TASK_HELP),
         image_size: Optional[int] = typer.Option(None, "--image-size", help=IMAGE_SIZE_HELP),
@@ -307,7 +311,8 @@ def register(app: typer.Typer) -> None:
                                   num_frames=num_frames, measured_step_ms=measured_step_ms, measured_on=measured_on,
                                   steps=steps, tokens=tokens, best_layout=best_layout,
                                   gpu_mtbf_hours=gpu_mtbf_hours, restart_minutes=restart_minutes,
-                                  checkpoint_every=checkpoint_every, checkpoint_gb_per_s=checkpoint_gb_per_s)
+                                  checkpoint_every=checkpoint_every, checkpoint_gb_per_s=checkpoint_gb_per_s,
+                                  sdpa=sdpa.strip().lower())
         if as_json:
             print_json(f.to_dict())
         else:

@@ -30,5 +30,5 @@ class AnalyticalPredictor(Predictor):
 
     def predict(self, workload: Workload, device: Device, precision: str = "fp32") -> OpTimes:
         p = self.params(device)
-        t, bound = compile_ops(workload.ops, device, precision, p).times(p, with_bound=True)
+        t, bound = compile_ops(workload.ops, device, precision, p, getattr(workload, "sdpa", "auto")).times(p, with_bound=True)
         return OpTimes(self.name, tuple(t.tolist()), tuple(bound), p.step_overhead_ms * 1e-3)

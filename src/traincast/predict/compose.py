@@ -178,12 +178,29 @@ def interpolate(a: Workload, b: Workload, batch: int) -> Workload | None:
                    recomputed_bytes=max(0, lin(a.recomputed_bytes, b.recomputed_bytes)))
 
 
+def kernel_notes_on(wl: Workload, device) -> list[str]:
+    """``wl``'s kernel notes (:meth:`Workload.kernel_notes`), the attention line saying cuDNN's kernel where its SDPA
+    kernels run as cuDNN's on ``device`` because current PyTorch prefers them there (``sdpa`` auto)."""
+    from traincast.predict.roofline import _cudnn_takes, prefers_cudnn_sdpa
+
+    notes = wl.kernel_notes()
+    if getattr(wl, "sdpa", "auto") != "auto" or wl.kernels == "transformer-engine" or not prefers_cudnn_sdpa(device):
+        return notes
+    if not any(o.op_class == "attention" and _cudnn_takes(o) for o in wl.ops):
+        return notes
+    line = (f"attention: cudnn, fused (on {device.name} PyTorch's SDPA runs cuDNN's kernel before flash, as on every "
+            "Hopper and data-centre Blackwell GPU with cuDNN newer than 9.15, the CUDA 13 wheels; --sdpa flash for "
+            "an older PyTorch or TORCH_CUDNN_SDPA_DEPRIORITIZED=1)")
+    return [line if n.startswith("attention: ") and "fused" in n and "math path" not in n else n for n in notes]
+
+
 class WorkloadFamily:
     """Traces of one model configuration at any per-device batch, with a cache."""
 
     def __init__(self, model, *, optimizer="sgd", precision="fp32", seq_len=None, freeze=None, inputs=None,
-                 fp8_attention: bool = False, kernels: str = "eager", memory_format: str = "contiguous"):
-        from traincast.workload.fusion import check_kernels
+                 fp8_attention: bool = False, kernels: str = "eager", memory_format: str = "contiguous",
+                 sdpa: str = "auto"):
+        from traincast.workload.fusion import check_kernels, check_sdpa
         from traincast.workload.layout import check_memory_format
 
         self.model = model
@@ -191,6 +208,7 @@ class WorkloadFamily:
         self.fp8_attention = fp8_attention  # FP8 precisions: the attention kernels in FP8 too
         self.kernels = check_kernels(kernels)  # eager | compiled | transformer-engine (workload/fusion.py)
         self.memory_format = check_memory_format(memory_format)  # contiguous | channels_last (workload/layout.py)
+        self.sdpa = check_sdpa(sdpa)  # auto | flash | cudnn (workload/fusion.py): PyTorch SDPA's kernel
         self._traces: dict[int, Workload] = {}
         self._interpolated: dict[int, Workload] = {}
 
@@ -198,14 +216,14 @@ class WorkloadFamily:
         from traincast.workload import trace
 
         if batch not in self._traces:
-            from traincast.workload.fusion import apply_kernels
+            from traincast.workload.fusion import apply_kernels, apply_sdpa
             from traincast.workload.precision import apply_fp8
 
             # compiled kernels: element-wise chains fused (on the traced data flow, so before anything rewrites
             # the ops); FP8 precisions: the linear layers' GEMMs, casts and amax work as Transformer Engine runs them
             from traincast.workload.layout import apply_memory_format
 
-            wl = apply_kernels(trace(self.model, batch_size=batch, **self.kw), self.kernels)
+            wl = apply_sdpa(apply_kernels(trace(self.model, batch_size=batch, **self.kw), self.kernels), self.sdpa)
             wl = apply_memory_format(wl, self.memory_format)
             self._traces[batch] = apply_fp8(wl, fp8_attention=self.fp8_attention)
         return self._traces[batch]
@@ -540,6 +558,7 @@ def forecast(
     memory_format: str = "contiguous",
     steps: int | None = None,
     tokens: float | None = None,
+    sdpa: str = "auto",
 ) -> Forecast:
     """Forecast a training job: step, epoch, total time, cost, memory.
 
@@ -559,6 +578,8 @@ def forecast(
     ``kernels``: ``eager`` (every op its own kernel), ``compiled`` (element-wise chains between GEMMs fused,
     as ``torch.compile`` and Megatron run them) or ``transformer-engine`` (the same, and cuDNN's fused attention;
     :mod:`traincast.workload.fusion`).
+    ``sdpa``: the fused attention kernel PyTorch's SDPA runs (``auto``: cuDNN's on Hopper and data-centre
+    Blackwell, as current PyTorch picks; ``flash``; ``cudnn``: :data:`traincast.workload.fusion.SDPA_CHOICES`).
     ``memory_format``: ``contiguous`` (PyTorch's default NCHW) or ``channels_last`` (convolutions on NHWC
     activations, no layout transposes around tensor-core convolutions; :mod:`traincast.workload.layout`); a
     ``family`` given carries its own, which must agree. With ``exact_trace=False`` the workload may be interpolated from a ``family``'s
@@ -596,8 +617,12 @@ def forecast(
     global_batch = b * gpus
     family = family or WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len,
                                       freeze=freeze, inputs=inputs, fp8_attention=fp8_attention, kernels=kernels,
-                                      memory_format=memory_format)
+                                      memory_format=memory_format, sdpa=sdpa)
+    from traincast.workload.fusion import check_sdpa
     from traincast.workload.layout import check_memory_format
+
+    if check_sdpa(sdpa) != "auto" and getattr(family, "sdpa", "auto") != sdpa:
+        raise ConfigError(f"--sdpa {sdpa} differs from the given traces' ({getattr(family, 'sdpa', 'auto')})")
 
     want, fam_fmt = check_memory_format(memory_format), getattr(family, "memory_format", "contiguous")
     if want != "contiguous" and fam_fmt != want:  # a family given carries its own format
@@ -633,7 +658,7 @@ def forecast(
     fresh = fresh_pages_note(wl, predictor, device, st.iteration_s)
     if fresh:
         notes.append(fresh)
-    notes.extend(wl.kernel_notes())
+    notes.extend(kernel_notes_on(wl, device))
     ip = None
     if device.kind == "gpu":  # on a CPU the loader shares the cores that train: not modelled
         workers = loader_workers
@@ -750,7 +775,7 @@ def _parallel_forecast(model, cfg, *, family, device, inst, cluster, gpus, n_nod
     step = pm.evaluate(cfg, per_replica)
     base, _ = pm.base()
     notes.extend(predictor.notes(base, device, precision))
-    notes.extend(base.kernel_notes())
+    notes.extend(kernel_notes_on(base, device))
     notes.extend(step.notes)
     fn = fabric_note(device.link.type)
     if fn and (cfg.tp > 1 or cfg.dp > 1 or cfg.pp > 1):

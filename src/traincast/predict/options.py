@@ -59,7 +59,7 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
                           tokens: str | float | None = None, best_layout: bool = False,
                           gpu_mtbf_hours: float | None = None, restart_minutes: float | None = None,
                           checkpoint_every: float | None = None, checkpoint_gb_per_s: float | None = None,
-                          **layout) -> Forecast:
+                          sdpa: str = "auto", **layout) -> Forecast:
     """``traincast predict``'s forecast for these options (see ``traincast predict --help``).
 
     ``device='local'`` or ``profile=NAME|FILE``: the calibrated device profile instead of a catalog GPU (they
@@ -115,7 +115,7 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
             raise ConfigError("--best-layout and --measured-step-ms: scale a layout you name, not a searched one")
         family = family or WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len,
                                           freeze=freeze, inputs=inputs, fp8_attention=fp8_attention, kernels=kernels,
-                                          memory_format=memory_format)
+                                          memory_format=memory_format, sdpa=sdpa)
         with hf_inputs(task, image_size, audio_seconds, num_frames) as search_notes:
             strategy, found = _search_layout(model, family, cat, gpu=gpu, gpus=gpus, nodes=nodes, instance=instance,
                                              network_gbit=network_gbit, predictor=pred, precision=precision,
@@ -128,17 +128,18 @@ def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes
         if source is not None and family is None:  # one family: the measured GPU's forecast reuses the traces
             family = WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze,
                                     inputs=inputs, fp8_attention=fp8_attention, kernels=kernels,
-                                    memory_format=memory_format)
+                                    memory_format=memory_format, sdpa=sdpa)
         f = forecast(model, gpu=gpu, gpus=gpus, predictor=pred, nodes=nodes, batch_size=batch_size,
                      per_gpu_batch=per_gpu_batch, epochs=epochs, dataset_size=dataset_size, precision=precision,
                      optimizer=optimizer, instance=instance, seq_len=seq_len, sync=sync, overlap=not no_overlap,
                      freeze=freeze, network_gbit_per_s=network_gbit, catalog=cat, family=family, strategy=strategy,
                      fp8_attention=fp8_attention, loader_workers=loader_workers, inputs=inputs, kernels=kernels,
-                     memory_format=memory_format, steps=steps, tokens=tokens)
+                     memory_format=memory_format, steps=steps, tokens=tokens, sdpa=sdpa)
         if source is not None:  # the same traces, one GPU of the measured kind, the same per-GPU batch
             src = forecast(model, gpu=source, gpus=1, predictor=pred, batch_size=f.per_gpu_batch, precision=precision,
                            optimizer=optimizer, seq_len=seq_len, freeze=freeze, catalog=cat, family=family,
-                           fp8_attention=fp8_attention, inputs=inputs, kernels=kernels, memory_format=memory_format)
+                           fp8_attention=fp8_attention, inputs=inputs, kernels=kernels, memory_format=memory_format,
+                           sdpa=sdpa)
             f = scale_by_measurement(f, src, measured_step_ms / 1e3)
     warnings = list(warnings) + list(dict.fromkeys(hf_notes)) + ([host_note] if host_note else [])
     if _device_kind(gpu, f.device, cat) != "cpu":  # GPU failures and checkpoints: not a CPU's

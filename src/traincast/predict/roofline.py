@@ -437,14 +437,37 @@ def _conv_weight(op):
     return shapes[idx] if len(shapes) > idx else None
 
 
-def compute_key(op) -> str:
+def prefers_cudnn_sdpa(device: Device) -> bool:
+    """Whether current PyTorch's SDPA runs cuDNN's fused attention first on ``device``: NVIDIA sm90, sm100 and sm103
+    (``check_prefer_cudnn_attention`` in ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``: cuDNN newer
+    than 9.15, compute capability 9.0, 10.0 or 10.3), the catalog's Hopper and Blackwell boards; the order is cuDNN,
+    flash, memory-efficient, math."""
+    return device.vendor == "NVIDIA" and device.generation in ("hopper", "blackwell")
+
+
+# the fused attention ops PyTorch's SDPA runs as cuDNN's where it prefers cuDNN (half precision; head dims equal, a
+# multiple of 8 and at most 128, the shapes cuDNN's kernel takes on every version: else flash keeps them)
+_SDPA_TO_CUDNN = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+                  "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward")
+
+
+def _cudnn_takes(op) -> bool:
+    if op.aten not in _SDPA_TO_CUDNN or op.dtype not in ("fp16", "bf16"):
+        return False
+    n = 4 if op.aten.endswith("_backward") else 3  # (dout,) q, k, v
+    dims = {s[-1] for s in op.input_shapes[:n] if s}
+    return not dims or all(d % 8 == 0 and d <= 128 for d in dims)
+
+
+def compute_key(op, cudnn_sdpa: bool = False) -> str:
     """The efficiency key of an op: ``conv_depthwise`` for depthwise convolutions (one input channel per group)
-    and ``conv_grouped`` for other grouped ones (both a small fraction of dense ones' peak), its class where the
-    class has a key, else ``other``."""
+    and ``conv_grouped`` for other grouped ones (both a small fraction of dense ones' peak), ``attention_cudnn`` for
+    cuDNN's fused attention (and, with ``cudnn_sdpa``, for the SDPA kernels PyTorch runs as cuDNN's on a GPU where
+    it prefers them: :func:`prefers_cudnn_sdpa`), its class where the class has a key, else ``other``."""
     if op.op_class == "conv" and conv_groups(op) > 1:
         w = _conv_weight(op)
         return "conv_depthwise" if w is not None and len(w) > 1 and w[1] == 1 else "conv_grouped"
-    if op.op_class == "attention" and "cudnn_attention" in op.aten:
+    if op.op_class == "attention" and ("cudnn_attention" in op.aten or (cudnn_sdpa and _cudnn_takes(op))):
         return "attention_cudnn"
     return key_of_class(op.op_class)
 
@@ -947,15 +970,18 @@ class CompiledOps:
                           with_bound=with_bound)
 
 
-def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineParams) -> CompiledOps:
+def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineParams,
+                sdpa: str = "auto") -> CompiledOps:
     """Traced ops (``OpRecord``s) as arrays: each op's unit and peak (by dtype and precision), efficiency key,
     memory class, GEMM dimension, tensors per launch, light flag and fresh output bytes (counted at
-    ``params.fresh_alloc_min_bytes``)."""
+    ``params.fresh_alloc_min_bytes``). ``sdpa``: the workload's attention kernel choice (``Workload.sdpa``; ``auto``
+    runs the SDPA kernels as cuDNN's where PyTorch prefers them on ``device``)."""
     min_bytes = params.fresh_alloc_min_bytes if params.fresh_alloc_gb_per_s else 0.0
+    cudnn = sdpa == "auto" and prefers_cudnn_sdpa(device)
     taps = [depthwise_taps(o) for o in ops]
     return CompiledOps.from_arrays(
         [o.flops for o in ops], [o.bytes_total for o in ops], [o.op_class for o in ops], device,
-        precision=precision, dtype=[o.dtype for o in ops], key=[compute_key(o) for o in ops],
+        precision=precision, dtype=[o.dtype for o in ops], key=[compute_key(o, cudnn) for o in ops],
         dmin=[gemm_min_dim(o) for o in ops], n_tensors=[0 if o.fusion == 2 else o.n_tensors for o in ops],
         light=[is_light(o) for o in ops],
         winograd=[winograd_eligible(o) for o in ops],

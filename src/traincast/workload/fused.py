@@ -825,8 +825,8 @@ def kernel_notes(counts: dict[str, int]) -> list[str]:
                      "broadcast), so the scores are materialised (memory grows with the sequence squared)")
     if "attention" in by:
         impl = by.pop("attention")
-        who = ("Transformer Engine's FusedAttention, which it prefers on Hopper and later" if impl == {"cudnn"}
-               else "the kernel PyTorch's scaled_dot_product_attention picks on CUDA")
+        who = ("Transformer Engine's FusedAttention, which it prefers on Hopper and later, or PyTorch SDPA's cuDNN "
+               "backend" if impl == {"cudnn"} else "the kernel PyTorch's scaled_dot_product_attention picks on CUDA")
         notes.append(f"attention: {', '.join(sorted(impl))}, fused ({who})")
     if by:
         pk = kernel_packages()

@@ -270,6 +270,35 @@ def cudnn_attention(wl):
     return replace(wl, ops=tuple(ops), fused_kernels=tuple(sorted(counts.items())))
 
 
+SDPA_CHOICES = {
+    "auto": "as current PyTorch picks by GPU: cuDNN's fused attention on sm90/sm100/sm103 (Hopper, data-centre "
+            "Blackwell) where its cuDNN is newer than 9.15 (CUDA 13 wheels; the CUDA 12 ones ship an older cuDNN), else flash / "
+            "memory-efficient",
+    "flash": "flash / memory-efficient on every GPU (PyTorch before it preferred cuDNN's, or "
+             "TORCH_CUDNN_SDPA_DEPRIORITIZED=1)",
+    "cudnn": "cuDNN's fused attention for half-precision inputs on every GPU (sdpa_kernel(SDPBackend.CUDNN_ATTENTION))",
+}
+
+
+def check_sdpa(sdpa: str) -> str:
+    """``sdpa`` if it names a choice (:data:`SDPA_CHOICES`), else a one-line error naming the choices."""
+    if sdpa not in SDPA_CHOICES:
+        raise UnknownNameError("attention kernel choice (--sdpa)", str(sdpa), SDPA_CHOICES)
+    return sdpa
+
+
+def apply_sdpa(wl, sdpa: str = "auto"):
+    """``wl`` with PyTorch's SDPA kernel choice ``sdpa`` (:data:`SDPA_CHOICES`): ``cudnn`` renames the half-precision
+    fused attention ops to cuDNN's (as Transformer Engine's mode does); ``auto`` is resolved by GPU where the step is
+    timed (``predict.roofline.compute_key``); Transformer Engine's mode runs cuDNN's whatever is asked."""
+    check_sdpa(sdpa)
+    if wl.kernels == "transformer-engine":
+        return wl
+    if sdpa == "cudnn":
+        return replace(cudnn_attention(wl), sdpa=sdpa)
+    return replace(wl, sdpa=sdpa)
+
+
 def apply_kernels(wl, kernels: str = "eager"):
     """``wl`` run in kernel mode ``kernels`` (:data:`KERNEL_MODES`)."""
     check_kernels(kernels)

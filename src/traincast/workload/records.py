@@ -251,6 +251,9 @@ class Workload:
     # instead (workload/fusion.py, ``partition_saved``); memory.activation_bytes is already net of them
     recomputed_bytes: int = 0
     memory_format: str = "contiguous"  # workload/layout.py: "channels_last" when convolutions run NHWC
+    # which fused attention kernel PyTorch's SDPA runs (workload/fusion.py, SDPA_CHOICES): "auto" as current PyTorch
+    # picks by GPU (cuDNN's on Hopper and data-centre Blackwell), "flash" (older PyTorch), "cudnn"
+    sdpa: str = "auto"
 
     # --- aggregates -----------------------------------------------------
     def flops(self, phase: str | None = None) -> int:
