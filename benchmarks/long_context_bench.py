@@ -31,6 +31,10 @@ host-only profile); the FP8 steps (``fp8_step_bench.py --compare``); the publish
 (``fp8_cp_validation.py``, each source's PyTorch: torchtitan's 2024-12 and 2025-08 runs predate the preference
 and are pinned to flash in the data file).
 
+Addendum 2 (2026-11-28, before it ran): the same five rows with ``TORCH_CUDNN_SDPA_DEPRIORITIZED=1`` (flash, the
+kernel torchtitan's 2024 runs used), forecast with ``--sdpa flash`` (``--compare FILE --sdpa flash``), scored the
+same way; nothing set from them. Read: whether one GPU's long-context step with flash is forecast within 10%.
+
 Usage: python benchmarks/long_context_bench.py --out long_context.jsonl [--deadline 150]     (on the GPU)
        PYTHONPATH=src python benchmarks/long_context_bench.py --compare long_context.jsonl [--gpu H200-SXM-141GB]
 """
@@ -114,17 +118,18 @@ def run(args) -> int:
     return 0
 
 
-def compare(path: Path, gpu: str, profile: str | None) -> int:
+def compare(path: Path, gpu: str, profile: str | None, sdpa: str = "auto") -> int:
     from traincast.predict.options import forecast_from_options
 
     rows = [r for r in map(json.loads, path.read_text().splitlines()) if r and "error" not in r]
     where = dict(profile=profile, gpu=gpu) if profile else dict(gpu=gpu)
     print(f"forecast for {' on '.join(filter(None, (profile, gpu)))}: {CONFIG.name}, batch 1, --precision pure-bf16 "
-          "--optimizer adamw-fused --kernels eager")
+          f"--optimizer adamw-fused --kernels eager --sdpa {sdpa}")
     errs, fc = [], {}
     for r in rows:
         f = forecast_from_options(str(CONFIG), batch_size=1, seq_len=r["seq"], precision="pure-bf16",
-                                  optimizer="adamw-fused", kernels="eager", recompute=r["recompute"], **where)
+                                  optimizer="adamw-fused", kernels="eager", recompute=r["recompute"], sdpa=sdpa,
+                                  **where)
         ms = f.iteration_s * 1e3
         fc[(r["seq"], r["recompute"])] = (ms, r["step_ms"])
         e = ms / r["step_ms"] - 1
@@ -156,9 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", type=Path)
     ap.add_argument("--gpu", default="H200-SXM-141GB")
     ap.add_argument("--profile", default=None)
+    ap.add_argument("--sdpa", default="auto", help="the forecast's attention kernel (traincast --sdpa)")
     a = ap.parse_args(argv)
     if a.compare:
-        return compare(a.compare, a.gpu, a.profile)
+        return compare(a.compare, a.gpu, a.profile, a.sdpa)
     return run(a)
 
 
