@@ -1018,14 +1018,17 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         # checkpointed layers keep their inputs (pre and post units keep everything)
         keep = sum(uc.activation_bytes[u] for u in us if u not in layer_units)
         inputs = len(layer_units) * lay.residual_bytes * mb / lay.batch / (t if sp else 1) / ncp
+        # the output unit's saved activations (the logits' log-softmax...) are freed by its backward, which runs
+        # before any layer is recomputed: a recomputed layer's activations need only what exceeds them
+        post = sum(uc.activation_bytes[u] for u in us if u == n_units - 1)
         if rc.whole_layers:
             act = keep + inputs
-            extra = max((uc.activation_bytes[u] for u in layer_units), default=0.0)
+            extra = max(0.0, max((uc.activation_bytes[u] for u in layer_units), default=0.0) - post)
         elif rc.op_level:
             # each layer keeps its input and the saved ops' outputs; one layer's recomputed rest exists at a time
             act = keep + inputs + sum(uc.saved_activation_bytes[u] for u in layer_units)
-            extra = max((max(0.0, uc.activation_bytes[u] - uc.saved_activation_bytes[u]) for u in layer_units),
-                        default=0.0)
+            extra = max(0.0, max((max(0.0, uc.activation_bytes[u] - uc.saved_activation_bytes[u])
+                                  for u in layer_units), default=0.0) - post)
         else:
             extra = 0.0
             if rc.attention_core:
