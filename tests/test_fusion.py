@@ -284,6 +284,11 @@ def test_pytorch_sdpa_runs_cudnn_attention_on_hopper_and_flash_elsewhere(tmp_pat
     assert run(["predict", str(p), "--gpu", "H100", "-b", "1", "--seq-len", "1024", "--sdpa", "fast"]) == 2
     err = capsys.readouterr().err
     assert "--sdpa" in err and "'fast'" in err and "flash" in err and "Traceback" not in err
+    for cmd in (["parallelize", str(p), "--gpu", "H100", "--gpus", "8", "-b", "8", "--seq-len", "1024"],
+                ["plan", str(p), "--epochs", "1", "--dataset-size", "100", "-b", "8", "--gpus", "8", "--seq-len",
+                 "1024", "--plot", ""]):
+        assert run(cmd + ["--sdpa", "fast"]) == 2
+        assert "--sdpa" in capsys.readouterr().err
 
 
 def _step_ops(forward, backward):

@@ -469,6 +469,7 @@ def register(app: typer.Typer) -> None:
         layouts: str = typer.Option("auto", "--layouts", help="auto (the fastest parallel layout where replicas do "
                                     "not fit or the model has >= 1B parameters) | data-parallel | search (always)"),
         kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
+        sdpa: str = typer.Option("auto", "--sdpa", help=SDPA_HELP),
         memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
         catalog: Catalogs = typer.Option(None, "--catalog"),
         as_json: bool = typer.Option(False, "--json"),
@@ -500,7 +501,8 @@ def register(app: typer.Typer) -> None:
                    precision=precision, optimizer=optimizer, seq_len=seq_len, catalog=_catalog(catalog),
                    predictor=predictor_name.strip().lower(), adaptation=adaptation.strip().lower(),
                    layouts=layouts.strip().lower(), kernels=kernels.strip().lower(), memory_format=memory_format,
-                   host_profile=profile, reliability=Reliability.from_options(gpu_mtbf_hours, restart_minutes,
+                   host_profile=profile, sdpa=sdpa.strip().lower(),
+                   reliability=Reliability.from_options(gpu_mtbf_hours, restart_minutes,
                                                                                checkpoint_every, checkpoint_gb_per_s))
         if plot_path:
             plot(res, str(plot_path))

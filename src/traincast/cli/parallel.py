@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from traincast.cli.commands import KERNELS_HELP, MEMORY_FORMAT_HELP
+from traincast.cli.commands import KERNELS_HELP, MEMORY_FORMAT_HELP, SDPA_HELP
 from traincast.cli.render import console, dur, print_json, size, split_list, table
 
 MODEL_HELP = ("the model: a zoo name, a Hugging Face config.json or a folder holding one, or a .yaml/.json layer "
@@ -36,6 +36,7 @@ def register(app: typer.Typer) -> None:
                                           "(default: 1, and powers of two up to a node for sequences >= 8K)"),
         cp_kinds: str = typer.Option("ring", "--cp-kinds", help="context parallelism to consider: ring, all-to-all"),
         kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
+        sdpa: str = typer.Option("auto", "--sdpa", help=SDPA_HELP),
         memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
         tp_comm_overlap: bool = typer.Option(False, "--tp-comm-overlap", help="layouts with sequence parallelism "
                                              "overlap its all-gathers and reduce-scatters with the GEMMs "
@@ -77,7 +78,7 @@ def register(app: typer.Typer) -> None:
                       precision=precision, optimizer=optimizer, instance=instance, network_gbit_per_s=network,
                       catalog=get_catalog(catalog or ()), top=top, progress=progress, shardings=shs, recomputes=rcs,
                       micro_batches=mbs, max_tp=max_tp, context=ctx, cp_kinds=kinds, kernels=kernels,
-                      memory_format=memory_format,
+                      memory_format=memory_format, sdpa=sdpa.strip().lower(),
                       tp_comm_overlap=tp_comm_overlap)
         finally:
             if prog is not None:

@@ -135,6 +135,7 @@ def plan(
     kernels: str = "eager",
     memory_format: str = "contiguous",
     host_profile=None,
+    sdpa: str = "auto",
     reliability=None,
 ) -> PlanResult:
     """Forecast every priced (instance type x instance count) whose GPU total is in ``gpus``.
@@ -226,7 +227,7 @@ def plan(
     if layouts not in ("auto", "data-parallel", "search"):
         raise ConfigError(f"layouts must be auto, data-parallel or search, got {layouts!r}")
     family = WorkloadFamily(model, optimizer=optimizer, precision=precision, seq_len=seq_len, freeze=freeze,
-                            kernels=kernels, memory_format=memory_format)
+                            kernels=kernels, memory_format=memory_format, sdpa=sdpa)
     rel = reliability or Reliability.defaults()
     models: dict = {}
     rows: list[Config] = []

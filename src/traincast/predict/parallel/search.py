@@ -217,10 +217,11 @@ def search(model: ParallelModel, gpus: int, global_batch: int, *, top: int = 10,
 def parallelize(model_spec, *, gpu=None, gpus: int, nodes: int | None = None, batch_size: int,
                 seq_len: int | None = None, precision: str = "fp32", optimizer: str = "adamw", instance: str | None = None,
                 network_gbit_per_s: float | None = None, predictor=None, catalog=None, family=None, top: int = 10,
-                progress=None, kernels: str = "eager", memory_format: str = "contiguous", **kw) -> SearchResult:
+                progress=None, kernels: str = "eager", memory_format: str = "contiguous", sdpa: str = "auto",
+                **kw) -> SearchResult:
     """``traincast parallelize``: the fastest layouts of ``model_spec`` on ``gpus`` GPUs with a global batch of
     ``batch_size`` (``kernels``: ``eager`` | ``compiled`` | ``transformer-engine``, workload/fusion.py; ``memory_format``: ``contiguous`` |
-    ``channels_last``, workload/layout.py)."""
+    ``channels_last``, workload/layout.py; ``sdpa``: PyTorch SDPA's attention kernel, workload/fusion.py)."""
     from traincast.hardware.catalog import get_catalog
     from traincast.predict.compose import WorkloadFamily, cluster_of
     from traincast.predict.registry import default_predictor
@@ -241,7 +242,7 @@ def parallelize(model_spec, *, gpu=None, gpus: int, nodes: int | None = None, ba
 
     check_precision(device, precision)
     family = family or WorkloadFamily(model_spec, optimizer=optimizer, precision=precision, seq_len=seq_len,
-                                      kernels=kernels, memory_format=memory_format)
+                                      kernels=kernels, memory_format=memory_format, sdpa=sdpa)
     pm = ParallelModel(family, device, cluster, predictor or default_predictor(), precision)
     return search(pm, gpus, batch_size, top=top, progress=progress, **kw)
 
