@@ -73,7 +73,9 @@ def rows() -> list[dict]:
 def _family(row_id: str, model: str, seq: int, precision: str, kernels: str):
     from traincast.predict.compose import WorkloadFamily
 
-    return WorkloadFamily(model, optimizer=OPTIMIZER, precision=precision, seq_len=seq, kernels=kernels)
+    # the protocol's "attention as each source builds it (flash)": pinned since PyTorch's SDPA prefers cuDNN's kernel
+    # on Hopper (traincast --sdpa, 2026-11-28), which these runs' stacks did not run
+    return WorkloadFamily(model, optimizer=OPTIMIZER, precision=precision, seq_len=seq, kernels=kernels, sdpa="flash")
 
 
 def family(r: dict):
