@@ -1,6 +1,7 @@
 """Tracing: FLOPs against hand formulas, phases, memory, specs, frozen layers."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -97,6 +98,11 @@ def test_workload_json_round_trip(resnet50_b8):
     assert back.flops() == resnet50_b8.flops()
     assert back.memory.peak_bytes == resnet50_b8.memory.peak_bytes
     assert json.loads(resnet50_b8.to_json())["flops"]["forward"] == resnet50_b8.flops("forward")
+    # the kernel choices a saved workload was made under come back with it
+    pinned = replace(resnet50_b8, sdpa="flash", memory_format="channels_last")
+    again = Workload.from_json(pinned.to_json())
+    assert (again.sdpa, again.memory_format) == ("flash", "channels_last")
+    assert Workload.from_json(resnet50_b8.to_json()).sdpa == "auto"
 
 
 def test_memory_is_linear_in_batch_and_max_batch_is_consistent():

@@ -30,5 +30,6 @@ class AnalyticalPredictor(Predictor):
 
     def predict(self, workload: Workload, device: Device, precision: str = "fp32") -> OpTimes:
         p = self.params(device)
-        t, bound = compile_ops(workload.ops, device, precision, p, getattr(workload, "sdpa", "auto")).times(p, with_bound=True)
+        ops = compile_ops(workload.ops, device, precision, p, getattr(workload, "sdpa", "auto"))
+        t, bound = ops.times(p, with_bound=True)
         return OpTimes(self.name, tuple(t.tolist()), tuple(bound), p.step_overhead_ms * 1e-3)

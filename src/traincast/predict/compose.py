@@ -181,12 +181,12 @@ def interpolate(a: Workload, b: Workload, batch: int) -> Workload | None:
 def kernel_notes_on(wl: Workload, device) -> list[str]:
     """``wl``'s kernel notes (:meth:`Workload.kernel_notes`), the attention line saying cuDNN's kernel where its SDPA
     kernels run as cuDNN's on ``device`` because current PyTorch prefers them there (``sdpa`` auto)."""
-    from traincast.predict.roofline import _cudnn_takes, prefers_cudnn_sdpa
+    from traincast.predict.roofline import cudnn_takes_sdpa_op, prefers_cudnn_sdpa
 
     notes = wl.kernel_notes()
     if getattr(wl, "sdpa", "auto") != "auto" or wl.kernels == "transformer-engine" or not prefers_cudnn_sdpa(device):
         return notes
-    if not any(o.op_class == "attention" and _cudnn_takes(o) for o in wl.ops):
+    if not any(o.op_class == "attention" and cudnn_takes_sdpa_op(o) for o in wl.ops):
         return notes
     line = (f"attention: cudnn, fused (on {device.name} PyTorch's SDPA runs cuDNN's kernel before flash, as on every "
             "Hopper and data-centre Blackwell GPU with cuDNN newer than 9.15, the CUDA 13 wheels; --sdpa flash for "

@@ -451,7 +451,9 @@ _SDPA_TO_CUDNN = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_fl
                   "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward")
 
 
-def _cudnn_takes(op) -> bool:
+def cudnn_takes_sdpa_op(op) -> bool:
+    """Whether ``op`` is a fused SDPA kernel PyTorch would run as cuDNN's where it prefers cuDNN (its shapes read
+    where the trace has them; an interpolated op without shapes is taken)."""
     if op.aten not in _SDPA_TO_CUDNN or op.dtype not in ("fp16", "bf16"):
         return False
     n = 4 if op.aten.endswith("_backward") else 3  # (dout,) q, k, v
@@ -467,7 +469,7 @@ def compute_key(op, cudnn_sdpa: bool = False) -> str:
     if op.op_class == "conv" and conv_groups(op) > 1:
         w = _conv_weight(op)
         return "conv_depthwise" if w is not None and len(w) > 1 and w[1] == 1 else "conv_grouped"
-    if op.op_class == "attention" and ("cudnn_attention" in op.aten or (cudnn_sdpa and _cudnn_takes(op))):
+    if op.op_class == "attention" and ("cudnn_attention" in op.aten or (cudnn_sdpa and cudnn_takes_sdpa_op(op))):
         return "attention_cudnn"
     return key_of_class(op.op_class)
 

@@ -272,8 +272,8 @@ def cudnn_attention(wl):
 
 SDPA_CHOICES = {
     "auto": "as current PyTorch picks by GPU: cuDNN's fused attention on sm90/sm100/sm103 (Hopper, data-centre "
-            "Blackwell) where its cuDNN is newer than 9.15 (CUDA 13 wheels; the CUDA 12 ones ship an older cuDNN), else flash / "
-            "memory-efficient",
+            "Blackwell) where its cuDNN is newer than 9.15 (CUDA 13 wheels; the CUDA 12 ones ship an older cuDNN), "
+            "else flash / memory-efficient",
     "flash": "flash / memory-efficient on every GPU (PyTorch before it preferred cuDNN's, or "
              "TORCH_CUDNN_SDPA_DEPRIORITIZED=1)",
     "cudnn": "cuDNN's fused attention for half-precision inputs on every GPU (sdpa_kernel(SDPBackend.CUDNN_ATTENTION))",

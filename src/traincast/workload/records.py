@@ -360,6 +360,8 @@ class Workload:
             "kernels": self.kernels,
             "fused_pointwise": list(self.fused_pointwise),
             "recomputed_bytes": self.recomputed_bytes,
+            "memory_format": self.memory_format,
+            "sdpa": self.sdpa,
         }
         if with_ops:
             d["ops"] = [o.to_dict() for o in self.ops]
@@ -380,7 +382,8 @@ class Workload:
                                         "data_dependent_reads", "routed_selections", "dense_selections",
                                         "channels_last_strided_convs",
                                         "unregistered_ops", "fused_kernels", "param_tensors", "trace_s",
-                                        "interpolated_from", "kernels", "fused_pointwise", "recomputed_bytes")
+                                        "interpolated_from", "kernels", "fused_pointwise", "recomputed_bytes",
+                                        "memory_format", "sdpa")
                      if k in d})
         calls = info.get("recurrent_calls", info.get("rnn_calls")) or []
         interp = info.get("interpolated_from")
@@ -410,6 +413,8 @@ class Workload:
             kernels=str(info.get("kernels", "eager")),
             fused_pointwise=tuple(int(x) for x in info.get("fused_pointwise", (0, 0))),
             recomputed_bytes=int(info.get("recomputed_bytes", 0) or 0),
+            memory_format=str(info.get("memory_format", "contiguous")),
+            sdpa=str(info.get("sdpa", "auto")),
         )
 
     @classmethod
