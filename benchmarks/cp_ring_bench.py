@@ -92,7 +92,8 @@ class Flash:
     def backward(self, dout, q, k, v, out, lse, causal: bool, rest):
         a = self.aten
         if self.cuda:
-            cq, ck, mq, mk, seed, off = rest[0], rest[1], rest[2], rest[3], rest[4], rest[5]
+            # the forward's (cum_seq_q, cum_seq_k, max_q, max_k, philox seed, offset); max_q/max_k: this block's
+            cq, ck, seed, off = rest[0], rest[1], rest[4], rest[5]
             return self._timed(lambda: a._scaled_dot_product_flash_attention_backward(
                 dout, q, k, v, out, lse, cq, ck, q.shape[2], k.shape[2], 0.0, causal, seed, off)[:3])
         return self._timed(lambda: a._scaled_dot_product_flash_attention_for_cpu_backward(
