@@ -179,7 +179,25 @@ Seventh set g, for the next method change (written 2026-11-28, before its logs w
     Result (pooled, 126 cases from 25%): ``EpochDrops`` 18.2%, ``epoch-coarse`` 21.1%, no epochs 24.4%: worse by
     2.9 points, so ``EpochDrops`` stays (``EPOCH_COARSE_ZERO = 0``) and runs once on ``public-g``.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test|public-g] [--by steps|points] [--draws 80] [--const NAME=VALUE]
+Eighth set h, for the next method change (written 2026-11-28 at 15:20 UTC, before any of its logs was read)
+----------------------------------------------------------------------------------------------------------
+  * Why: sets a-g are all seen; the next change needs runs nobody has looked at. The Hugging Face Trainer also
+    writes ``trainer_state.json`` into every ``checkpoint-N/`` folder it saves, a source sets f and g did not use.
+  * Source: every repository the public-code index lists for ``{results,output,outputs}/checkpoint-{500,1000}/
+    trainer_state.json`` or ``checkpoint-{500,1000}/trainer_state.json`` (listed 2026-11-28; 128 repositories,
+    ``data/public_curves_h/candidates.tsv`` with the folder holding their checkpoints). For each, the
+    ``checkpoint-N`` folder under that parent with the largest N the index lists, its ``trainer_state.json`` read
+    at the commit the index names (the last checkpoint holds the whole log).
+  * Inclusion: set f's rule (at most 150,000 characters; ``global_step`` >= 200 and >= 0.98 x ``max_steps``; at
+    least 40 log entries with ``loss``, ``learning_rate`` and ``step``), set f's files and format
+    (``data/public_curves_h/raw/OWNER__NAME.csv`` and ``.json``; skipped ones and why in ``raw/skipped_*.txt``);
+    the loader leaves out what it left out of set f (non-positive losses, a loss column another run has, a
+    repository an earlier set holds).
+  * Use: not scored when gathered except once, with the method as committed (``--set public-h``), as one more
+    held-out figure of today's method; the next candidate change is chosen on the development sets (a-g) and
+    run once on ``public-h``, beside the method of the day.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test|public-g|public-h] [--by steps|points] [--draws 80] [--const NAME=VALUE]
 """
 
 from __future__ import annotations
@@ -212,6 +230,7 @@ PUBLIC_D = HERE / "data" / "public_curves_d"  # a fourth held-out set (gathered 
 DENSE = HERE / "data" / "dense"  # whole-log extracts (2026-11-27): re-extractions of sets b-d, and the fifth held-out set e
 PUBLIC_F = HERE / "data" / "public_curves_f"  # the sixth set (2026-11-28): Hugging Face Trainer logs, split dev/test
 PUBLIC_G = HERE / "data" / "public_curves_g"  # the seventh (gathered 2026-11-28): held out for the next method change
+PUBLIC_H = HERE / "data" / "public_curves_h"  # the eighth (gathered 2026-11-28, checkpoint folders): the next change
 
 
 def smoothed(loss: np.ndarray, w: int) -> np.ndarray:
@@ -284,8 +303,10 @@ def hf_runs(part: str = "all", folder: Path = PUBLIC_F):
     earlier = " ".join(str(m.get("source", "")) for man_p in [*HERE.glob("data/public_curves*/manifest.json"),
                                                               *DENSE.glob("*/manifest.json")]
                        for m in json.loads(man_p.read_text()).values())
-    if folder != PUBLIC_F:  # a later Trainer set: set f's runs are earlier too
-        earlier += " " + " ".join(json.loads(q.read_text())["repo"] + " " for q in (PUBLIC_F / "raw").glob("*.json"))
+    trainer_sets = [PUBLIC_F, PUBLIC_G, PUBLIC_H]
+    for prev in trainer_sets[:trainer_sets.index(folder)] if folder in trainer_sets else []:
+        # a later Trainer set: the earlier Trainer sets' runs are earlier too
+        earlier += " " + " ".join(json.loads(q.read_text())["repo"] + " " for q in (prev / "raw").glob("*.json"))
     out, seen = [], []
     for i, p in enumerate(files):
         if part == "dev" and i % 2 or part == "test" and not i % 2:
@@ -422,12 +443,12 @@ def table(rows, title, by="method"):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("cpu", "public", "public-b", "all", "public-c", "public-d", "dense-dev", "public-e",
-                                   "public-f", "public-f-dev", "public-f-test", "public-g"),
+                                   "public-f", "public-f-dev", "public-f-test", "public-g", "public-h"),
                     default="all",
                     help="all = the first development sets (cpu, public, public-b); dense-dev = public (whole-log extracts "
                          "already) + the whole-log re-extractions of public-b/c/d; public-c, public-d and public-e are "
                          "held-out sets, run only by name; public-f: Hugging Face Trainer logs (halves public-f-dev, "
-                         "public-f-test; see the docstring); public-g: the next held-out Trainer set")
+                         "public-f-test; see the docstring); public-g, public-h: later held-out Trainer sets")
     ap.add_argument("--by", choices=("steps", "points"), default="steps",
                     help="origins and targets as shares of the run's steps (default, 2026-11-27) or of the logged points "
                          "(the protocol before: the same on whole-log extracts, not on block extracts)")
@@ -458,7 +479,8 @@ def main() -> None:
             + (dense_runs(("e",)) if args.set == "public-e" else [])
             + (hf_runs({"public-f": "all", "public-f-dev": "dev", "public-f-test": "test"}[args.set])
                if args.set.startswith("public-f") else [])
-            + (hf_runs("all", PUBLIC_G) if args.set == "public-g" else []))
+            + (hf_runs("all", PUBLIC_G) if args.set == "public-g" else [])
+            + (hf_runs("all", PUBLIC_H) if args.set == "public-h" else []))
     if args.only:
         runs = [r for r in runs if args.only in r["name"]]
     methods = tuple(args.methods.split(","))
