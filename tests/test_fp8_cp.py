@@ -243,8 +243,11 @@ def test_ring_attention_adds_its_own_work_unless_transformer_engine_runs_it(fp8_
     fresh = ParallelModel(fp8_family, h100, Cluster(h100, 8, 1), default_predictor(), "amp-bf16", exact_traces=True)
     fresh.evaluate(ParallelConfig(dp=4, cp=c, cp_kind="all-to-all", micro_batch=mb), per_replica_batch=mb)
     assert not any(key[-1] for key in fresh._costs)
-    fresh.evaluate(ParallelConfig(dp=4, cp=c, micro_batch=mb), per_replica_batch=mb)
+    step = fresh.evaluate(ParallelConfig(dp=4, cp=c, micro_batch=mb), per_replica_batch=mb)
     assert (1, False, mb, c, True) in fresh._costs
+    assert any("ring attention, its FP32 merges" in n for n in step.notes)
+    te_step = te_model.evaluate(ParallelConfig(dp=4, cp=c, micro_batch=mb), per_replica_batch=mb)
+    assert any("Transformer Engine's ring attention" in n for n in te_step.notes)
 
 
 CP_RING = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "gpu_campaign" / "h200_cp_ring_2026-11-28.jsonl"

@@ -989,6 +989,13 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     straggle = pr.makespan_s * straggler_share(cfg.gpus)
     iteration = pr.makespan_s + dp_exposed + zero_ag_s + opt_s + offload_s + overhead + straggle
 
+    if ncp > 1 and cfg.cp_spec.ring:
+        wl_kernels = model.inputs(mb)[0].kernels
+        notes.append("context parallelism (ring): " + (
+            "Transformer Engine's ring attention, its own corrections not priced" if wl_kernels == "transformer-engine"
+            else "PyTorch's ring attention, its FP32 merges, dQ/dK/dV accumulators and send-buffer copies priced "
+                 "beside the attention kernels (measured on an H200: docs/parallel.md)"))
+
     # --- memory per GPU ----------------------------------------------------------------------------------------
     cap = _capacity(model.device)
     # PyTorch FSDP with one micro-batch a step: zero_grad sets the (sharded) gradients to None and the backward
