@@ -366,11 +366,9 @@ def _epochs(series, total: int | None):
     """The run's passes over its data as the forecast sees them (curves.EpochDrops), or None (one pass, unknown)."""
     from traincast.online import curves
 
-    spe = series.steps_per_epoch
-    if not spe or not total or curves.one_pass(spe, total):
+    if not total:
         return None
-    ok = np.isfinite(series.steps) & np.isfinite(series.loss) & (series.loss > 0) & (series.steps > 0)
-    return curves.EpochDrops.measure(series.steps[ok].astype(float), series.loss[ok], spe)
+    return curves.EpochDrops.of(series.steps, series.loss, series.steps_per_epoch, total)
 
 
 def epochs_dict(ep) -> dict | None:

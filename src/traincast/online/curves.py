@@ -287,11 +287,16 @@ def form_names(schedule: bool) -> list[str]:
 
 
 # ----------------------------------------------------------------- fitting
+def usable(k: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The (step, loss) points a fit can use: finite, positive step and loss."""
+    return np.isfinite(k) & np.isfinite(y) & (y > 0) & (k > 0)
+
+
 def bin_curve(steps, losses, max_bins: int = MAX_BINS) -> tuple[np.ndarray, np.ndarray]:
     """Medians of (step, loss) in equal-width step bins; drops non-finite and non-positive losses."""
     k = np.asarray(steps, dtype=float)
     y = np.asarray(losses, dtype=float)
-    ok = np.isfinite(k) & np.isfinite(y) & (y > 0) & (k > 0)
+    ok = usable(k, y)
     k, y = k[ok], y[ok]
     o = np.argsort(k, kind="stable")
     k, y = k[o], y[o]
@@ -466,6 +471,15 @@ class EpochDrops:
             g = 0.0
         return EpochDrops(spe, g, now)
 
+    @staticmethod
+    def of(steps, losses, steps_per_epoch: float | None, total_steps: int | None = None) -> EpochDrops | None:
+        """:meth:`measure` on the usable points of a log; None for a run of one pass (:func:`one_pass`)."""
+        if one_pass(steps_per_epoch, total_steps):
+            return None
+        k, y = np.asarray(steps, dtype=float), np.asarray(losses, dtype=float)
+        ok = usable(k, y)
+        return EpochDrops.measure(k[ok], y[ok], steps_per_epoch)
+
     def draw(self, rng) -> float:
         if self.g_seen is not None:
             return self.g_seen * math.exp(EPOCH_DRAW_SIGMA * rng.normal())
@@ -489,10 +503,9 @@ def sample_curves(
     """
     k_all = np.asarray(steps, dtype=float)
     y_all = np.asarray(losses, dtype=float)
-    ok_e = np.isfinite(k_all) & np.isfinite(y_all) & (y_all > 0) & (k_all > 0)
-    ep = EpochDrops.measure(k_all[ok_e], y_all[ok_e], steps_per_epoch)
+    ep = EpochDrops.of(k_all, y_all, steps_per_epoch)
     if ep is not None and ep.g_seen:  # the curve as it would run without the passes already made
-        y_all = np.where(ok_e, y_all * np.exp(ep.g_seen * (ep.index(k_all) - ep.now)), y_all)
+        y_all = np.where(usable(k_all, y_all), y_all * np.exp(ep.g_seen * (ep.index(k_all) - ep.now)), y_all)
     k_last = float(np.nanmax(k_all)) if len(k_all) else 0.0
     keep = k_all >= SKIP_FRAC * k_last
     kb, yb = bin_curve(k_all[keep], y_all[keep])
@@ -648,7 +661,7 @@ def forecast_many(
             f = forecast_from_draws(draws, float(target_loss), schedule, notes, level)
         out.append(f)
     # the fit works on binned steps (the last bin's median step); "now" is the last step logged, as `eta` says
-    last = int(np.max(k[np.isfinite(k) & np.isfinite(y) & (y > 0) & (k > 0)]))
+    last = int(np.max(k[usable(k, y)]))
     out = [replace(f, current_step=max(f.current_step, last)) for f in out]
     return (out, draws) if return_draws else out
 
