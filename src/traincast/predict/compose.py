@@ -181,10 +181,10 @@ def interpolate(a: Workload, b: Workload, batch: int) -> Workload | None:
 def kernel_notes_on(wl: Workload, device) -> list[str]:
     """``wl``'s kernel notes (:meth:`Workload.kernel_notes`), the attention line saying cuDNN's kernel where its SDPA
     kernels run as cuDNN's on ``device`` because current PyTorch prefers them there (``sdpa`` auto)."""
-    from traincast.predict.roofline import cudnn_takes_sdpa_op, prefers_cudnn_sdpa
+    from traincast.predict.roofline import cudnn_takes_sdpa_op, sdpa_runs_cudnn
 
     notes = wl.kernel_notes()
-    if getattr(wl, "sdpa", "auto") != "auto" or wl.kernels == "transformer-engine" or not prefers_cudnn_sdpa(device):
+    if not sdpa_runs_cudnn(getattr(wl, "sdpa", "auto"), device):
         return notes
     if not any(o.op_class == "attention" and cudnn_takes_sdpa_op(o) for o in wl.ops):
         return notes

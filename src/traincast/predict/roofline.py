@@ -445,6 +445,12 @@ def prefers_cudnn_sdpa(device: Device) -> bool:
     return device.vendor == "NVIDIA" and device.generation in ("hopper", "blackwell")
 
 
+def sdpa_runs_cudnn(sdpa: str, device: Device) -> bool:
+    """Whether a workload with SDPA choice ``sdpa`` (``Workload.sdpa``) runs its flash / memory-efficient SDPA ops
+    as cuDNN's on ``device``: ``auto`` where PyTorch prefers cuDNN there (``cudnn`` renamed the ops already)."""
+    return sdpa == "auto" and prefers_cudnn_sdpa(device)
+
+
 # the fused attention ops PyTorch's SDPA runs as cuDNN's where it prefers cuDNN (half precision; head dims equal, a
 # multiple of 8 and at most 128, the shapes cuDNN's kernel takes on every version: else flash keeps them)
 _SDPA_TO_CUDNN = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
@@ -979,7 +985,7 @@ def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineP
     ``params.fresh_alloc_min_bytes``). ``sdpa``: the workload's attention kernel choice (``Workload.sdpa``; ``auto``
     runs the SDPA kernels as cuDNN's where PyTorch prefers them on ``device``)."""
     min_bytes = params.fresh_alloc_min_bytes if params.fresh_alloc_gb_per_s else 0.0
-    cudnn = sdpa == "auto" and prefers_cudnn_sdpa(device)
+    cudnn = sdpa_runs_cudnn(sdpa, device)
     taps = [depthwise_taps(o) for o in ops]
     return CompiledOps.from_arrays(
         [o.flops for o in ops], [o.bytes_total for o in ops], [o.op_class for o in ops], device,

@@ -990,9 +990,8 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
     iteration = pr.makespan_s + dp_exposed + zero_ag_s + opt_s + offload_s + overhead + straggle
 
     if ncp > 1 and cfg.cp_spec.ring:
-        wl_kernels = model.inputs(mb)[0].kernels
         notes.append("context parallelism (ring): " + (
-            "Transformer Engine's ring attention, its own corrections not priced" if wl_kernels == "transformer-engine"
+            "Transformer Engine's ring attention, its own corrections not priced" if base.kernels == "transformer-engine"
             else "PyTorch's ring attention, its FP32 merges, dQ/dK/dV accumulators and send-buffer copies priced "
                  "beside the attention kernels (measured on an H200: docs/parallel.md)"))
 
