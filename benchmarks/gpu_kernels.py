@@ -39,6 +39,40 @@ Protocol, written before any of these kernels was timed (2026-11-28, before the 
   the measurement differs from it by more than 10% on both causal and non-causal rows; then the published-runs
   figures (``fp8_cp_validation.py``, ``parallel_megatron.py``) are rerun and reported before and after.
 
+Protocol for cuDNN's channels-last kernels, written 2026-11-28 before the fit (issue 18; the FP32 channels-last
+rows of ``h200_kernels_2026-11-28.jsonl`` were seen before, in the FLOP-rate roofline's errors and one trial of a
+rate per tap, docs/gpu-accuracy.md; the BF16 ones of ``h200_kernels_cl_bf16_2026-11-28b.jsonl`` only as counts):
+- Rows: every depthwise row with ``"format": "channels_last"`` and no ``error`` of both files (FP32 at batch 64,
+  BF16 at 128 and 32), each with its three passes (forward, input gradient, weight gradient). Split: the hash of
+  each row's key that ``--fit`` uses (``zlib.crc32(key) % 2``: 0 dev, 1 held). Nothing is fitted on held rows or on
+  whole-model rows.
+- Form, from what cuDNN's NHWC depthwise kernels do (channels contiguous: a thread or vector lane per channel of an
+  output pixel, a loop over the taps; nothing on tensor cores, so TF32 does not apply), per pass ``p`` (fwd, dgrad,
+  wgrad) and dtype class ``d`` (fp32; half: BF16, FP16 taking BF16's rates unmeasured):
+  ``E`` the pass's elements (fwd and wgrad: outputs N x C x Ho x Wo; dgrad: inputs N x C x H x W), ``taps`` the
+  kernel area, ``big`` 1 for kernels above 3x3 (cuDNN runs other kernels or algorithms for them: the FP32 7x7 rows
+  are the slowest per tap); SM-cycles ``E x (a[p,d] + b[p,d] x taps x (1 + g[p] x big))`` over the SMs at the
+  clock (as the native kernels: scales with SMs and clock on other NVIDIA GPUs), plus a fixed cost per call
+  ``f[p]`` (us: the kernel's ramp and tail; for the weight gradient, its final reduction); the weight gradient also
+  at least ``N x Ho x Wo x r`` (ns; one serial reduction over the batch's output pixels per (channel, tap), the
+  bound when too few (channel, tap) pairs fill the GPU). Each pass's time is the roofline's: at least its bytes
+  over the bandwidth (the ``conv`` memory efficiency), plus the ordinary per-op overhead and kernel floor. 19
+  parameters (12 rates, 3 ``g``, 3 ``f``, ``r``), all >= 0, by least squares on log(forecast / measured) over the
+  dev rows' passes, the bytes bound included.
+- Scores: MAPE and median signed error per pass and dtype class on dev and held halves, of the model and of the
+  FLOP-rate roofline it replaces (``conv_depthwise``).
+- Adoption: the mechanism becomes the default for channels-last 2-D depthwise convolutions on NVIDIA GPUs if (1)
+  its held-half MAPE is under 20% for each pass (all held rows of the pass, both dtype classes together; per dtype
+  reported); a pass that misses it keeps today's timing (its share of the op's FLOPs at the ``conv_depthwise``
+  efficiency) and the others are adopted alone (forward and input gradient without the weight gradient, say); if
+  the forward and input gradient both miss, nothing is adopted; and (2) scored once on the campaigns' whole-model
+  rows of the depthwise networks (``gpu_measured.py --models`` as addendum 7: mobilenet_v2, mobilenet_v3_large,
+  mnasnet1_0, efficientnet_b0, efficientnet_v2_s, convnext_tiny, shufflenet_v2_x1_0, maxvit_t; H100 and H200, the
+  defaults and ``--profile h200_host_profile_2026-11-27.yaml``), before and after, their MAPE rises in none of the
+  four. All rows of both campaigns are reported beside, not ruled on. Nothing is retuned after the whole-model rows
+  are seen; if (2) fails, the parameters are reported and the mechanism is left off (no values in
+  ``efficiency.yaml``).
+
 Fit (any machine, ``--fit FILE --gpu NAME``): the eight ``dw_native`` parameters of ``efficiency.yaml`` by least
 squares on the log of forecast / measured over the dev half of the NCHW depthwise rows (the three passes of each),
 through the roofline's own :func:`traincast.predict.roofline.native_depthwise_s`; prints them, then the MAPE and
