@@ -84,6 +84,7 @@ attention rows' share of the BF16 tensor peak beside the catalog's efficiencies.
 Usage: python benchmarks/gpu_kernels.py --out kernels.jsonl [--deadline 200]        (on the GPU)
        python benchmarks/gpu_kernels.py --list                                       (the depthwise layers)
        PYTHONPATH=src python benchmarks/gpu_kernels.py --fit kernels.jsonl --gpu H200-SXM-141GB
+       PYTHONPATH=src python benchmarks/gpu_kernels.py --fit-cl kernels.jsonl kernels_cl_bf16.jsonl --gpu H200-SXM-141GB
 """
 
 from __future__ import annotations
@@ -315,6 +316,93 @@ def fit(path: Path, gpu: str) -> int:
     return 0
 
 
+def _cl_passes(r: dict) -> list[tuple[str, tuple, float, float, float]]:
+    """(pass, cl_depthwise_work row, measured ms, bytes, FLOPs: 2 per tap of each element) of each pass of a
+    measured channels-last depthwise row."""
+    n, c, h, w, ho, wo = r["N"], r["C"], r["H"], r["W"], r["Ho"], r["Wo"]
+    taps = r["kh"] * r["kw"]
+    big, half = int(taps > 9), int(r["dtype"] != "fp32")
+    el = 2 if half else 4
+    out, inp = n * c * ho * wo, n * c * h * w
+    return [("fwd", (out, 0, 0, taps, big, half, 0), r["fwd_ms"], el * (out + inp), 2.0 * out * taps),
+            ("dgrad", (0, inp, 0, taps, big, half, 0), r["dgrad_ms"], el * (out + inp), 2.0 * inp * taps),
+            ("wgrad", (0, 0, out, taps, big, half, n * ho * wo), r["wgrad_ms"], el * (out + inp), 2.0 * out * taps)]
+
+
+def fit_cl(paths: list[Path], gpu: str) -> int:
+    """cuDNN's channels-last depthwise kernels (the protocol above): the 19 ``dw_cl`` parameters by least squares on
+    the log of forecast / measured over the dev half of the channels-last rows' passes (each bounded below by its
+    bytes over the ``conv`` bandwidth), through :func:`traincast.predict.roofline.cl_depthwise_s`; then MAPE and
+    median signed error per pass and dtype class on both halves, of that model, of the roofline's whole time of the
+    pass with it, and of the FLOP-rate roofline without it."""
+    import zlib
+
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    from traincast.hardware.catalog import get_catalog
+    from traincast.predict.roofline import DW_CL, CompiledOps, RooflineParams, cl_depthwise_s
+
+    rows = [json.loads(x) for path in paths for x in path.read_text().splitlines() if x.strip()]
+    cl = [r for r in rows if r["key"].startswith("dw") and r.get("format") == "channels_last" and "error" not in r]
+    device = get_catalog().device(gpu)
+    names = [f"dwcl_{k}" for k in DW_CL]
+    off = RooflineParams.for_device(device).with_values({nm: 0.0 for nm in names})
+    ghz = device.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], device).clock_factor(off)
+    bw = device.memory_bandwidth_bytes_per_s * off.memory["conv"] * off.memory_scale
+    dev = [r for r in cl if zlib.crc32(r["key"].encode()) % 2 == 0]
+    held = [r for r in cl if zlib.crc32(r["key"].encode()) % 2 == 1]
+
+    def table(rs):
+        """Per pass of rows ``rs``: kinds, work rows, measured ms, bytes, FLOPs, dtypes."""
+        ps = [(p, r["dtype"]) for r in rs for p in _cl_passes(r)]
+        return ([p[0] for p, _ in ps], np.array([p[1] for p, _ in ps], float), np.array([p[2] for p, _ in ps]),
+                np.array([p[3] for p, _ in ps], float), np.array([p[4] for p, _ in ps]), [dt for _, dt in ps])
+
+    def model_ms(params, work, nbytes):
+        return np.maximum(cl_depthwise_s(work, device.sm_count, ghz, params)[0], nbytes / bw) * 1e3
+
+    _, work_d, ms_d, bytes_d, *_ = table(dev)
+
+    def resid(x):
+        return np.log(model_ms(off.with_vector(names, x), work_d, bytes_d) / ms_d)
+
+    # starts: per pass (cycles, tap cycles) FP32 and half, big shares, call costs (us), the reduction (ns/pixel)
+    best = None
+    for scale in (0.3, 1.0, 3.0):
+        x0 = np.array([0.5, 0.2, 0.5, 0.2] * 3) * scale
+        x0 = np.concatenate([x0, [0.5, 0.5, 0.5], [2.0, 2.0, 2.0], [0.01 * scale]])
+        sol = least_squares(resid, x0, bounds=(0, np.inf), x_scale="jac")
+        if best is None or sol.cost < best.cost:
+            best = sol
+    params = off.with_vector(names, best.x)
+    dt_of = {r["dtype"] for r in cl}
+    print(f"{len(cl)} channels-last depthwise rows ({', '.join(sorted(dt_of))}) measured on "
+          f"{rows[0].get('device', gpu)}; {len(dev)} dev, {len(held)} held; forecast for {gpu} ({device.sm_count} "
+          f"SMs at {ghz:.3f} GHz, bytes at {bw / 1e9:.0f} GB/s); dev cost {best.cost:.4g}")
+    print("dw_cl (efficiency.yaml):")
+    for nm, v in zip(names, best.x):
+        print(f"  {nm[5:]}: {v:.4g}")
+    for half, rs in (("dev", dev), ("held", held)):
+        kinds, work, ms, nbytes, flops, dtypes = table(rs)
+        own = model_ms(params, work, nbytes)
+        conv = CompiledOps.from_arrays(flops, nbytes, ["conv"] * len(ms), device, precision="amp-bf16", dtype=dtypes,
+                                       key=["conv_depthwise"] * len(ms), dwcl_work=work)
+        whole = conv.times(params) * 1e3
+        before = conv.times(off) * 1e3
+        for label, f in (("kernel model", own), ("roofline, fitted", whole), ("roofline, without", before)):
+            err = f / ms - 1
+            for dcls in ("all", "fp32", "half"):
+                parts = []
+                for k in ("fwd", "dgrad", "wgrad"):
+                    e = np.array([x for x, kk, dt in zip(err, kinds, dtypes) if kk == k
+                                  and (dcls == "all" or (dt == "fp32") == (dcls == "fp32"))])
+                    parts.append(f"{k} {100 * np.mean(np.abs(e)):5.1f}% ({100 * np.median(e):+5.1f}%)")
+                nrow = sum(1 for r in rs if dcls == "all" or (r["dtype"] == "fp32") == (dcls == "fp32"))
+                print(f"{half:4s} {dcls:4s} n={nrow:3d} {label:17s} MAPE (median signed): " + ", ".join(parts))
+    return 0
+
+
 def fit_attention_ramp(attn: list[dict], device, base) -> None:
     """``attention_half_keys`` (gpu_measured.py's addendum 8): k0 of ``eff x k / (k + k0)``, k the keys per query,
     fitted on the dev half of the head-dim-128 flash and cuDNN rows with the catalog's long-sequence efficiencies
@@ -374,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--list", action="store_true", help="print the depthwise layers and stop")
     ap.add_argument("--fit", type=Path, help="a measurement file: fit and score the depthwise kernel model")
+    ap.add_argument("--fit-cl", type=Path, nargs="+", help="measurement files: fit and score the channels-last "
+                    "(cuDNN) depthwise kernel model on their channels-last rows")
     ap.add_argument("--gpu", default="H200-SXM-141GB", help="the catalog GPU the measurements were taken on")
     ap.add_argument("--attn-tokens", type=int, default=ATTN_TOKENS, help="tokens per attention call")
     ap.add_argument("--variants", default="", help="comma-separated indices into DW_VARIANTS (default: all)")
@@ -382,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.fit:
         return fit(a.fit, a.gpu)
+    if a.fit_cl:
+        return fit_cl(a.fit_cl, a.gpu)
     start = time.perf_counter()
     layers = depthwise_layers()
     if a.list:
