@@ -79,7 +79,10 @@ through the roofline's own :func:`traincast.predict.roofline.native_depthwise_s`
 median signed error per pass on the dev and held halves, of the kernel model alone and of the whole roofline
 time of each pass (bytes over bandwidth and the kernel floor included) with the fitted values and without the
 mechanism (``dw_fwd_cycles`` 0: the FLOP-rate roofline of ``conv_depthwise``); and the
-attention rows' share of the BF16 tensor peak beside the catalog's efficiencies.
+attention rows' share of the BF16 tensor peak beside the catalog's efficiencies. ``--fit-cl FILE... --gpu NAME``: the
+same for cuDNN's channels-last kernels (the protocol above; ``dw_cl`` of ``efficiency.yaml``, 19 parameters through
+:func:`traincast.predict.roofline.cl_depthwise_s`, each pass bounded below by its bytes over the ``conv``
+bandwidth), scored per pass and dtype class (fp32, half).
 
 Usage: python benchmarks/gpu_kernels.py --out kernels.jsonl [--deadline 200]        (on the GPU)
        python benchmarks/gpu_kernels.py --list                                       (the depthwise layers)

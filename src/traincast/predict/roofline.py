@@ -69,13 +69,13 @@ Per op::
 - cuDNN's channels-last depthwise kernels (``dw_cl``, any rate > 0; :func:`cl_depthwise_work`): on NVIDIA GPUs a 2-D
   depthwise convolution whose input is channels-last (``OpRecord.layout`` ``nhwc``: ``--memory-format
   channels_last``, or NCHW-shaped tensors with channels-last strides, as ConvNeXt's) goes to cuDNN's NHWC kernels
-  whatever its dtype (``use_cudnn_depthwise``): channels contiguous, a loop over the taps, no tensor cores. Each pass
+  whatever its dtype (``use_cudnn_depthwise``): channels contiguous, a loop over the taps (no tensor cores, assumed). Each pass
   (forward: outputs; input gradient: input elements; weight gradient: outputs) takes ``elements x (cycles +
   tap_cycles x taps x (1 + big x [kernel above 3x3]))`` SM-cycles over the SMs at the clock, plus ``call_us``; the
   rates per pass for FP32 and for half precision (``half_``; FP16 takes BF16's, not measured); the weight gradient
   at least ``batch x output pixels x wgrad_pixel_ns`` (a serial reduction per (channel, tap)). A pass whose two
   rates for the op's dtype class are 0 keeps the FLOP-rate roofline for its share (2 x elements x taps FLOPs): the
-  catalog's weight gradient, which cuDNN runs with algorithms picked by shape and this form does not fit (41% MAPE
+  catalog's weight gradient, which cuDNN runs with algorithms picked by shape and this form does not fit (38.8% MAPE
   on the held kernel rows against the protocol's 20%). The op's compute time is the sum (its bytes over bandwidth
   still bound it below). Set from ``benchmarks/gpu_kernels.py --fit-cl`` on an H200 (docs/gpu-accuracy.md).
 - layout transposes: a convolution on NVIDIA tensor cores with NCHW activations moves its tensors twice more in
