@@ -39,17 +39,55 @@ Protocol, written before any of these kernels was timed (2026-11-28, before the 
   the measurement differs from it by more than 10% on both causal and non-causal rows; then the published-runs
   figures (``fp8_cp_validation.py``, ``parallel_megatron.py``) are rerun and reported before and after.
 
+Protocol for cuDNN's channels-last kernels, written 2026-11-28 before the fit (issue 18; the FP32 channels-last
+rows of ``h200_kernels_2026-11-28.jsonl`` were seen before, in the FLOP-rate roofline's errors and one trial of a
+rate per tap, docs/gpu-accuracy.md; the BF16 ones of ``h200_kernels_cl_bf16_2026-11-28b.jsonl`` only as counts):
+- Rows: every depthwise row with ``"format": "channels_last"`` and no ``error`` of both files (FP32 at batch 64,
+  BF16 at 128 and 32), each with its three passes (forward, input gradient, weight gradient). Split: the hash of
+  each row's key that ``--fit`` uses (``zlib.crc32(key) % 2``: 0 dev, 1 held). Nothing is fitted on held rows or on
+  whole-model rows.
+- Form, from what cuDNN's NHWC depthwise kernels do (channels contiguous: a thread or vector lane per channel of an
+  output pixel, a loop over the taps; nothing on tensor cores, so TF32 does not apply), per pass ``p`` (fwd, dgrad,
+  wgrad) and dtype class ``d`` (fp32; half: BF16, FP16 taking BF16's rates unmeasured):
+  ``E`` the pass's elements (fwd and wgrad: outputs N x C x Ho x Wo; dgrad: inputs N x C x H x W), ``taps`` the
+  kernel area, ``big`` 1 for kernels above 3x3 (cuDNN runs other kernels or algorithms for them: the FP32 7x7 rows
+  are the slowest per tap); SM-cycles ``E x (a[p,d] + b[p,d] x taps x (1 + g[p] x big))`` over the SMs at the
+  clock (as the native kernels: scales with SMs and clock on other NVIDIA GPUs), plus a fixed cost per call
+  ``f[p]`` (us: the kernel's ramp and tail; for the weight gradient, its final reduction); the weight gradient also
+  at least ``N x Ho x Wo x r`` (ns; one serial reduction over the batch's output pixels per (channel, tap), the
+  bound when too few (channel, tap) pairs fill the GPU). Each pass's time is the roofline's: at least its bytes
+  over the bandwidth (the ``conv`` memory efficiency), plus the ordinary per-op overhead and kernel floor. 19
+  parameters (12 rates, 3 ``g``, 3 ``f``, ``r``), all >= 0, by least squares on log(forecast / measured) over the
+  dev rows' passes, the bytes bound included.
+- Scores: MAPE and median signed error per pass and dtype class on dev and held halves, of the model and of the
+  FLOP-rate roofline it replaces (``conv_depthwise``).
+- Adoption: the mechanism becomes the default for channels-last 2-D depthwise convolutions on NVIDIA GPUs if (1)
+  its held-half MAPE is under 20% for each pass (all held rows of the pass, both dtype classes together; per dtype
+  reported); a pass that misses it keeps today's timing (its share of the op's FLOPs at the ``conv_depthwise``
+  efficiency) and the others are adopted alone (forward and input gradient without the weight gradient, say); if
+  the forward and input gradient both miss, nothing is adopted; and (2) scored once on the campaigns' whole-model
+  rows of the depthwise networks (``gpu_measured.py --models`` as addendum 7: mobilenet_v2, mobilenet_v3_large,
+  mnasnet1_0, efficientnet_b0, efficientnet_v2_s, convnext_tiny, shufflenet_v2_x1_0, maxvit_t; H100 and H200, the
+  defaults and ``--profile h200_host_profile_2026-11-27.yaml``), before and after, their MAPE rises in none of the
+  four. All rows of both campaigns are reported beside, not ruled on. Nothing is retuned after the whole-model rows
+  are seen; if (2) fails, the parameters are reported and the mechanism is left off (no values in
+  ``efficiency.yaml``).
+
 Fit (any machine, ``--fit FILE --gpu NAME``): the eight ``dw_native`` parameters of ``efficiency.yaml`` by least
 squares on the log of forecast / measured over the dev half of the NCHW depthwise rows (the three passes of each),
 through the roofline's own :func:`traincast.predict.roofline.native_depthwise_s`; prints them, then the MAPE and
 median signed error per pass on the dev and held halves, of the kernel model alone and of the whole roofline
 time of each pass (bytes over bandwidth and the kernel floor included) with the fitted values and without the
 mechanism (``dw_fwd_cycles`` 0: the FLOP-rate roofline of ``conv_depthwise``); and the
-attention rows' share of the BF16 tensor peak beside the catalog's efficiencies.
+attention rows' share of the BF16 tensor peak beside the catalog's efficiencies. ``--fit-cl FILE... --gpu NAME``: the
+same for cuDNN's channels-last kernels (the protocol above; ``dw_cl`` of ``efficiency.yaml``, 19 parameters through
+:func:`traincast.predict.roofline.cl_depthwise_s`, each pass bounded below by its bytes over the ``conv``
+bandwidth), scored per pass and dtype class (fp32, half).
 
 Usage: python benchmarks/gpu_kernels.py --out kernels.jsonl [--deadline 200]        (on the GPU)
        python benchmarks/gpu_kernels.py --list                                       (the depthwise layers)
        PYTHONPATH=src python benchmarks/gpu_kernels.py --fit kernels.jsonl --gpu H200-SXM-141GB
+       PYTHONPATH=src python benchmarks/gpu_kernels.py --fit-cl kernels.jsonl kernels_cl_bf16.jsonl --gpu H200-SXM-141GB
 """
 
 from __future__ import annotations
@@ -281,6 +319,93 @@ def fit(path: Path, gpu: str) -> int:
     return 0
 
 
+def _cl_passes(r: dict) -> list[tuple[str, tuple, float, float, float]]:
+    """(pass, cl_depthwise_work row, measured ms, bytes, FLOPs: 2 per tap of each element) of each pass of a
+    measured channels-last depthwise row."""
+    n, c, h, w, ho, wo = r["N"], r["C"], r["H"], r["W"], r["Ho"], r["Wo"]
+    taps = r["kh"] * r["kw"]
+    big, half = int(taps > 9), int(r["dtype"] != "fp32")
+    el = 2 if half else 4
+    out, inp = n * c * ho * wo, n * c * h * w
+    return [("fwd", (out, 0, 0, taps, big, half, 0), r["fwd_ms"], el * (out + inp), 2.0 * out * taps),
+            ("dgrad", (0, inp, 0, taps, big, half, 0), r["dgrad_ms"], el * (out + inp), 2.0 * inp * taps),
+            ("wgrad", (0, 0, out, taps, big, half, n * ho * wo), r["wgrad_ms"], el * (out + inp), 2.0 * out * taps)]
+
+
+def fit_cl(paths: list[Path], gpu: str) -> int:
+    """cuDNN's channels-last depthwise kernels (the protocol above): the 19 ``dw_cl`` parameters by least squares on
+    the log of forecast / measured over the dev half of the channels-last rows' passes (each bounded below by its
+    bytes over the ``conv`` bandwidth), through :func:`traincast.predict.roofline.cl_depthwise_s`; then MAPE and
+    median signed error per pass and dtype class on both halves, of that model, of the roofline's whole time of the
+    pass with it, and of the FLOP-rate roofline without it."""
+    import zlib
+
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    from traincast.hardware.catalog import get_catalog
+    from traincast.predict.roofline import DW_CL, CompiledOps, RooflineParams, cl_depthwise_s
+
+    rows = [json.loads(x) for path in paths for x in path.read_text().splitlines() if x.strip()]
+    cl = [r for r in rows if r["key"].startswith("dw") and r.get("format") == "channels_last" and "error" not in r]
+    device = get_catalog().device(gpu)
+    names = [f"dwcl_{k}" for k in DW_CL]
+    off = RooflineParams.for_device(device).with_values({nm: 0.0 for nm in names})
+    ghz = device.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], device).clock_factor(off)
+    bw = device.memory_bandwidth_bytes_per_s * off.memory["conv"] * off.memory_scale
+    dev = [r for r in cl if zlib.crc32(r["key"].encode()) % 2 == 0]
+    held = [r for r in cl if zlib.crc32(r["key"].encode()) % 2 == 1]
+
+    def table(rs):
+        """Per pass of rows ``rs``: kinds, work rows, measured ms, bytes, FLOPs, dtypes."""
+        ps = [(p, r["dtype"]) for r in rs for p in _cl_passes(r)]
+        return ([p[0] for p, _ in ps], np.array([p[1] for p, _ in ps], float), np.array([p[2] for p, _ in ps]),
+                np.array([p[3] for p, _ in ps], float), np.array([p[4] for p, _ in ps]), [dt for _, dt in ps])
+
+    def model_ms(params, work, nbytes):
+        return np.maximum(cl_depthwise_s(work, device.sm_count, ghz, params)[0], nbytes / bw) * 1e3
+
+    _, work_d, ms_d, bytes_d, *_ = table(dev)
+
+    def resid(x):
+        return np.log(model_ms(off.with_vector(names, x), work_d, bytes_d) / ms_d)
+
+    # starts: per pass (cycles, tap cycles) FP32 and half, big shares, call costs (us), the reduction (ns/pixel)
+    best = None
+    for scale in (0.3, 1.0, 3.0):
+        x0 = np.array([0.5, 0.2, 0.5, 0.2] * 3) * scale
+        x0 = np.concatenate([x0, [0.5, 0.5, 0.5], [2.0, 2.0, 2.0], [0.01 * scale]])
+        sol = least_squares(resid, x0, bounds=(0, np.inf), x_scale="jac")
+        if best is None or sol.cost < best.cost:
+            best = sol
+    params = off.with_vector(names, best.x)
+    dt_of = {r["dtype"] for r in cl}
+    print(f"{len(cl)} channels-last depthwise rows ({', '.join(sorted(dt_of))}) measured on "
+          f"{rows[0].get('device', gpu)}; {len(dev)} dev, {len(held)} held; forecast for {gpu} ({device.sm_count} "
+          f"SMs at {ghz:.3f} GHz, bytes at {bw / 1e9:.0f} GB/s); dev cost {best.cost:.4g}")
+    print("dw_cl (efficiency.yaml):")
+    for nm, v in zip(names, best.x):
+        print(f"  {nm[5:]}: {v:.4g}")
+    for half, rs in (("dev", dev), ("held", held)):
+        kinds, work, ms, nbytes, flops, dtypes = table(rs)
+        own = model_ms(params, work, nbytes)
+        conv = CompiledOps.from_arrays(flops, nbytes, ["conv"] * len(ms), device, precision="amp-bf16", dtype=dtypes,
+                                       key=["conv_depthwise"] * len(ms), dwcl_work=work)
+        whole = conv.times(params) * 1e3
+        before = conv.times(off) * 1e3
+        for label, f in (("kernel model", own), ("roofline, fitted", whole), ("roofline, without", before)):
+            err = f / ms - 1
+            for dcls in ("all", "fp32", "half"):
+                parts = []
+                for k in ("fwd", "dgrad", "wgrad"):
+                    e = np.array([x for x, kk, dt in zip(err, kinds, dtypes) if kk == k
+                                  and (dcls == "all" or (dt == "fp32") == (dcls == "fp32"))])
+                    parts.append(f"{k} {100 * np.mean(np.abs(e)):5.1f}% ({100 * np.median(e):+5.1f}%)")
+                nrow = sum(1 for r in rs if dcls == "all" or (r["dtype"] == "fp32") == (dcls == "fp32"))
+                print(f"{half:4s} {dcls:4s} n={nrow:3d} {label:17s} MAPE (median signed): " + ", ".join(parts))
+    return 0
+
+
 def fit_attention_ramp(attn: list[dict], device, base) -> None:
     """``attention_half_keys`` (gpu_measured.py's addendum 8): k0 of ``eff x k / (k + k0)``, k the keys per query,
     fitted on the dev half of the head-dim-128 flash and cuDNN rows with the catalog's long-sequence efficiencies
@@ -340,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--list", action="store_true", help="print the depthwise layers and stop")
     ap.add_argument("--fit", type=Path, help="a measurement file: fit and score the depthwise kernel model")
+    ap.add_argument("--fit-cl", type=Path, nargs="+", help="measurement files: fit and score the channels-last "
+                    "(cuDNN) depthwise kernel model on their channels-last rows")
     ap.add_argument("--gpu", default="H200-SXM-141GB", help="the catalog GPU the measurements were taken on")
     ap.add_argument("--attn-tokens", type=int, default=ATTN_TOKENS, help="tokens per attention call")
     ap.add_argument("--variants", default="", help="comma-separated indices into DW_VARIANTS (default: all)")
@@ -348,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.fit:
         return fit(a.fit, a.gpu)
+    if a.fit_cl:
+        return fit_cl(a.fit_cl, a.gpu)
     start = time.perf_counter()
     layers = depthwise_layers()
     if a.list:

@@ -58,6 +58,11 @@ measured by this project, and no parameter was ever set from an H200 row):
    whatever the rows say (the native kernels do not run there: the profiles of the third lease), and reported once:
    the ConvNeXt rows and all rows of both campaigns, defaults and the H200 host profile, before and after.
 
+10. Written 2026-11-28, before cuDNN's channels-last depthwise kernels were fitted (``gpu_kernels.py``'s protocol
+   for them) and before any campaign row was forecast with them: scored once on the depthwise networks' rows of
+   both campaigns (``--models`` as in 7), defaults and the H200 host profile, before and after, and on all rows;
+   kept only if the depthwise rows' MAPE rises in none of the four.
+
 Usage: PYTHONPATH=src .venv/bin/python benchmarks/gpu_measured.py benchmarks/data/gpu_campaign/h100_2026-11-27.jsonl
        --gpu H100-SXM5-80GB [--split all|dev|held] [--predictor NAME | --profile FILE] [--worst 8]
        [--scale-from OTHER_ROWS --scale-gpu OTHER_GPU]

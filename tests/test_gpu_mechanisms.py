@@ -488,3 +488,155 @@ def test_attention_ramp_with_keys_per_query_by_hand():
     over = on.op_overhead_us * 1e-6
     assert (t1[0] - over) / (t0[0] - over) == pytest.approx((4097 / 2 + 512) / (4097 / 2), rel=1e-9)
     assert (t1[1] - over) / (t0[1] - over) == pytest.approx((4096 + 512) / 4096, rel=1e-9)
+
+
+CL_KERNELS = [KERNELS, KERNELS.with_name("h200_kernels_cl_bf16_2026-11-28b.jsonl")]
+# a full set of dw_cl parameters (weight gradient included) for the hand-computed cases; not the catalog's
+CL_TEST = {"dwcl_fwd_cycles": 0.2, "dwcl_fwd_tap_cycles": 0.05, "dwcl_fwd_half_cycles": 0.3,
+           "dwcl_fwd_half_tap_cycles": 0.02, "dwcl_dgrad_cycles": 0.25, "dwcl_dgrad_tap_cycles": 0.1,
+           "dwcl_wgrad_cycles": 0.5, "dwcl_wgrad_tap_cycles": 0.15, "dwcl_fwd_big": 0.6, "dwcl_wgrad_big": 1.5,
+           "dwcl_fwd_call_us": 5.0, "dwcl_dgrad_call_us": 3.0, "dwcl_wgrad_call_us": 10.0, "dwcl_wgrad_pixel_ns": 0.0}
+
+
+def test_which_depthwise_convolutions_run_cudnns_channels_last_kernels():
+    from traincast.predict.roofline import cl_depthwise_work as work
+
+    outs = 64 * 144 * 56 * 56
+    dw = dict(groups=144, cin=144, cout=144)
+    nhwc = replace(conv(**dw), layout="nhwc")
+    assert work(nhwc) == (outs, 0.0, 0.0, 9, 0, 0, 0.0)  # forward: one element per output
+    # the backward: input gradient of every input element, weight gradient of every output, reduced over
+    # batch x output pixels
+    assert work(replace(conv(aten="convolution_backward", **dw), layout="nhwc")) == (
+        0.0, outs, outs, 9, 0, 0, 64 * 56 * 56.0)
+    assert work(replace(conv(k=7, **dw), layout="nhwc"))[4] == 1  # above 3x3: "big"
+    assert work(replace(conv(k=3, dtype="bf16", **dw), layout="nhwc"))[5] == 1  # half precision
+    assert work(replace(conv(k=3, dtype="fp16", **dw), layout="nhwc"))[5] == 1
+    # NCHW depthwise ones (PyTorch's native kernels, or cuDNN's NCHW ones for FP16), dense, grouped and transposed
+    # ones: not these kernels
+    for other in (conv(**dw), conv(dtype="fp16", **dw), replace(conv(), layout="nhwc"),
+                  replace(conv(groups=8), layout="nhwc"), replace(conv(transposed=True, **dw), layout="nhwc")):
+        assert work(other) == (0.0, 0.0, 0.0, 0, 0, 0, 0.0)
+
+
+def test_cl_depthwise_time_by_hand():
+    """H100: 132 SMs. A channels-last 3x3 depthwise convolution of 144 channels: its forward takes outputs x
+    (cycles + tap cycles x 9) SM-cycles over the SMs at the clock plus the call cost; its backward the input
+    gradient's and the weight gradient's; each op at least its bytes over the bandwidth, plus the launch overhead."""
+    from traincast.predict.roofline import UNITS, cl_depthwise_s
+
+    h100 = get_catalog().device("H100")
+    p = RooflineParams.for_device(h100).with_values(CL_TEST)
+    dw = dict(groups=144, cin=144, cout=144)
+    f = replace(conv(**dw), layout="nhwc")
+    b = replace(conv(aten="convolution_backward", **dw), layout="nhwc")
+    ops = compile_ops([f, b], h100, "fp32", p)
+    ghz = h100.boost_clock_mhz / 1e3 * ops.clock_factor(p)
+    sm = 132 * ghz * 1e9
+    outs = 64 * 144 * 56 * 56
+    fwd = outs * (0.2 + 9 * 0.05) / sm + 5e-6
+    dgrad = outs * (0.25 + 9 * 0.1) / sm + 3e-6
+    wgrad = outs * (0.5 + 9 * 0.15) / sm + 10e-6
+    sec, rest = cl_depthwise_s(ops.dwcl_work, 132, ghz, p)
+    assert sec == pytest.approx([fwd, dgrad + wgrad], rel=1e-12) and not rest.any()
+    bw = h100.memory_bandwidth_bytes_per_s * p.memory["conv"] * p.memory_scale
+    over = p.op_overhead_us * 1e-6
+    want = [max(fwd, f.bytes_total / bw) + over, max(dgrad + wgrad, b.bytes_total / bw) + over]
+    assert ops.times(p) == pytest.approx(want, rel=1e-9)
+    # a 7x7 kernel: the tap cycles grow by the "big" share; the weight gradient at least the serial reduction
+    f7 = replace(conv(k=7, **dw), layout="nhwc")
+    assert cl_depthwise_s(compile_ops([f7], h100, "fp32", p).dwcl_work, 132, ghz, p)[0][0] == pytest.approx(
+        outs * (0.2 + 49 * 0.05 * 1.6) / sm + 5e-6, rel=1e-12)
+    slow = p.with_values({"dwcl_wgrad_pixel_ns": 2.0})
+    assert cl_depthwise_s(ops.dwcl_work, 132, ghz, slow)[0][1] == pytest.approx(dgrad + 64 * 56 * 56 * 2e-9, rel=1e-12)
+    # a pass without rates (here the weight gradient) keeps the FLOP-rate roofline for its 2 x outputs x taps FLOPs
+    nowg = p.with_values({"dwcl_wgrad_cycles": 0.0, "dwcl_wgrad_tap_cycles": 0.0})
+    sec, rest = cl_depthwise_s(ops.dwcl_work, 132, ghz, nowg)
+    assert sec == pytest.approx([fwd, dgrad], rel=1e-12) and rest.tolist() == [0.0, 2.0 * outs * 9]
+    unit = UNITS[ops.unit[1]]
+    rate = ops.peak_flops_per_s[1] * nowg.compute[unit]["conv_depthwise"] * ops.clock_factor(nowg)
+    t_c = dgrad + 2.0 * outs * 9 / rate
+    assert ops.times(nowg)[1] == pytest.approx(max(t_c, b.bytes_total / bw) + over, rel=1e-9)
+    # BF16 takes the half-precision rates
+    fb = replace(conv(dtype="bf16", **dw), layout="nhwc")
+    assert cl_depthwise_s(compile_ops([fb], h100, "amp-bf16", p).dwcl_work, 132, ghz, p)[0][0] == pytest.approx(
+        outs * (0.3 + 9 * 0.02) / sm + 5e-6, rel=1e-12)
+    # CPUs and AMD GPUs: not these kernels
+    amd = next(d for d in get_catalog().devices.values() if d.kind == "gpu" and d.vendor.lower() == "amd")
+    assert compile_ops([f, b], amd, "fp32", RooflineParams.for_device(amd).with_values(CL_TEST)).dwcl_work is None
+
+
+def test_cl_depthwise_kernels_leave_nchw_ones_alone():
+    """NCHW depthwise convolutions (PyTorch's native kernels) and dense channels-last ones take the same time with
+    and without the channels-last parameters."""
+    from traincast.predict.roofline import DW_CL
+
+    h200 = get_catalog().device("H200-SXM-141GB")
+    p = RooflineParams.for_device(h200)
+    off = p.with_values({f"dwcl_{k}": 0.0 for k in DW_CL})
+    on = p.with_values(CL_TEST)
+    dw = dict(groups=144, cin=144, cout=144)
+    ops = [conv(**dw), conv(aten="convolution_backward", **dw), conv(k=7, dtype="bf16", **dw),
+           replace(conv(), layout="nhwc"), replace(conv(aten="convolution_backward"), layout="nhwc")]
+    c = compile_ops(ops, h200, "amp-bf16", p)
+    assert c.dwcl_work is None  # nothing for the mechanism to act on
+    assert (c.times(on) == c.times(off)).all()
+    # with one channels-last depthwise op among them, the others are untouched
+    c2 = compile_ops(ops + [replace(conv(k=7, **dw), layout="nhwc")], h200, "amp-bf16", p)
+    t_on, t_off = c2.times(on), c2.times(off)
+    assert (t_on[:-1] == t_off[:-1]).all() and t_on[-1] != t_off[-1]
+
+
+def test_cl_depthwise_catalog_models_forward_and_input_gradient_only():
+    """The catalog (gpu_kernels.py's protocol for these kernels): the forward and input gradient are modelled, the
+    weight gradient, which missed the protocol's 20% on the held rows, is not (its rates 0: the FLOP rate)."""
+    from traincast.predict.roofline import RooflineTable
+
+    p = RooflineParams.for_device(get_catalog().device("H200-SXM-141GB"))
+    assert p.dw_cl_on
+    assert p.dwcl_fwd_cycles + p.dwcl_fwd_tap_cycles > 0 and p.dwcl_fwd_half_cycles + p.dwcl_fwd_half_tap_cycles > 0
+    assert p.dwcl_dgrad_cycles + p.dwcl_dgrad_tap_cycles > 0
+    assert p.dwcl_dgrad_half_cycles + p.dwcl_dgrad_half_tap_cycles > 0
+    assert p.dwcl_wgrad_cycles == p.dwcl_wgrad_tap_cycles == p.dwcl_wgrad_half_cycles == 0
+    assert p.dwcl_wgrad_half_tap_cycles == 0
+    # the YAML form round-trips, and a negative rate is refused at the boundary
+    assert RooflineParams.from_table(p.to_table()) == p
+    with pytest.raises(Exception):
+        RooflineTable.model_validate({"dw_cl": {"fwd_cycles": -1.0}})
+
+
+def _cl_rows(held: bool):
+    import json
+    import zlib
+
+    rows = [json.loads(x) for path in CL_KERNELS for x in path.read_text().splitlines() if x.strip()]
+    return [r for r in rows if r["key"].startswith("dw") and r.get("format") == "channels_last"
+            and zlib.crc32(r["key"].encode()) % 2 == int(held)]
+
+
+def test_cl_depthwise_kernels_against_the_h200_kernel_timings():
+    """The catalog's parameters against the measured forward and input-gradient passes of the channels-last
+    depthwise layers (FP32 b64, BF16 b128 and b32) on an H200, the half of the rows they were not fitted on: the
+    kernel model with its bytes bound measured 13.1% and 11.1% MAPE there (median -2.3%, +4.1%)."""
+    from traincast.predict.roofline import cl_depthwise_s
+
+    h200 = get_catalog().device("H200-SXM-141GB")
+    p = RooflineParams.for_device(h200)
+    ghz = h200.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], h200).clock_factor(p)
+    bw = h200.memory_bandwidth_bytes_per_s * p.memory["conv"] * p.memory_scale
+    held = _cl_rows(held=True)
+    assert len(held) > 70
+    errs = {"fwd": [], "dgrad": []}
+    for r in held:
+        n, c, ho, wo, taps = r["N"], r["C"], r["Ho"], r["Wo"], r["kh"] * r["kw"]
+        half, el = int(r["dtype"] != "fp32"), 2 if r["dtype"] != "fp32" else 4
+        nbytes = el * n * c * (ho * wo + r["H"] * r["W"])
+        work = [(n * c * ho * wo, 0, 0, taps, int(taps > 9), half, 0), (0, n * c * r["H"] * r["W"], 0, taps,
+                                                                        int(taps > 9), half, 0)]
+        sec, rest = cl_depthwise_s(np.array(work, float), h200.sm_count, ghz, p)
+        assert not rest.any()
+        for k, s, m in zip(errs, np.maximum(sec, nbytes / bw) * 1e3, (r["fwd_ms"], r["dgrad_ms"])):
+            errs[k].append(s / m - 1)
+    for k, e in errs.items():
+        assert np.mean(np.abs(e)) < 0.17, k
+        assert abs(np.median(e)) < 0.08, k

@@ -66,6 +66,18 @@ Per op::
   (dw_wgrad_iter_ns + dw_wgrad_iter_block_ns x min(8, blocks per SM)) + dw_wgrad_block_us)``, ``waves`` = blocks
   / (8 x SMs). The op's compute time is their sum (its bytes over bandwidth still bound it below). Set from
   ``benchmarks/gpu_kernels.py``'s kernel timings on an H200 (docs/gpu-accuracy.md).
+- cuDNN's channels-last depthwise kernels (``dw_cl``, any rate > 0; :func:`cl_depthwise_work`): on NVIDIA GPUs a 2-D
+  depthwise convolution whose input is channels-last (``OpRecord.layout`` ``nhwc``: ``--memory-format
+  channels_last``, or NCHW-shaped tensors with channels-last strides, as ConvNeXt's) goes to cuDNN's NHWC kernels
+  whatever its dtype (``use_cudnn_depthwise``): channels contiguous, a loop over the taps (no tensor cores, assumed). Each pass
+  (forward: outputs; input gradient: input elements; weight gradient: outputs) takes ``elements x (cycles +
+  tap_cycles x taps x (1 + big x [kernel above 3x3]))`` SM-cycles over the SMs at the clock, plus ``call_us``; the
+  rates per pass for FP32 and for half precision (``half_``; FP16 takes BF16's, not measured); the weight gradient
+  at least ``batch x output pixels x wgrad_pixel_ns`` (a serial reduction per (channel, tap)). A pass whose two
+  rates for the op's dtype class are 0 keeps the FLOP-rate roofline for its share (2 x elements x taps FLOPs): the
+  catalog's weight gradient, which cuDNN runs with algorithms picked by shape and this form does not fit (38.8% MAPE
+  on the held kernel rows against the protocol's 20%). The op's compute time is the sum (its bytes over bandwidth
+  still bound it below). Set from ``benchmarks/gpu_kernels.py --fit-cl`` on an H200 (docs/gpu-accuracy.md).
 - layout transposes: a convolution on NVIDIA tensor cores with NCHW activations moves its tensors twice more in
   NCHW<->NHWC transpose kernels, at the copy bandwidth, times ``nchw_transpose`` (1: NCHW, 0: channels_last).
 - PyTorch's native batch norm (``bn_native_gelems_per_block`` > 0; :func:`native_batch_norm_passes`): on NVIDIA
@@ -123,6 +135,13 @@ _SCALARS = ("memory_scale", "kernel_floor_us", "op_overhead_us", "light_overhead
 # PyTorch's native depthwise kernels (module doc): the YAML table ``dw_native`` holds them without the prefix
 DW_NATIVE = ("fwd_cycles", "fwd_tap_cycles", "dgrad_cycles", "dgrad_tap_cycles", "generic_factor", "wgrad_iter_ns",
               "wgrad_iter_block_ns", "wgrad_block_us")
+# cuDNN's channels-last depthwise kernels (module doc): the YAML table ``dw_cl`` holds them without the ``dwcl_``
+# prefix; per pass, SM-cycles per element and per tap for FP32 and for half precision (``half``), the extra share of
+# the tap cycles for kernels above 3x3 (``big``), a fixed cost per call, and the weight gradient's serial reduction
+DW_CL_PASSES = ("fwd", "dgrad", "wgrad")
+DW_CL = tuple(f"{p}_{k}" for p in DW_CL_PASSES for k in ("cycles", "tap_cycles", "half_cycles", "half_tap_cycles")) + \
+    tuple(f"{p}_big" for p in DW_CL_PASSES) + tuple(f"{p}_call_us" for p in DW_CL_PASSES) + ("wgrad_pixel_ns",)
+_SCALARS = _SCALARS + tuple(f"dwcl_{k}" for k in DW_CL)
 
 ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
             "uint8": 1, "bool": 1}
@@ -180,6 +199,33 @@ class _DwNative(Document):
     wgrad_block_us: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
 
 
+_DwClValue = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
+
+
+class _DwCl(Document):
+    """``dw_cl``: cuDNN's channels-last depthwise kernels (:data:`DW_CL`)."""
+
+    fwd_cycles: _DwClValue = 0.0
+    fwd_tap_cycles: _DwClValue = 0.0
+    fwd_half_cycles: _DwClValue = 0.0
+    fwd_half_tap_cycles: _DwClValue = 0.0
+    dgrad_cycles: _DwClValue = 0.0
+    dgrad_tap_cycles: _DwClValue = 0.0
+    dgrad_half_cycles: _DwClValue = 0.0
+    dgrad_half_tap_cycles: _DwClValue = 0.0
+    wgrad_cycles: _DwClValue = 0.0
+    wgrad_tap_cycles: _DwClValue = 0.0
+    wgrad_half_cycles: _DwClValue = 0.0
+    wgrad_half_tap_cycles: _DwClValue = 0.0
+    fwd_big: _DwClValue = 0.0
+    dgrad_big: _DwClValue = 0.0
+    wgrad_big: _DwClValue = 0.0
+    fwd_call_us: _DwClValue = 0.0
+    dgrad_call_us: _DwClValue = 0.0
+    wgrad_call_us: _DwClValue = 0.0
+    wgrad_pixel_ns: _DwClValue = 0.0
+
+
 class _Cache(Document):
     bytes: NonNegativeFloat = 0.0
     dram_factor: PositiveFloat = 1.0
@@ -217,6 +263,7 @@ class RooflineTable(Document):
     bn_native_gelems_per_block: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = 0.0
     fp8_matmul_ratio: Annotated[float, Field(gt=0, le=2, allow_inf_nan=False)] = 1.0
     dw_native: _DwNative | None = None
+    dw_cl: _DwCl | None = None
     attention_half_keys: Annotated[float, Field(ge=0, le=1e7, allow_inf_nan=False)] = 0.0
 
 
@@ -277,6 +324,26 @@ class RooflineParams:
     dw_wgrad_iter_block_ns: float = 0.0
     dw_wgrad_block_us: float = 0.0
     attention_half_keys: float = 0.0
+    # cuDNN's channels-last depthwise kernels (DW_CL; module doc)
+    dwcl_fwd_cycles: float = 0.0
+    dwcl_fwd_tap_cycles: float = 0.0
+    dwcl_fwd_half_cycles: float = 0.0
+    dwcl_fwd_half_tap_cycles: float = 0.0
+    dwcl_dgrad_cycles: float = 0.0
+    dwcl_dgrad_tap_cycles: float = 0.0
+    dwcl_dgrad_half_cycles: float = 0.0
+    dwcl_dgrad_half_tap_cycles: float = 0.0
+    dwcl_wgrad_cycles: float = 0.0
+    dwcl_wgrad_tap_cycles: float = 0.0
+    dwcl_wgrad_half_cycles: float = 0.0
+    dwcl_wgrad_half_tap_cycles: float = 0.0
+    dwcl_fwd_big: float = 0.0
+    dwcl_dgrad_big: float = 0.0
+    dwcl_wgrad_big: float = 0.0
+    dwcl_fwd_call_us: float = 0.0
+    dwcl_dgrad_call_us: float = 0.0
+    dwcl_wgrad_call_us: float = 0.0
+    dwcl_wgrad_pixel_ns: float = 0.0
     _arrays: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -309,6 +376,7 @@ class RooflineParams:
         cache = table.get("cache") or {}
         light = table.get("light_overhead_us")
         dw = table.get("dw_native") or {}
+        dwcl = table.get("dw_cl") or {}
         return cls(
             compute=compute, memory=memory, memory_scale=float(table.get("memory_scale", 1.0)),
             kernel_floor_us=float(table.get("kernel_floor_us", 0.0)), op_overhead_us=float(table.get("op_overhead_us", 0.0)),
@@ -332,6 +400,7 @@ class RooflineParams:
             fp8_matmul_ratio=float(table.get("fp8_matmul_ratio", 1.0)),
             **{f"dw_{k}": float(dw.get(k, 0.0)) for k in DW_NATIVE},
             attention_half_keys=float(table.get("attention_half_keys", 0.0)),
+            **{f"dwcl_{k}": float(dwcl.get(k, 0.0)) for k in DW_CL},
         )
 
     @classmethod
@@ -362,6 +431,8 @@ class RooflineParams:
             d["fresh_alloc"] = {"min_bytes": self.fresh_alloc_min_bytes, "gb_per_s": self.fresh_alloc_gb_per_s}
         if self.dw_fwd_cycles:
             d["dw_native"] = {k: getattr(self, f"dw_{k}") for k in DW_NATIVE}
+        if self.dw_cl_on:
+            d["dw_cl"] = {k: getattr(self, f"dwcl_{k}") for k in DW_CL}
         if self.cache_bytes:
             d["cache"] = {"bytes": self.cache_bytes, "dram_factor": self.dram_factor}
         return d
@@ -405,6 +476,12 @@ class RooflineParams:
 
     def with_vector(self, names: Sequence[str], x) -> "RooflineParams":
         return self.with_values(dict(zip(names, (float(v) for v in x))))
+
+    @property
+    def dw_cl_on(self) -> bool:
+        """Whether cuDNN's channels-last depthwise kernels are modelled (any of their rates set)."""
+        return any(getattr(self, f"dwcl_{p}_{k}") > 0 for p in DW_CL_PASSES
+                   for k in ("cycles", "tap_cycles", "half_cycles", "half_tap_cycles"))
 
     # --- arrays for times() ------------------------------------------------------------
     @property
@@ -611,6 +688,60 @@ def native_depthwise_s(work: np.ndarray, sm_count: float, ghz: float, params: "R
     return cycles / (sm_count * ghz * 1e9) + wgrad_ns * 1e-9
 
 
+_NO_CL_WORK = (0.0, 0.0, 0.0, 0, 0, 0, 0.0)
+
+
+def cl_depthwise_work(op) -> tuple[float, float, float, int, int, int, float]:
+    """The work of cuDNN's channels-last depthwise kernels in a traced op (module doc): (forward outputs,
+    input-gradient elements, weight-gradient outputs, taps, big, half, weight-gradient pixels). A 2-D depthwise
+    convolution (or its backward) in FP32, BF16 or FP16 whose input is channels-last (``op.layout`` ``nhwc``: PyTorch
+    sends it to cuDNN whatever its dtype, ``use_cudnn_depthwise``), not transposed; zeros for every other op (NCHW
+    ones are :func:`native_depthwise_work`'s, or cuDNN's NCHW kernels for FP16, not modelled). ``big``: 1 for a
+    kernel above 3x3; ``half``: 1 for BF16 and FP16; the weight gradient's pixels are batch x output pixels (the
+    reduction of each (channel, tap))."""
+    taps = depthwise_taps(op)
+    if (not taps or op.layout != "nhwc" or op.dtype not in ("fp32", "bf16", "fp16") or _conv_setting(op, 4, False)
+            or op.aten not in ("convolution", "convolution_backward")):
+        return _NO_CL_WORK
+    big, half = int(taps > 9), int(op.dtype != "fp32")
+    try:
+        if op.aten == "convolution":
+            return float(math.prod(op.output_shapes[0])), 0.0, 0.0, taps, big, half, 0.0
+        mask = _conv_setting(op, 7, (1, 1, 1))
+        gy, x = op.input_shapes[0], op.input_shapes[1]
+        dgrad = float(math.prod(x)) if mask[0] else 0.0
+        wgrad = float(math.prod(gy)) if mask[1] else 0.0
+        pixels = float(gy[0] * gy[2] * gy[3]) if mask[1] else 0.0
+        return 0.0, dgrad, wgrad, taps, big, half, pixels
+    except (IndexError, TypeError):
+        return _NO_CL_WORK
+
+
+def cl_depthwise_s(work, sm_count: float, ghz: float, params: "RooflineParams") -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, other FLOPs) of cuDNN's channels-last depthwise kernels for each row of ``work`` (rows of
+    :func:`cl_depthwise_work`) on a GPU of ``sm_count`` SMs at ``ghz`` (module doc): the seconds of the passes the
+    parameters model, and the FLOPs (2 per tap of each element) of the passes they do not (both rates of the pass
+    and dtype class 0), which the FLOP-rate roofline times. Zeros where the mechanism is off."""
+    work = np.atleast_2d(np.asarray(work, dtype=float))
+    n = len(work)
+    if not params.dw_cl_on or not sm_count or not ghz or work.size == 0:
+        return np.zeros(n), np.zeros(n)
+    fe, de, we, taps, big, half, pixels = work.T
+    half = half > 0
+    sec, rest = np.zeros(n), np.zeros(n)
+    for p, elems in zip(DW_CL_PASSES, (fe, de, we)):
+        a = np.where(half, getattr(params, f"dwcl_{p}_half_cycles"), getattr(params, f"dwcl_{p}_cycles"))
+        b = np.where(half, getattr(params, f"dwcl_{p}_half_tap_cycles"), getattr(params, f"dwcl_{p}_tap_cycles"))
+        cycles = elems * (a + b * taps * (1.0 + getattr(params, f"dwcl_{p}_big") * big))
+        t = cycles / (sm_count * ghz * 1e9) + getattr(params, f"dwcl_{p}_call_us") * 1e-6
+        if p == "wgrad":  # at least one serial reduction over the batch's output pixels per (channel, tap)
+            t = np.maximum(t, pixels * params.dwcl_wgrad_pixel_ns * 1e-9)
+        on = (a + b > 0) & (elems > 0)
+        sec = sec + np.where(on, t, 0.0)
+        rest = rest + np.where(~on & (elems > 0), 2.0 * elems * taps, 0.0)
+    return sec, rest
+
+
 def attention_keys(op) -> float:
     """Keys per query of a fused attention op (forward or backward): the key sequence, or under a causal mask the
     mean of the keys each query sees (:func:`traincast.workload.fused.attended_pairs` / queries); 0 for other ops
@@ -814,6 +945,7 @@ class CompiledOps:
     bn_itemsize: float = 2.0  # bytes per element of those inputs (BF16/FP16)
     fp8_gemm: np.ndarray | None = None  # bool: an FP8 GEMM on tensor cores
     dw_work: np.ndarray | None = None  # rows of native_depthwise_work (NVIDIA GPUs with such ops only)
+    dwcl_work: np.ndarray | None = None  # rows of cl_depthwise_work (NVIDIA GPUs with such ops only)
     attn_keys: np.ndarray | None = None  # keys per query of fused attention ops (0: other ops)
     sm_count: float = 0.0
     boost_ghz: float = 0.0
@@ -826,7 +958,7 @@ class CompiledOps:
                     dtype="fp32", key: Iterable[str] | None = None, dmin=None, n_tensors=None, light=None,
                     fresh_bytes=None, fresh_min_bytes: float = 0.0, winograd=None,
                     conv_bytes=None, taps=None, slow_wgrad_flops=None, dw_call=None,
-                    bn=None, dw_work=None, attn_keys=None) -> "CompiledOps":
+                    bn=None, dw_work=None, dwcl_work=None, attn_keys=None) -> "CompiledOps":
         """From per-op arrays (canonical op rows, layer-campaign samples): ``op_class`` per op, ``dtype`` one
         for all or per op, ``key`` the efficiency key where it is not the class's; ``winograd`` (bool per op):
         the convolutions :func:`winograd_eligible` (counted only where they run in fp32 on the vector units);
@@ -835,7 +967,8 @@ class CompiledOps:
         :func:`depthwise_taps` and :func:`depthwise_wgrad_flops` per op; ``dw_call``: 1 for a depthwise
         convolution's forward, 2 for its backward, 0 for other ops; ``bn``: :func:`native_batch_norm_passes` per
         op (counted on NVIDIA GPUs only; a backward's own bytes are then in its passes, not in ``nbytes``);
-        ``dw_work``: :func:`native_depthwise_work` per op (counted on NVIDIA GPUs only); ``attn_keys``:
+        ``dw_work``: :func:`native_depthwise_work` per op and ``dwcl_work``: :func:`cl_depthwise_work` per op (both
+        counted on NVIDIA GPUs only); ``attn_keys``:
         :func:`attention_keys` per op."""
         flops = np.asarray(flops, dtype=float)
         n = len(flops)
@@ -867,6 +1000,10 @@ class CompiledOps:
         if dw_work is not None and nvidia_gpu and device.sm_count and device.boost_clock_mhz:
             dw = np.asarray(dw_work, dtype=float).reshape(n, 6)
             dw = dw if dw[:, :2].any() or dw[:, 4].any() else None
+        dwcl = None
+        if dwcl_work is not None and nvidia_gpu and device.sm_count and device.boost_clock_mhz:
+            dwcl = np.asarray(dwcl_work, dtype=float).reshape(n, 7)
+            dwcl = dwcl if dwcl[:, :3].any() else None
         return cls(
             flops=flops, bytes=np.asarray(nbytes, dtype=float), peak_flops_per_s=peaks, unit=units,
             key=np.array([COMPUTE_KEYS.index(k) for k in keys], dtype=int),
@@ -885,7 +1022,7 @@ class CompiledOps:
             dw_call=np.zeros(n, dtype=int) if dw_call is None else np.asarray(dw_call, dtype=int),
             bn_passes=bn_passes, bn_elems=bn_elems, bn_blocks=bn_blocks,
             fp8_gemm=fp8_gemm if fp8_gemm.any() else None,
-            dw_work=dw, sm_count=float(device.sm_count), boost_ghz=float(device.boost_clock_mhz) / 1e3,
+            dw_work=dw, dwcl_work=dwcl, sm_count=float(device.sm_count), boost_ghz=float(device.boost_clock_mhz) / 1e3,
             attn_keys=(np.asarray(attn_keys, dtype=float) if attn_keys is not None and np.any(attn_keys) else None),
         )
 
@@ -944,6 +1081,13 @@ class CompiledOps:
             # tensors as they are (no layout transposes)
             native = native_depthwise_s(self.dw_work, self.sm_count, self.boost_ghz * self.clock_factor(params), params)
             native = np.where(self.flops > 0, native, 0.0)
+        cl = cl_rest = None
+        if params.dw_cl_on and self.dwcl_work is not None:
+            # cuDNN's channels-last depthwise kernels (module doc): the passes modelled by their own time, the others
+            # (a pass whose rates are 0) at the FLOP rate; channels-last tensors need no layout transposes
+            cl, cl_rest = cl_depthwise_s(self.dwcl_work, self.sm_count, self.boost_ghz * self.clock_factor(params),
+                                         params)
+            cl = np.where(self.flops > 0, cl, 0.0)
         if self.transpose_bytes is not None and params.nchw_transpose > 0:
             # NCHW <-> NHWC transposes around each tensor-core convolution: separate copy kernels
             copy_bw = (self.bandwidth_bytes_per_s * params.memory_vector[MEMORY_CLASSES.index("copy")]
@@ -964,6 +1108,11 @@ class CompiledOps:
         if native is not None:
             on = native > 0
             peak = np.where(on, flops / np.where(on, native, 1.0), peak)
+            slow = np.where(on, 0.0, slow) if slow is not None else None
+        if cl is not None:
+            on = cl > 0
+            t_c = cl + cl_rest / np.maximum(peak, 1e-30)
+            peak = np.where(on, flops / np.where(on, t_c, 1.0), peak)
             slow = np.where(on, 0.0, slow) if slow is not None else None
         if ((params.depthwise_wgrad_gflops > 0 or params.depthwise_tap_ref > 0) and slow is not None
                 and slow.any()):
@@ -998,6 +1147,7 @@ def compile_ops(ops: Sequence, device: Device, precision: str, params: RooflineP
         dw_call=[(2 if o.aten == "convolution_backward" else 1) if t else 0 for o, t in zip(ops, taps)],
         bn=[native_batch_norm_passes(o, precision) for o in ops],
         dw_work=[native_depthwise_work(o) for o in ops],
+        dwcl_work=[cl_depthwise_work(o) for o in ops],
         attn_keys=[attention_keys(o) for o in ops],
         fresh_bytes=fresh_bytes(ops, min_bytes),
         fresh_min_bytes=min_bytes,
