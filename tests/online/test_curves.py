@@ -204,3 +204,49 @@ def test_a_target_few_curves_reach_gets_their_median_step_and_its_reach_probabil
                           100, 0.01, trend=10.0, fall=0.5, last_loss=2.0)
     fc20 = C.forecast_from_draws(twenty, 1.0)
     assert fc20.steps == 500.0 and fc20.low == 500.0 and fc20.reach_probability == pytest.approx(0.15)
+
+
+def test_crossings_are_read_with_the_watched_curves_fluctuation():
+    """CROSS_NOISE: a sampled curve flat at 1.02 never reaches 1.0, but with its watched fluctuation (log-jitter of
+    -0.03 from step 500 on) it does, there; the floor stays that of the noise-free curves."""
+    import traincast.online.curves as C
+
+    steps = np.linspace(100.0, 1000.0, 10)
+    curves = np.full((10, 10), 1.02)
+    jitter = np.zeros((10, 10))
+    jitter[:, 4:] = -0.03  # steps[4] = 500
+    kw = dict(trend=10.0, fall=0.5, last_loss=1.1)
+    quiet = C.CurveDraws(steps, curves, ("power",) * 10, {"power": 1.0}, {}, 100, 0.01, **kw)
+    noisy = C.CurveDraws(steps, curves, ("power",) * 10, {"power": 1.0}, {}, 100, 0.01, **kw, jitter=jitter)
+    assert C.forecast_from_draws(quiet, 1.0).status == "unreachable"
+    fc = C.forecast_from_draws(noisy, 1.0)
+    assert fc.steps == 500.0 and fc.reach_probability == 1.0
+    assert fc.floor_loss == pytest.approx(1.02)
+
+
+def test_cross_noise_jitter_is_the_fits_residuals_by_stretches_of_a_bin(monkeypatch):
+    """With CROSS_NOISE on, the sampled curves are the same as without (the jitter has its own random stream); the
+    jitter is piecewise constant over stretches one bin long, of the size of the binned curve's residuals (2% noise,
+    medians of 26 points a bin), and on a noisy plateau it brings the step forward."""
+    import traincast.online.curves as C
+
+    rng = np.random.default_rng(3)
+    k = np.arange(1, 4001, dtype=float)
+    y = (2.0 + 1.0 * (k / 100 + 1) ** -0.5) * np.exp(0.02 * rng.normal(size=k.size))
+    seen = k <= 2000
+    monkeypatch.setattr(C, "CROSS_NOISE", 0)
+    off = C.sample_curves(k[seen], y[seen], None, 4000, n_draws=30)
+    assert off.jitter is None
+    monkeypatch.setattr(C, "CROSS_NOISE", 1)
+    on = C.sample_curves(k[seen], y[seen], None, 4000, n_draws=30)
+    np.testing.assert_array_equal(on.curves, off.curves)
+    assert on.jitter.shape == on.curves.shape
+    kb, _ = C.bin_curve(k[seen][k[seen] >= C.SKIP_FRAC * 2000], y[seen][k[seen] >= C.SKIP_FRAC * 2000])
+    width = float(np.median(np.diff(kb)))
+    stretch = np.floor((on.steps - on.current_step) / width)
+    for row in on.jitter[:5]:
+        for s in np.unique(stretch):
+            assert np.ptp(row[stretch == s]) == 0  # one value a stretch
+    assert np.unique(on.jitter).size > 20 and np.max(np.abs(on.jitter)) < 0.1  # residuals of 2% noise, binned
+    target = 2.0 + 1.0 * (3000 / 100 + 1) ** -0.5  # the trend reaches it at step 3,000
+    assert C.forecast_from_draws(on, target).steps < C.forecast_from_draws(off, target).steps
