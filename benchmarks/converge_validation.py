@@ -395,6 +395,34 @@ def _steps_per_epoch(run, k_now: float) -> float | None:
     return None if _c.one_pass(spe, run["total"]) else spe
 
 
+def boundary_drops(run) -> list[float]:
+    """The drop of the log-loss at each boundary of the whole log that ``EpochDrops.measure``'s rule can measure (two
+    points in each window), beyond the fall of the window before; [] for one-pass runs or runs without epochs."""
+    import traincast.online.curves as _c
+
+    k, y = run["steps"], run["loss"]
+    spe = _steps_per_epoch(run, float(k[-1]))
+    if spe is None:
+        return []
+    w, ly, out = _c.EPOCH_WINDOW * spe, np.log(y), []
+    for j in range(1, int(np.max(k) // spe) + 1):
+        b = j * spe
+        pre2, pre, post = ly[(k > b - 2 * w) & (k <= b - w)], ly[(k > b - w) & (k <= b)], ly[(k > b) & (k <= b + w)]
+        if min(len(pre2), len(pre), len(post)) >= 2:
+            m2, m1, m0 = float(np.median(pre2)), float(np.median(pre)), float(np.median(post))
+            out.append(max((m1 - m0) - max(m2 - m1, 0.0), 0.0))
+    return out
+
+
+def epoch_drop_prior() -> tuple[float, float]:
+    """The prior of the drop a pass (``EPOCH_PRIOR_G``, ``EPOCH_PRIOR_SIGMA``) from the development Trainer runs (sets f
+    and g; protocol of 2026-11-28 16:35, candidate E2): the median over runs of each run's median measurable drop,
+    and log(q3/q1)/1.349 of those per-run drops."""
+    per = [float(np.median(g)) for run in hf_runs("all") + hf_runs("all", PUBLIC_G) if (g := boundary_drops(run))]
+    q1, med, q3 = np.percentile(per, [25, 50, 75])
+    return float(med), float(math.log(q3 / q1) / 1.349)
+
+
 def evaluate(run, draws: int, methods=("traincast", "no-schedule", "optimus-auto"), by: str = "steps"):
     k, y = run["steps"], run["loss"]
     ok = np.isfinite(y) & (y > 0) & (k > 0)

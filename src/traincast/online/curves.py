@@ -79,20 +79,24 @@ COND_MEDIAN = 1
 # seen, g is the drop measured there (the last one: on the development runs the drops grow from pass to pass),
 # drawn with a log-sd of EPOCH_DRAW_SIGMA; until one is measured (none passed yet, or none logged finely enough: two
 # points in each tenth of an epoch around it), from the prior g ~ LogNormal(log EPOCH_PRIOR_G, EPOCH_PRIOR_SIGMA)
-# (first-boundary drops of the development half of set f: 1.0-1.6x, median about 1.1x). 0 turns it off.
+# (since 2026-11-28, candidate E2 of benchmarks/converge_validation.py: from the 12 multi-pass development Trainer
+# runs of sets f and g with a measurable boundary, the median of their per-run median drops, 1.04x, and log(q3/q1)/1.349
+# of them, 1.79: ``converge_validation.epoch_drop_prior()``; before, LogNormal(log 0.1, 1.2) from the first boundaries
+# of set f's development half). EPOCH_DROPS = 0 turns the epochs off.
 EPOCH_DROPS = 1
-EPOCH_PRIOR_G = 0.1
-EPOCH_PRIOR_SIGMA = 1.2
+EPOCH_PRIOR_G = 0.0392
+EPOCH_PRIOR_SIGMA = 1.79
 EPOCH_DRAW_SIGMA = 0.5
 EPOCH_WINDOW = 0.1  # the windows either side of a boundary, as a share of an epoch
 # once a boundary has been passed, a drop no boundary could measure (logged too coarsely) is 0: the passes are in the
 # fitted trend (a 90-epoch run logged every 100 steps would otherwise draw the prior at each of its boundaries)
-EPOCH_COARSE_ZERO = 0  # candidate epoch-coarse lost on the development rule (21.1% vs 18.2% pooled from 25%)
+EPOCH_COARSE_ZERO = 0  # candidate epoch-coarse lost on the development rule twice (2026-11-28: 21.1% vs 18.2%; E1: 24.7% vs 23.1%)
 # The step a sampled curve reaches a target is read from the curve plus the fluctuation the watched curve shows (on
 # a flat stretch the noisy loss dips under a target before its trend does): the log-residuals of the binned curve
 # about the form's fit, drawn with replacement, one per stretch of future steps as long as a bin of the curve seen.
 # The floor stays that of the noise-free curves. 0: the crossing of the noise-free curves (candidate X1 of
-# benchmarks/converge_validation.py, 2026-11-28).
+# benchmarks/converge_validation.py, 2026-11-28: it lost, 36.3% vs 23.1% pooled from 25%; the bins' noise is far
+# larger than that of the 5%-of-the-run average the protocol's targets are read from).
 CROSS_NOISE = 0
 
 
