@@ -239,6 +239,11 @@ and public-g at 80 draws and its rows looked at; before any candidate below was 
   * Then, once: ``--set public-h --methods traincast --draws 80`` with the winner and with the method of the day
     (if the winner is the baseline, only it); both reported whatever they show (docs/accuracy/), nothing changed
     after. Set h is then seen.
+    Result (docs/online.md; docs/accuracy/converge_dev_2026-11-28_seth_candidates.txt): pooled from 25% baseline
+    23.5% (band 76%), E1 24.7%, E2 23.1% (88%), E3 25.0%, X1 36.3% and E2 + X1 35.9% (both out: 16.4% and 16.2% from
+    50% against 12.7%, cpu 45.3% from 25% against 25.7%). E2 ties the baseline within a point and wins on the bands; it
+    is the default. Set h, once: E2 35.9% from 25% (band 59%), 14.4% from 50% (66%); the method before 36.3% (57%),
+    14.7% (64%) (docs/accuracy/converge_public_h_2026-11-28_epoch_prior.txt).
 
     PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test|public-g|public-h] [--by steps|points] [--draws 80] [--const NAME=VALUE]
 """
