@@ -204,3 +204,90 @@ def test_a_target_few_curves_reach_gets_their_median_step_and_its_reach_probabil
                           100, 0.01, trend=10.0, fall=0.5, last_loss=2.0)
     fc20 = C.forecast_from_draws(twenty, 1.0)
     assert fc20.steps == 500.0 and fc20.low == 500.0 and fc20.reach_probability == pytest.approx(0.15)
+
+
+def test_crossings_are_read_with_the_watched_curves_fluctuation():
+    """CROSS_NOISE: a sampled curve flat at 1.02 never reaches 1.0, but with its watched fluctuation (log-jitter of
+    -0.03 from step 500 on) it does, there; the floor stays that of the noise-free curves."""
+    import traincast.online.curves as C
+
+    steps = np.linspace(100.0, 1000.0, 10)
+    curves = np.full((10, 10), 1.02)
+    jitter = np.zeros((10, 10))
+    jitter[:, 4:] = -0.03  # steps[4] = 500
+    kw = dict(trend=10.0, fall=0.5, last_loss=1.1)
+    quiet = C.CurveDraws(steps, curves, ("power",) * 10, {"power": 1.0}, {}, 100, 0.01, **kw)
+    noisy = C.CurveDraws(steps, curves, ("power",) * 10, {"power": 1.0}, {}, 100, 0.01, **kw, jitter=jitter)
+    assert C.forecast_from_draws(quiet, 1.0).status == "unreachable"
+    fc = C.forecast_from_draws(noisy, 1.0)
+    assert fc.steps == 500.0 and fc.reach_probability == 1.0
+    assert fc.floor_loss == pytest.approx(1.02)
+
+
+def test_cross_noise_jitter_is_the_fits_residuals_by_stretches_of_a_bin(monkeypatch):
+    """With CROSS_NOISE on, the sampled curves are the same as without (the jitter has its own random stream); the
+    jitter is piecewise constant over stretches one bin long, of the size of the binned curve's residuals (2% noise,
+    medians of 26 points a bin), and on a noisy plateau it brings the step forward."""
+    import traincast.online.curves as C
+
+    rng = np.random.default_rng(3)
+    k = np.arange(1, 4001, dtype=float)
+    y = (2.0 + 1.0 * (k / 100 + 1) ** -0.5) * np.exp(0.02 * rng.normal(size=k.size))
+    seen = k <= 2000
+    monkeypatch.setattr(C, "CROSS_NOISE", 0)
+    off = C.sample_curves(k[seen], y[seen], None, 4000, n_draws=30)
+    assert off.jitter is None
+    monkeypatch.setattr(C, "CROSS_NOISE", 1)
+    on = C.sample_curves(k[seen], y[seen], None, 4000, n_draws=30)
+    np.testing.assert_array_equal(on.curves, off.curves)
+    assert on.jitter.shape == on.curves.shape
+    kb, _ = C.bin_curve(k[seen][k[seen] >= C.SKIP_FRAC * 2000], y[seen][k[seen] >= C.SKIP_FRAC * 2000])
+    width = float(np.median(np.diff(kb)))
+    stretch = np.floor((on.steps - on.current_step) / width)
+    for row in on.jitter[:5]:
+        for s in np.unique(stretch):
+            assert np.ptp(row[stretch == s]) == 0  # one value a stretch
+    assert np.unique(on.jitter).size > 20 and np.max(np.abs(on.jitter)) < 0.1  # residuals of 2% noise, binned
+    target = 2.0 + 1.0 * (3000 / 100 + 1) ** -0.5  # the trend reaches it at step 3,000
+    assert C.forecast_from_draws(on, target).steps < C.forecast_from_draws(off, target).steps
+
+
+def test_epoch_drop_prior_is_what_the_development_trainer_runs_measure():
+    """The prior of the drop a pass (EPOCH_PRIOR_G, EPOCH_PRIOR_SIGMA) is derived, as documented, from the boundaries
+    of the development Trainer runs (sets f and g) that EpochDrops' rule can measure: the median of the per-run median
+    drops and log(q3/q1)/1.349 of them (benchmarks/converge_validation.py, candidate E2 of 2026-11-28)."""
+    import importlib.util
+    from pathlib import Path
+
+    import traincast.online.curves as C
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "converge_validation.py"
+    spec = importlib.util.spec_from_file_location("converge_validation", path)
+    cv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cv)
+    g, sd = cv.epoch_drop_prior()
+    assert C.EPOCH_PRIOR_G == pytest.approx(g, rel=0.01) and C.EPOCH_PRIOR_SIGMA == pytest.approx(sd, rel=0.01)
+    # the rule's inputs: a drop measured where the windows hold two points each, none where the log is too coarse
+    k = np.arange(10, 3001, 10).astype(float)
+    y = 2.0 * np.exp(-0.2 * np.floor((k - 1) / 1000))
+    run = dict(steps=k, loss=y, epoch=k / 1000, total=3000)
+    assert cv.boundary_drops(run) == pytest.approx([0.2, 0.2], abs=1e-9)
+    coarse = dict(steps=k[::10], loss=y[::10], epoch=k[::10] / 1000, total=3000)  # one point in each window
+    assert cv.boundary_drops(coarse) == []
+
+
+def test_a_run_not_yet_at_its_first_boundary_expects_the_priors_drop_at_each_boundary_to_come():
+    """A 3-pass run seen to step 900 (no boundary yet), flat at 2.0 with 0.5% noise: the sampled curves drop at
+    steps 1,000 and 2,000 by the prior's factor, so the median floor by the end of the run is about
+    2.0 / exp(2 * EPOCH_PRIOR_G) and no level is forecast before the first boundary."""
+    import traincast.online.curves as C
+
+    rng = np.random.default_rng(5)
+    k = np.arange(10, 901, 10).astype(float)
+    y = (2.0 + 0.3 * (k / 10) ** -1.0) * np.exp(0.005 * rng.normal(size=len(k)))
+    draws = C.sample_curves(k, y, parse_schedule("constant", 3000), 3000, n_draws=60, run_steps=3000,
+                            steps_per_epoch=1000)
+    end = draws.curves[:, -1]
+    assert float(np.median(end)) == pytest.approx(2.0 * math.exp(-2 * C.EPOCH_PRIOR_G), rel=0.02)
+    fc = C.forecast_from_draws(draws, 1.99)  # just under the plateau: reached at a boundary, not before
+    assert fc.steps >= 1000
