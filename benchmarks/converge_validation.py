@@ -403,20 +403,11 @@ def _steps_per_epoch(run, k_now: float) -> float | None:
 def boundary_drops(run) -> list[float]:
     """The drop of the log-loss at each boundary of the whole log that ``EpochDrops.measure``'s rule can measure (two
     points in each window), beyond the fall of the window before; [] for one-pass runs or runs without epochs."""
-    import traincast.online.curves as _c
+    from traincast.online.curves import boundary_drops as drops
 
     k, y = run["steps"], run["loss"]
     spe = _steps_per_epoch(run, float(k[-1]))
-    if spe is None:
-        return []
-    w, ly, out = _c.EPOCH_WINDOW * spe, np.log(y), []
-    for j in range(1, int(np.max(k) // spe) + 1):
-        b = j * spe
-        pre2, pre, post = ly[(k > b - 2 * w) & (k <= b - w)], ly[(k > b - w) & (k <= b)], ly[(k > b) & (k <= b + w)]
-        if min(len(pre2), len(pre), len(post)) >= 2:
-            m2, m1, m0 = float(np.median(pre2)), float(np.median(pre)), float(np.median(post))
-            out.append(max((m1 - m0) - max(m2 - m1, 0.0), 0.0))
-    return out
+    return [] if spe is None else drops(k, y, spe)
 
 
 def epoch_drop_prior() -> tuple[float, float]:

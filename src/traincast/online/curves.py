@@ -450,6 +450,24 @@ def one_pass(steps_per_epoch: float | None, total_steps: int | None) -> bool:
     return bool(steps_per_epoch and total_steps and steps_per_epoch >= 0.99 * total_steps)
 
 
+def boundary_drops(k: np.ndarray, y: np.ndarray, steps_per_epoch: float) -> list[float]:
+    """The drop of the log-loss at each epoch boundary of (``k``, ``y``) that can be measured (at least two points in
+    each of the windows of ``EPOCH_WINDOW`` epochs before the boundary, before that, and after it), in order: the jump
+    across the boundary beyond the fall the epoch was already making (0 at least)."""
+    spe = float(steps_per_epoch)
+    w = EPOCH_WINDOW * spe
+    ly = np.log(y)
+    out = []
+    for j in range(1, int(np.max(k) // spe) + 1):
+        b = j * spe
+        pre2, pre, post = (ly[(k > b - 2 * w) & (k <= b - w)], ly[(k > b - w) & (k <= b)],
+                           ly[(k > b) & (k <= b + w)])
+        if min(len(pre2), len(pre), len(post)) >= 2:
+            m2, m1, m0 = float(np.median(pre2)), float(np.median(pre)), float(np.median(post))
+            out.append(max((m1 - m0) - max(m2 - m1, 0.0), 0.0))
+    return out
+
+
 @dataclass(frozen=True)
 class EpochDrops:
     """The passes over the data: epoch index of a step and the drop of the log-loss per pass (``g``)."""
@@ -466,17 +484,8 @@ class EpochDrops:
         if not EPOCH_DROPS or not steps_per_epoch or steps_per_epoch <= 0 or not len(k):
             return None
         spe = float(steps_per_epoch)
-        w = EPOCH_WINDOW * spe
-        ly = np.log(y)
-        g = None
-        for j in range(1, int(np.max(k) // spe) + 1):
-            b = j * spe
-            pre2, pre, post = (ly[(k > b - 2 * w) & (k <= b - w)], ly[(k > b - w) & (k <= b)],
-                               ly[(k > b) & (k <= b + w)])
-            if min(len(pre2), len(pre), len(post)) < 2:
-                continue
-            m2, m1, m0 = float(np.median(pre2)), float(np.median(pre)), float(np.median(post))
-            g = max((m1 - m0) - max(m2 - m1, 0.0), 0.0)  # the jump beyond the fall the epoch was already making
+        drops = boundary_drops(k, y, spe)
+        g = drops[-1] if drops else None  # the last boundary measured
         now = int((np.max(k) - 1) // spe)
         if g is None and now >= 1 and EPOCH_COARSE_ZERO:
             g = 0.0
@@ -591,8 +600,9 @@ def sample_curves(
     rel_h = np.log1p((gs - k_now) / k_now)
     curves, forms_used, jitter = [], [], []
     # the watched curve's fluctuation (CROSS_NOISE): one residual per stretch of a bin's length, own random stream
-    rng_x = np.random.default_rng(seed + 104729)
-    stretch = np.floor((gs - k_now) / max(float(np.median(np.diff(kb))), 1e-9)).astype(int)
+    if CROSS_NOISE:
+        rng_x = np.random.default_rng(seed + 104729)
+        stretch = np.floor((gs - k_now) / max(float(np.median(np.diff(kb))), 1e-9)).astype(int)
     # the passes to come: a separate random stream, so that runs without epochs draw as before
     rng_e = np.random.default_rng(seed + 7919)
     passes = np.maximum(ep.index(gs) - ep.now, 0.0) if ep is not None else None
