@@ -1081,13 +1081,14 @@ class CompiledOps:
             # tensors as they are (no layout transposes)
             native = native_depthwise_s(self.dw_work, self.sm_count, self.boost_ghz * self.clock_factor(params), params)
             native = np.where(self.flops > 0, native, 0.0)
-        cl = cl_rest = None
+        own = native  # ops timed by their own kernels' model (0: the roofline's FLOP rate)
         if params.dw_cl_on and self.dwcl_work is not None:
             # cuDNN's channels-last depthwise kernels (module doc): the passes modelled by their own time, the others
             # (a pass whose rates are 0) at the FLOP rate; channels-last tensors need no layout transposes
             cl, cl_rest = cl_depthwise_s(self.dwcl_work, self.sm_count, self.boost_ghz * self.clock_factor(params),
                                          params)
-            cl = np.where(self.flops > 0, cl, 0.0)
+            cl = np.where((self.flops > 0) & (cl > 0), cl + cl_rest / np.maximum(peak, 1e-30), 0.0)
+            own = cl if own is None else np.where(cl > 0, cl, own)  # NCHW (native) and NHWC ops are apart
         if self.transpose_bytes is not None and params.nchw_transpose > 0:
             # NCHW <-> NHWC transposes around each tensor-core convolution: separate copy kernels
             copy_bw = (self.bandwidth_bytes_per_s * params.memory_vector[MEMORY_CLASSES.index("copy")]
@@ -1105,14 +1106,9 @@ class CompiledOps:
             fresh_s = fresh_s + self.bn_passes * self.bn_elems / np.maximum(rate, 1e-30)
             nbytes = np.where(self.bn_passes == 2, 0.0, nbytes)
         slow = self.slow_wgrad_flops
-        if native is not None:
-            on = native > 0
-            peak = np.where(on, flops / np.where(on, native, 1.0), peak)
-            slow = np.where(on, 0.0, slow) if slow is not None else None
-        if cl is not None:
-            on = cl > 0
-            t_c = cl + cl_rest / np.maximum(peak, 1e-30)
-            peak = np.where(on, flops / np.where(on, t_c, 1.0), peak)
+        if own is not None:
+            on = own > 0
+            peak = np.where(on, flops / np.where(on, own, 1.0), peak)
             slow = np.where(on, 0.0, slow) if slow is not None else None
         if ((params.depthwise_wgrad_gflops > 0 or params.depthwise_tap_ref > 0) and slow is not None
                 and slow.any()):
