@@ -66,9 +66,10 @@ def load_rows() -> list[dict]:
 
 def forecast_rows(rows: list[dict], device: str = "A100-SXM4-80GB", attention: str = "eager", recompute: str = "full",
                   pp1_whole_batch: bool = False, precision: str = "amp-fp16", kernels: str = "eager",
-                  host_scale: float = 1.0) -> list[dict]:
+                  host_scale: float = 1.0, cluster_of=None) -> list[dict]:
     """Each row with the forecast iteration (ms) and its signed error (%) added, under this file's protocol.
-    ``host_scale``: the host's issue costs at that multiple of the catalog's (a sensitivity)."""
+    ``host_scale``: the host's issue costs at that multiple of the catalog's (a sensitivity). ``cluster_of``: the
+    ``Cluster`` of a row given the device and the row (default: the row's GPUs in one node)."""
     from traincast.hardware import get_catalog
     from traincast.hardware.records import Cluster
     from traincast.predict.compose import WorkloadFamily
@@ -94,8 +95,8 @@ def forecast_rows(rows: list[dict], device: str = "A100-SXM4-80GB", attention: s
                                            kernels=kernels)
         mkey = (key, r["gpus"])
         if mkey not in models:
-            models[mkey] = ParallelModel(families[key], dev, Cluster(dev, gpus_per_node=r["gpus"], nodes=1), pred,
-                                         precision)
+            cl = cluster_of(dev, r) if cluster_of else Cluster(dev, gpus_per_node=r["gpus"], nodes=1)
+            models[mkey] = ParallelModel(families[key], dev, cl, pred, precision)
         per_replica = r["gbs"] // r["dp"]
         mb = per_replica if (pp1_whole_batch and r["pp"] == 1) else r["mb"]
         cfg = ParallelConfig(tp=r["tp"], pp=r["pp"], dp=r["dp"], micro_batch=mb, recompute=recompute,

@@ -29,17 +29,15 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from parallel_vtrain import gpt_config, summarize  # noqa: E402
+from parallel_vtrain import forecast_rows as vtrain_forecast_rows, summarize  # noqa: E402
 
 DATA = HERE / "data" / "vtrain_multi" / "ground_truth_multi.csv"
 NODE_GPUS = 8
@@ -60,39 +58,19 @@ def load_rows(path: Path = DATA) -> list[dict]:
     return rows
 
 
+def cluster_of(dev, r: dict):
+    """The row's GPUs, 8 a node, 800 Gb/s a node between nodes (the protocol's cluster)."""
+    from traincast.hardware.records import Cluster
+
+    return Cluster(dev, gpus_per_node=NODE_GPUS, nodes=r["gpus"] // NODE_GPUS, inter_node_gbit_per_s=INTER_NODE_GBIT)
+
+
 def forecast_rows(rows: list[dict], device: str = "A100-SXM4-80GB", precision: str = "amp-fp16",
                   kernels: str = "eager") -> list[dict]:
-    """Each row with the forecast iteration (ms), its signed error (%) and whether it fits, under the protocol."""
-    from traincast.hardware import get_catalog
-    from traincast.hardware.records import Cluster
-    from traincast.predict.compose import WorkloadFamily
-    from traincast.predict.parallel import ParallelConfig, ParallelModel
-    from traincast.predict.registry import default_predictor
-
-    dev = get_catalog().device(device)
-    pred = default_predictor()
-    tmp = Path(tempfile.mkdtemp(prefix="vtrain_multi_"))
-    families, models, recs = {}, {}, []
-    for r in rows:
-        key = (r["h"], r["a"], r["L"], r["s"])
-        if key not in families:
-            p = tmp / f"gpt_h{r['h']}_a{r['a']}_l{r['L']}_s{r['s']}.json"
-            p.write_text(json.dumps(gpt_config(*key, attention="eager")))
-            families[key] = WorkloadFamily(str(p), optimizer="adam", precision=precision, seq_len=r["s"],
-                                           kernels=kernels)
-        mkey = (key, r["gpus"])
-        if mkey not in models:
-            cl = Cluster(dev, gpus_per_node=NODE_GPUS, nodes=r["gpus"] // NODE_GPUS,
-                         inter_node_gbit_per_s=INTER_NODE_GBIT)
-            models[mkey] = ParallelModel(families[key], dev, cl, pred, precision)
-        per_replica = r["gbs"] // r["dp"]
-        cfg = ParallelConfig(tp=r["tp"], pp=r["pp"], dp=r["dp"], micro_batch=r["mb"], recompute="full",
-                             overlap_grad_sync=False)
-        st = models[mkey].evaluate(cfg, per_replica)
-        pred_ms = st.iteration_s * 1e3
-        recs.append(dict(r, predicted_ms=pred_ms, err=100 * (pred_ms / r["measured_ms"] - 1),
-                         fits=st.fits_in_memory, bubble=st.bubble_share))
-    return recs
+    """Each row with the forecast iteration (ms), its signed error (%) and whether it fits, under the protocol:
+    ``parallel_vtrain.forecast_rows`` (eager attention, full recomputation, the row's micro-batch, no gradient
+    overlap) on the multi-node cluster."""
+    return vtrain_forecast_rows(rows, device, "eager", "full", False, precision, kernels, cluster_of=cluster_of)
 
 
 def report(recs: list[dict]) -> None:
