@@ -73,6 +73,25 @@ rate per tap, docs/gpu-accuracy.md; the BF16 ones of ``h200_kernels_cl_bf16_2026
   are seen; if (2) fails, the parameters are reported and the mechanism is left off (no values in
   ``efficiency.yaml``).
 
+Protocol for cuDNN's algorithm choice (``--names``), written 2026-11-28 (evening) before any of its rows was measured:
+- Why: the whole-model rows (the campaigns, ``traincast bench model``) run with ``torch.backends.cudnn.benchmark``
+  on (``measure/timing.py``: cuDNN times its algorithms and keeps the fastest per shape), the kernel rows of the two
+  files above with it off (PyTorch's default: cuDNN's heuristics pick). The channels-last weight gradient's fit
+  failed the rule (held half 38.8%) with errors that look like an algorithm chosen by shape.
+- Rows: the 168 channels-last layer-variants (``--variants 3,4,5``), first every one with the algorithms chosen by
+  timing (``cudnn-benchmark``), then by heuristics (``cudnn-heuristic``); each pass timed as before and its GPU
+  kernels named (torch.profiler, one call after the timed ones).
+- Read and report, nothing set from it: the kernels (names without template arguments) each pass runs, per mode
+  and dtype; the median ratio benchmark / heuristic time per pass and dtype class; this run's heuristic rows
+  against the earlier files' (the same layers and mode: lease-to-lease repeatability).
+- Refit: ``--fit-cl FILE --cl-mode benchmark`` fits the same 19-parameter form on the benchmark-mode rows, the same
+  split (the layer's key without its mode), the same adoption rule (each pass's held-half MAPE under 20%; then the
+  campaigns' depthwise-network rows, H100 and H200, defaults and with the H200 host profile, worse in none of the
+  four). The whole models run in that mode, so parameters that pass replace today's ``dw_cl`` (a pass that fails
+  keeps today's treatment: the forward and input gradient their heuristic-mode values if those still pass on the
+  benchmark rows' held half, else the FLOP rate). A form per kernel family, if the names suggest one, needs its own
+  protocol committed before it is fitted.
+
 Fit (any machine, ``--fit FILE --gpu NAME``): the eight ``dw_native`` parameters of ``efficiency.yaml`` by least
 squares on the log of forecast / measured over the dev half of the NCHW depthwise rows (the three passes of each),
 through the roofline's own :func:`traincast.predict.roofline.native_depthwise_s`; prints them, then the MAPE and
@@ -88,6 +107,8 @@ Usage: python benchmarks/gpu_kernels.py --out kernels.jsonl [--deadline 200]    
        python benchmarks/gpu_kernels.py --list                                       (the depthwise layers)
        PYTHONPATH=src python benchmarks/gpu_kernels.py --fit kernels.jsonl --gpu H200-SXM-141GB
        PYTHONPATH=src python benchmarks/gpu_kernels.py --fit-cl kernels.jsonl kernels_cl_bf16.jsonl --gpu H200-SXM-141GB
+       python benchmarks/gpu_kernels.py --names --variants 3,4,5 --no-attention --out names.jsonl   (on the GPU)
+       PYTHONPATH=src python benchmarks/gpu_kernels.py --fit-cl names.jsonl --cl-mode benchmark --gpu H200-SXM-141GB
 """
 
 from __future__ import annotations
@@ -190,6 +211,64 @@ def measure_depthwise(layer: dict, dtype: str, n: int, fmt: str, device: str, ti
         row[name], how = timer(fn)
         timing.add(how)
     row["timing"] = "/".join(sorted(timing))
+    return row
+
+
+def _kernels(fn, device: str) -> list[list]:
+    """[kernel name, device us] of every GPU kernel one call of ``fn`` runs, from torch.profiler (after the call has
+    run once, so cuDNN's autotuning is not in it); on a machine without a GPU, the aten ops' names and CPU us."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=acts) as prof:
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    if device != "cuda":
+        return [[e.name, round(float(e.self_cpu_time_total), 2)] for e in prof.events() if e.name.startswith("aten::")]
+    out = [[e.name, round(float(getattr(e, "device_time", None) or e.cuda_time), 2)] for e in prof.events()
+           if e.device_type == DeviceType.CUDA]
+    if not out:  # a profiler that keeps device events apart: the aggregate of non-aten names with device time
+        out = [[a.key, round(float(a.self_device_time_total), 2)] for a in prof.key_averages()
+               if a.self_device_time_total > 0 and not a.key.startswith(("aten::", "cuda"))]
+    return out
+
+
+def measure_names(layer: dict, dtype: str, n: int, fmt: str, device: str, timer, mode: str) -> dict:
+    """One depthwise layer's three passes with cuDNN's algorithm chosen by its heuristics (``mode`` "heuristic":
+    ``torch.backends.cudnn.benchmark`` off, PyTorch's default, the mode of :func:`measure_depthwise`) or by timing
+    them (``"benchmark"``: on, the mode ``traincast bench`` and the campaigns measure whole models in): each pass's
+    time as :func:`measure_depthwise` takes it, and the kernels it runs (names and device us, one call)."""
+    import torch
+
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = mode == "benchmark"
+    try:
+        row = measure_depthwise(layer, dtype, n, fmt, device, timer)
+        import torch.nn.functional as F
+
+        dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+        mf = torch.channels_last if fmt == "channels_last" else torch.contiguous_format
+        c = layer["C"]
+        x = torch.randn(n, c, layer["H"], layer["W"], device=device, dtype=dt).contiguous(memory_format=mf)
+        w = torch.randn(c, 1, layer["kh"], layer["kw"], device=device, dtype=dt).contiguous(memory_format=mf)
+        stride, pad, dil = [layer["sh"], layer["sw"]], [layer["ph"], layer["pw"]], [layer["dh"], layer["dw"]]
+        gy = torch.randn_like(F.conv2d(x, w, None, stride, pad, dil, c))
+        bwd = torch.ops.aten.convolution_backward
+        row["kernels"] = {
+            "fwd": _kernels(lambda: F.conv2d(x, w, None, stride, pad, dil, c), device),
+            "dgrad": _kernels(lambda: bwd(gy, x, w, None, stride, pad, dil, False, [0, 0], c, [True, False, False]),
+                              device),
+            "wgrad": _kernels(lambda: bwd(gy, x, w, None, stride, pad, dil, False, [0, 0], c, [False, True, False]),
+                              device)}
+    finally:
+        torch.backends.cudnn.benchmark = before
+    row["cudnn_mode"] = mode
     return row
 
 
@@ -332,7 +411,7 @@ def _cl_passes(r: dict) -> list[tuple[str, tuple, float, float, float]]:
             ("wgrad", (0, 0, out, taps, big, half, n * ho * wo), r["wgrad_ms"], el * (out + inp), 2.0 * out * taps)]
 
 
-def fit_cl(paths: list[Path], gpu: str) -> int:
+def fit_cl(paths: list[Path], gpu: str, mode: str | None = None) -> int:
     """cuDNN's channels-last depthwise kernels (the protocol above): the 19 ``dw_cl`` parameters by least squares on
     the log of forecast / measured over the dev half of the channels-last rows' passes (each bounded below by its
     bytes over the ``conv`` bandwidth), through :func:`traincast.predict.roofline.cl_depthwise_s`; then MAPE and
@@ -347,14 +426,16 @@ def fit_cl(paths: list[Path], gpu: str) -> int:
     from traincast.predict.roofline import DW_CL, CompiledOps, RooflineParams, cl_depthwise_s
 
     rows = [json.loads(x) for path in paths for x in path.read_text().splitlines() if x.strip()]
-    cl = [r for r in rows if r["key"].startswith("dw") and r.get("format") == "channels_last" and "error" not in r]
+    cl = [r for r in rows if r["key"].startswith("dw") and r.get("format") == "channels_last" and "error" not in r
+          and r.get("cudnn_mode") == mode]
     device = get_catalog().device(gpu)
     names = [f"dwcl_{k}" for k in DW_CL]
     off = RooflineParams.for_device(device).with_values({nm: 0.0 for nm in names})
     ghz = device.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], device).clock_factor(off)
     bw = device.memory_bandwidth_bytes_per_s * off.memory["conv"] * off.memory_scale
-    dev = [r for r in cl if zlib.crc32(r["key"].encode()) % 2 == 0]
-    held = [r for r in cl if zlib.crc32(r["key"].encode()) % 2 == 1]
+    # the split of the layer's key (a --names row's key adds its cuDNN mode: the same layer stays on the same side)
+    dev = [r for r in cl if zlib.crc32(r["key"].split(" cudnn-")[0].encode()) % 2 == 0]
+    held = [r for r in cl if zlib.crc32(r["key"].split(" cudnn-")[0].encode()) % 2 == 1]
 
     def table(rs):
         """Per pass of rows ``rs``: kinds, work rows, measured ms, bytes, FLOPs, dtypes."""
@@ -472,11 +553,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="", help="comma-separated indices into DW_VARIANTS (default: all)")
     ap.add_argument("--no-attention", action="store_true", help="depthwise rows only")
     ap.add_argument("--limit", type=int, default=0, help="at most this many rows of each kind (a dry run)")
+    ap.add_argument("--names", action="store_true", help="channels-last depthwise rows with cuDNN's kernels named, "
+                    "algorithms chosen by timing (cudnn.benchmark) then by heuristics (the protocol of 2026-11-28)")
+    ap.add_argument("--cl-mode", choices=["heuristic", "benchmark"], default=None,
+                    help="--fit-cl on the --names rows of this cuDNN mode (default: the rows without a mode)")
     a = ap.parse_args(argv)
     if a.fit:
         return fit(a.fit, a.gpu)
     if a.fit_cl:
-        return fit_cl(a.fit_cl, a.gpu)
+        return fit_cl(a.fit_cl, a.gpu, a.cl_mode)
     start = time.perf_counter()
     layers = depthwise_layers()
     if a.list:
@@ -497,7 +582,12 @@ def main(argv: list[str] | None = None) -> int:
     timer = _timer(a.device)
     todo: list[tuple[str, object]] = []
     pick = {int(x) for x in a.variants.split(",") if x.strip()} or set(range(len(DW_VARIANTS)))
-    for i, (dtype, n, fmt) in enumerate(DW_VARIANTS):
+    for mode in ("benchmark", "heuristic") if a.names else ():
+        for i, (dtype, n, fmt) in enumerate(DW_VARIANTS):
+            for r in layers[: a.limit or None] if fmt == "channels_last" and i in pick else []:
+                todo.append((layer_key(dict(r, dtype=dtype, N=n, format=fmt)) + f" cudnn-{mode}",
+                             ("names", r, dtype, n, fmt, mode)))
+    for i, (dtype, n, fmt) in enumerate(DW_VARIANTS if not a.names else ()):
         for r in layers[: a.limit or None] if i in pick else []:
             todo.append((layer_key(dict(r, dtype=dtype, N=n, format=fmt)), ("dw", r, dtype, n, fmt)))
         if i == 0 and not a.no_attention:  # attention after the first depthwise variant: cheap, and wanted by issue 22
@@ -516,6 +606,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             try:
                 row = (measure_depthwise(*job[1:], a.device, timer) if job[0] == "dw"
+                       else measure_names(*job[1:5], a.device, timer, job[5]) if job[0] == "names"
                        else measure_attention(*job[1:], a.device, a.attn_tokens))
             except (RuntimeError, ValueError) as e:  # an unsupported backend/shape, out of memory: a row, not a stop
                 row = dict(error=str(e).splitlines()[0][:300])
@@ -525,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
             f.write(json.dumps(row) + "\n")
             f.flush()
             msg = row.get("error") or " ".join(f"{k}={row[k]:.3f}" for k in row if k.endswith("_ms"))
+            if "kernels" in row:
+                msg += " wgrad: " + ", ".join(f"{nm[:60]} {us}" for nm, us in row["kernels"]["wgrad"][:3])
             print(f"[{time.perf_counter() - start:6.1f}s] {key}: {msg}", flush=True)
     return 0
 
