@@ -490,7 +490,8 @@ def test_attention_ramp_with_keys_per_query_by_hand():
     assert (t1[1] - over) / (t0[1] - over) == pytest.approx((4096 + 512) / 4096, rel=1e-9)
 
 
-CL_KERNELS = [KERNELS, KERNELS.with_name("h200_kernels_cl_bf16_2026-11-28b.jsonl")]
+# the channels-last rows the catalog is fitted on: cuDNN choosing its algorithms by timing (the whole models' mode)
+CL_KERNELS = [KERNELS.with_name("h200_kernels_names_2026-11-28c.jsonl")]
 # a full set of dw_cl parameters (weight gradient included) for the hand-computed cases; not the catalog's
 CL_TEST = {"dwcl_fwd_cycles": 0.2, "dwcl_fwd_tap_cycles": 0.05, "dwcl_fwd_half_cycles": 0.3,
            "dwcl_fwd_half_tap_cycles": 0.02, "dwcl_dgrad_cycles": 0.25, "dwcl_dgrad_tap_cycles": 0.1,
@@ -611,13 +612,15 @@ def _cl_rows(held: bool):
 
     rows = [json.loads(x) for path in CL_KERNELS for x in path.read_text().splitlines() if x.strip()]
     return [r for r in rows if r["key"].startswith("dw") and r.get("format") == "channels_last"
-            and zlib.crc32(r["key"].encode()) % 2 == int(held)]
+            and r.get("cudnn_mode") == "benchmark"
+            and zlib.crc32(r["key"].split(" cudnn-")[0].encode()) % 2 == int(held)]
 
 
 def test_cl_depthwise_kernels_against_the_h200_kernel_timings():
     """The catalog's parameters against the measured forward and input-gradient passes of the channels-last
-    depthwise layers (FP32 b64, BF16 b128 and b32) on an H200, the half of the rows they were not fitted on: the
-    kernel model with its bytes bound measured 13.1% and 11.1% MAPE there (median -2.3%, +4.1%)."""
+    depthwise layers (FP32 b64, BF16 b128 and b32) on an H200, cuDNN choosing by timing, the half of the rows they
+    were not fitted on: the kernel model with its bytes bound measured 10.8% and 10.8% MAPE there (median -1.2%,
+    +3.9%)."""
     from traincast.predict.roofline import cl_depthwise_s
 
     h200 = get_catalog().device("H200-SXM-141GB")
@@ -638,5 +641,5 @@ def test_cl_depthwise_kernels_against_the_h200_kernel_timings():
         for k, s, m in zip(errs, np.maximum(sec, nbytes / bw) * 1e3, (r["fwd_ms"], r["dgrad_ms"])):
             errs[k].append(s / m - 1)
     for k, e in errs.items():
-        assert np.mean(np.abs(e)) < 0.17, k
+        assert np.mean(np.abs(e)) < 0.14, k
         assert abs(np.median(e)) < 0.08, k
