@@ -147,11 +147,25 @@ class _OpRecorder(TorchDispatchMode):
         self.data_dependent = 0
         self.cl_strided_convs = 0  # forward convolutions whose input has channels-last strides in an NCHW shape
         self.writer: dict[int, tuple[int, int]] = {}  # storage -> (op index, output slot) that last wrote it
+        # every storage a key above names, held for the trace: a storage's key is its address, which a storage
+        # made after it was freed could take, and would then read as the same tensor (sources, values and the
+        # compiled kernels' fusion built on them changed from run to run with the allocator's reuse)
+        self._pinned: dict[int, object] = {}
         self.values = WeakTensorKeyDictionary()  # small meta tensors -> their real values (:meth:`_follow`)
         self.value_storages: set[int] = set()  # the storages of those tensors (a write into one drops its views')
         # tensors whose followed values come from stand-in indices (``ExpectedSelections.guessed``, shared): what is
         # computed from them is marked too, and no selection or size is taken from their values
         self.guessed = WeakTensorKeyDictionary()
+
+    def _key(self, t: torch.Tensor) -> int:
+        """:func:`_storage_key` of ``t``, its storage held until the trace ends so that no other takes its key."""
+        key = _storage_key(t)
+        if key not in self._pinned:
+            try:
+                self._pinned[key] = t.untyped_storage()
+            except (RuntimeError, NotImplementedError, AttributeError):  # keyed by the tensor's id: hold the tensor
+                self._pinned[key] = t
+        return key
 
     def _follow(self, func, args, kwargs, out, ins: list[torch.Tensor], results: list[torch.Tensor]) -> None:
         """Keep the real values of small meta tensors computed only from real values (CPU inputs moved to meta,
@@ -192,16 +206,16 @@ class _OpRecorder(TorchDispatchMode):
                 for o, r in zip(results, rout):
                     if o.device.type == "meta" and tuple(o.shape) == tuple(r.shape):
                         self.values[o] = r
-                        self.value_storages.add(_storage_key(o))
+                        self.value_storages.add(self._key(o))
                         kept.append(o)
         for o in outs:  # written without values (in place too): what it held is no longer known
             if not any(o is k for k in kept):
                 self.values.pop(o, None)
         if func._schema.is_mutable:  # a write into storage: views of it (or the tensor they view) changed too
-            keys = {_storage_key(o) for o in outs} & self.value_storages
+            keys = {self._key(o) for o in outs} & self.value_storages
             if keys:
                 for t in list(self.values.keys()):
-                    if _storage_key(t) in keys and not any(t is k for k in kept):
+                    if self._key(t) in keys and not any(t is k for k in kept):
                         self.values.pop(t, None)
 
     def _sized(self, func, name: str, args, kwargs):
@@ -284,7 +298,7 @@ class _OpRecorder(TorchDispatchMode):
         for t in ins:
             if id(t) not in seen:
                 seen.add(id(t))
-                key = _storage_key(t)
+                key = self._key(t)
                 in_keys.add(key)
                 if id(t) in dests:
                     continue
@@ -294,7 +308,7 @@ class _OpRecorder(TorchDispatchMode):
         idx = len(self.ops)
         out_rec = []
         for slot, t in enumerate(outs):
-            key = _storage_key(t)
+            key = self._key(t)
             out_rec.append((_nbytes(t), int(key in in_keys)))
             self.writer[key] = (idx, slot)
         gathered = costs.gathered_read_bytes(name, ins)
