@@ -96,8 +96,9 @@ def forecast_row(row: dict, catalog, families: dict, kernels: str = "eager", sdp
     from traincast.predict.compose import WorkloadFamily
     from traincast.predict.options import forecast_from_options
 
+    src = _sources().get(row.get("source"), {})
     if sdpa is None:
-        sdpa = _sources().get(row.get("source"), {}).get("sdpa", "auto")
+        sdpa = src.get("sdpa", "auto")
 
     model = str(CONFIGS / f"{row['model']}.json")
     cfg = json.loads(Path(model).read_text())
@@ -124,7 +125,7 @@ def forecast_row(row: dict, catalog, families: dict, kernels: str = "eager", sdp
         micro_batch=row["micro_batch"], schedule=f"interleaved:{vp}" if vp and vp > 1 and row["pp"] > 1 else "1f1b",
         recompute=row.get("recompute", "none"), sequence_parallel=bool(row.get("sequence_parallel", False)),
         tp_comm_overlap=bool(row.get("tp_comm_overlap", False)), fp8_all_gather=bool(row.get("fp8_all_gather", False)),
-        **kw)
+        cp_rotate=src.get("cp_rotate", "allgather"), kv_repeat=bool(src.get("kv_repeat", False)), **kw)
 
 
 def device_class(gpu: str) -> str:
