@@ -23,6 +23,34 @@ Megatron-Bridge: Megatron-Core with Transformer Engine's fused kernels), so the 
 seen): each source's own mode, as its ``kernels`` in the data file says: torchtitan ``compiled`` (torch.compile;
 attention is PyTorch's SDPA), NeMo and Megatron-Bridge ``transformer-engine`` (the fused element-wise kernels and
 cuDNN's fused attention, which Transformer Engine prefers on Hopper and later).
+
+Addendum 3 (2026-11-28, written before the change below was scored; the rows had been seen, so nothing here
+is adopted because of them): PyTorch's ring attention exchanges K/V as its source does. Primary sources read
+(public code index; the exact torch commit 1963fc8 of torchtitan's 2024-12 runs is not in the index, so the facts
+below are those that every stored version of ``torch/distributed/tensor/experimental/_attention.py`` from late
+2024 to the current ``_context_parallel/_attention.py`` shares): ``_ContextParallelOptions`` defaults
+``convert_to_f32=True``, ``enable_load_balance=True``, ``rotate_method=ALL_GATHER``; with ALL_GATHER the forward
+and the backward each all-gather the C ranks' K/V once, issued before step 0's attention and waited for at step 1
+(``_AllGatherRotater``); with ALL_TO_ALL each step's K/V goes to the next rank (``ft_c.permute_tensor``) under that
+step's attention; in the backward dK/dV always go round by ALL_TO_ALL (``dkv_rotater``), in FP32 (the accumulators
+of ``convert_to_f32``), C sends, each waited for after the next step's attention and the last one after the loop,
+with nothing left to hide under. torchtitan's Llama repeats K/V to the query heads (``repeat_kv``) before
+``F.scaled_dot_product_attention``, so the exchanged K/V have 32 heads for Llama 3 8B, not its 8 KV heads.
+Mechanisms added (both facts of the source, kept whatever the rows say):
+- ``--cp-rotate allgather|alltoall`` (default allgather, PyTorch's default then and now) for a ring under PyTorch's
+  kernels (``eager``/``compiled``; Transformer Engine's own P2P ring is priced as before): forward all-gather of
+  C x K/V over the context group (the project's collective model), exposed past step 0's attention (1/C of the
+  rank's); backward the same all-gather plus C FP32 dK/dV send/recvs, C - 1 under a step's attention, the last
+  exposed; alltoall: the per-step send/recvs, K/V and dK/dV sharing a step's window in the backward;
+- ``--kv-repeat``: the model repeats K/V to the query heads before SDPA, so the ring exchanges (and merges) K/V at
+  the query heads; the data file pins it for the torchtitan sources (``kv_repeat: true``) as it pins ``sdpa``.
+Not modelled (hypotheses, each needing its own protocol): the 500 W power cap (the catalog has no clock at a board
+power limit below its TDP; no factor is fitted per row), the memory of the gathered K/V buffer.
+Scored once before and once after, nothing else changed: every row in the three modes ``--kernels
+eager|compiled|source`` (outputs ``docs/accuracy/fp8_cp_2026-11-28_cp_rotation_{before,after}_{mode}.txt``);
+``cp_ring_bench.py --compare`` (one rank's work, no exchange) and ``memory_published.py`` (memory) are not touched
+by the change and are not rescored. Reported: H100 and all-rows MAPE, the torchtitan 64K/128K/256K rows, the
+speed-ups; the goals (10%, 5%) are not expected to be met by this change alone and the report says so if not.
 """
 
 from __future__ import annotations
@@ -68,8 +96,9 @@ def forecast_row(row: dict, catalog, families: dict, kernels: str = "eager", sdp
     from traincast.predict.compose import WorkloadFamily
     from traincast.predict.options import forecast_from_options
 
+    src = _sources().get(row.get("source"), {})
     if sdpa is None:
-        sdpa = _sources().get(row.get("source"), {}).get("sdpa", "auto")
+        sdpa = src.get("sdpa", "auto")
 
     model = str(CONFIGS / f"{row['model']}.json")
     cfg = json.loads(Path(model).read_text())
@@ -96,7 +125,7 @@ def forecast_row(row: dict, catalog, families: dict, kernels: str = "eager", sdp
         micro_batch=row["micro_batch"], schedule=f"interleaved:{vp}" if vp and vp > 1 and row["pp"] > 1 else "1f1b",
         recompute=row.get("recompute", "none"), sequence_parallel=bool(row.get("sequence_parallel", False)),
         tp_comm_overlap=bool(row.get("tp_comm_overlap", False)), fp8_all_gather=bool(row.get("fp8_all_gather", False)),
-        **kw)
+        cp_rotate=src.get("cp_rotate", "allgather"), kv_repeat=bool(src.get("kv_repeat", False)), **kw)
 
 
 def device_class(gpu: str) -> str:

@@ -172,23 +172,99 @@ def ideal_model(fp8_family, h100):
                          collectives=ideal_params(), exact_traces=True)
 
 
-def test_ring_attention_volume_and_overlap_by_hand(ideal_model, h100):
-    mb, c = 2, 2
-    cfg = ParallelConfig(tp=1, pp=1, dp=4, cp=c, micro_batch=mb)
+@pytest.mark.parametrize("c", [2, 4])
+@pytest.mark.parametrize("rotate", ["allgather", "alltoall"])
+def test_ring_attention_volume_and_overlap_by_hand(ideal_model, h100, c, rotate):
+    """PyTorch's ring attention's K/V exchange (torch/distributed/tensor/experimental/_attention.py), one call on
+    one rank, ideal fabric (bytes / NVLink bandwidth): allgather: one all-gather of the c ranks' K/V a pass
+    ((c-1)/c of c x K/V over the link), hidden under step 0's attention only; alltoall: c - 1 sends of K/V, each
+    under a step's attention; backward, either way: c sends of FP32 dK/dV (twice the BF16 K/V bytes), c - 1 under
+    a step's attention (with alltoall sharing it with the next K/V send), the last one exposed."""
+    mb = 2
+    cfg = ParallelConfig(tp=1, pp=1, dp=8 // c, cp=c, micro_batch=mb, cp_rotate=rotate)
     step = ideal_model.evaluate(cfg, per_replica_batch=2 * mb)
     m = 2
     tokens = mb * SEQ
     kv = 2 * tokens / c * H * 2  # K and V of the rank's tokens, bf16
     link = h100.link.gb_per_s * 1e9
-    send_f, send_b = kv / link, 2 * kv / link  # ideal fabric: bytes / link bandwidth
-    total = m * LAYERS * (c - 1) * (send_f + send_b)
-    assert step.comm_total_by_kind["context"] == pytest.approx(total, rel=1e-9)
-    uc = ideal_model.unit_costs(1, False, mb, c)
-    exposed = m * sum((c - 1) * (max(0.0, send_f - uc.attention_forward_s[u] / c)
-                                 + max(0.0, send_b - uc.attention_backward_s[u] / c))
-                      for u in range(1, LAYERS + 1))
-    assert step.comm_exposed_by_kind["context"] == pytest.approx(exposed, rel=1e-9)
-    assert 0 <= step.comm_exposed_by_kind["context"] <= total
+    dkv = 2 * kv / link  # FP32 dK/dV
+    uc = ideal_model.unit_costs(1, False, mb, c, ring=True)
+    total = exposed = 0.0
+    for u in range(1, LAYERS + 1):
+        sf, sb = uc.attention_forward_s[u] / c, uc.attention_backward_s[u] / c
+        if rotate == "allgather":
+            ag = (c - 1) / c * c * kv / link
+            total += ag + ag + c * dkv
+            exposed += max(0.0, ag - sf) + max(0.0, ag - sb) + (c - 1) * max(0.0, dkv - sb) + dkv
+        else:
+            send = kv / link
+            total += (c - 1) * send + (c - 1) * send + c * dkv
+            exposed += ((c - 1) * max(0.0, send - sf) + max(0.0, send - sb) + (c - 2) * max(0.0, send + dkv - sb)
+                        + max(0.0, dkv - sb) + dkv)
+    assert step.comm_total_by_kind["context"] == pytest.approx(m * total, rel=1e-9)
+    assert step.comm_exposed_by_kind["context"] == pytest.approx(m * exposed, rel=1e-9)
+    assert 0 < step.comm_exposed_by_kind["context"] <= step.comm_total_by_kind["context"]
+    assert ("-alltoall" in step.config.label()) == (rotate == "alltoall")
+    assert any(("one all-gather a pass" if rotate == "allgather" else "a send to the next rank every step") in n
+               for n in step.notes)
+
+
+def test_ring_exchange_seconds_by_hand():
+    """:func:`ring_exchange_s` with a collective model of 1 s per byte (all-gather: (p-1)/p of the buffer): c = 4,
+    K/V 10 bytes (BF16), one step's attention 12 s forward, 25 s backward."""
+    from traincast.predict.parallel.engine import ring_exchange_s
+
+    def coll(kind, size, group):
+        return size * ((group - 1) / group if kind == "all-gather" else 1.0)
+
+    groups = {"context": 4, "context-ring": 2}
+    # allgather: forward 30 s moved (3/4 of 40), 18 exposed; backward 30 + 4 x 20 moved, 5 + 0 + 20 exposed
+    assert ring_exchange_s(coll, 10, 4, 12, 25, groups) == pytest.approx((30, 110, 18, 25))
+    # alltoall: forward 3 x 10 moved, none exposed; backward 3 x 10 + 4 x 20; exposed 0 + 2 x 5 + 0 + 20
+    assert ring_exchange_s(coll, 10, 4, 12, 25, groups, rotate="alltoall") == pytest.approx((30, 110, 0, 30))
+    # FP32 K/V: the dK/dV sends move the K/V bytes
+    assert ring_exchange_s(coll, 10, 4, 12, 25, groups, item=4)[1] == pytest.approx(30 + 40)
+    # Transformer Engine's P2P ring: 3 sends of K/V forward, 3 of K/V + dK/dV backward (BF16)
+    assert ring_exchange_s(coll, 10, 4, 12, 25, groups, pytorch=False) == pytest.approx((30, 60, 0, 0))
+
+
+def test_kv_repeat_moves_and_merges_kv_at_the_query_heads(tmp_path, h100):
+    """A grouped-query model (4 query heads, 1 K/V head) whose code repeats K/V before SDPA (torchtitan's Llama):
+    the ring moves 4x the K/V bytes and its own work reads and writes K/V at the query's elements."""
+    from traincast.predict.parallel.engine import ring_exchange_s
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H,
+                             "num_attention_heads": 4, "num_key_value_heads": 1, "intermediate_size": 2 * H,
+                             "num_hidden_layers": LAYERS, "vocab_size": VOCAB, "max_position_embeddings": SEQ}))
+    fam = WorkloadFamily(str(p), optimizer="adamw", precision="amp-bf16", seq_len=SEQ)
+    model = ParallelModel(fam, h100, Cluster(h100, 8, 1), default_predictor(), "amp-bf16",
+                          collectives=ideal_params(), exact_traces=True)
+    mb, c = 2, 2
+    link = h100.link.gb_per_s * 1e9
+    tot = {}
+    for rep in (False, True):
+        step = model.evaluate(ParallelConfig(dp=4, cp=c, micro_batch=mb, cp_rotate="alltoall", kv_repeat=rep),
+                              per_replica_batch=mb)
+        tot[rep] = step.comm_total_by_kind["context"]
+        kv = 2 * mb * SEQ / c * (H if rep else H // 4) * 2
+        uc = model.unit_costs(1, False, mb, c, ring=True, kv_repeat=rep)
+        want = sum(sum(ring_exchange_s(lambda k, s, g: s / link, kv, c, uc.attention_forward_s[u] / c,
+                                       uc.attention_backward_s[u] / c, {"context": c, "context-ring": 2},
+                                       rotate="alltoall")[:2]) for u in range(1, LAYERS + 1))
+        assert tot[rep] == pytest.approx(want, rel=1e-9)
+    assert tot[True] == pytest.approx(4 * tot[False], rel=1e-9)
+    # the ring's own work after a forward attention call: ring_attention_bytes at K = Q elements with kv_repeat
+    from traincast.predict.parallel.engine import RING_ATENS, ring_attention_bytes, with_ring_work
+
+    wl, _ = model.inputs(mb)
+    first = next(o for o in wl.ops if o.op_class == "attention" and o.phase == "forward")
+    e = float(math.prod(first.input_shapes[0]))
+    assert math.prod(first.input_shapes[1]) == e / 4  # the traced SDPA takes the one K/V head (enable_gqa)
+    for rep, k in ((False, e / 4), (True, e)):
+        ops, _ = with_ring_work([first], c, [0], kv_repeat=rep)
+        moved = sum(o.bytes_total for o in ops if o.aten == RING_ATENS[0])
+        assert moved == pytest.approx(sum(ring_attention_bytes(e, k, c, 2)[:2]), rel=1e-3)
 
 
 @pytest.mark.parametrize("c", [2, 4, 8])
@@ -242,9 +318,9 @@ def test_ring_attention_adds_its_own_work_unless_transformer_engine_runs_it(fp8_
     # evaluate() prices the ring's work for ring layouts only
     fresh = ParallelModel(fp8_family, h100, Cluster(h100, 8, 1), default_predictor(), "amp-bf16", exact_traces=True)
     fresh.evaluate(ParallelConfig(dp=4, cp=c, cp_kind="all-to-all", micro_batch=mb), per_replica_batch=mb)
-    assert not any(key[-1] for key in fresh._costs)
+    assert not any(key[4] for key in fresh._costs)
     step = fresh.evaluate(ParallelConfig(dp=4, cp=c, micro_batch=mb), per_replica_batch=mb)
-    assert (1, False, mb, c, True) in fresh._costs
+    assert (1, False, mb, c, True, False) in fresh._costs
     assert any("ring attention, its FP32 merges" in n for n in step.notes)
     te_step = te_model.evaluate(ParallelConfig(dp=4, cp=c, micro_batch=mb), per_replica_batch=mb)
     assert any("Transformer Engine's ring attention" in n for n in te_step.notes)
@@ -348,6 +424,7 @@ def cli():
     (["--gpu", "H100", "--cp", "3", "--gpus", "6"], "does not divide into 2 x --cp 3"),
     (["--gpu", "H100", "--cp", "8", "--cp-kind", "ulysses"], "do not divide over 8 ranks"),
     (["--gpu", "H100", "--cp", "2", "--cp-kind", "rign"], "did you mean"),
+    (["--gpu", "H100", "--cp", "2", "--cp-rotate", "allgahter"], "unknown ring rotation 'allgahter'"),
     (["--gpu", "H100", "--cp", "16"], "does not divide the 8 GPUs"),
 ])
 def test_bad_fp8_and_cp_input_exits_2_with_one_line(cli, capsys, small_gpt, extra, msg):

@@ -110,6 +110,13 @@ def test_kernel_modes_context_parallelism_and_recomputation_through_the_service(
     assert any("cudnn" in n for n in got["notes"])
     eager = client.post("/api/v1/forecast", json={**body, "kernels": "eager"}).json()
     assert eager["iteration_s"] > got["iteration_s"]
+    body_ring = {**body, "kernels": "eager", "cp_rotate": "alltoall", "kv_repeat": True}
+    ring = client.post("/api/v1/forecast", json=body_ring).json()
+    want_ring = cli_json(cli_app, capsys, "predict", "gpt2", "--gpu", "H100", "--gpus", "4", "-b", "4", "--seq-len",
+                         "1024", "--precision", "amp-bf16", "--optimizer", "adamw", "--cp", "2", "--fsdp", "full",
+                         "--micro-batch", "1", "--recompute", "selective-op", "--cp-rotate", "alltoall",
+                         "--kv-repeat", "--json")
+    assert ring == want_ring and ring["strategy"]["cp_rotate"] == "alltoall" and ring["strategy"]["kv_repeat"]
     bad = client.post("/api/v1/forecast", json={**body, "kernels": "inductor"})
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "kernels"
     from typing import get_args

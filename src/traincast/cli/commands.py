@@ -69,8 +69,10 @@ def _names(kind: str) -> str:
 
 
 def _parallel_names(kind: str) -> str:
-    from traincast.predict.parallel.strategy import CONTEXT_PARALLEL, RECOMPUTATIONS, SCHEDULES
+    from traincast.predict.parallel.strategy import CONTEXT_PARALLEL, CP_ROTATIONS, RECOMPUTATIONS, SCHEDULES
 
+    if kind == "cp_rotate":
+        return "PyTorch's ring attention, how K/V go round (its _cp_options.rotate_method): " + CP_ROTATIONS.describe()
     if kind == "schedule":
         return SCHEDULES.describe()
     if kind == "cp_kind":
@@ -263,6 +265,9 @@ def register(app: typer.Typer) -> None:
                                          "`traincast parallelize` finds it (instead of --tp/--pp/--zero/...)"),
         cp: int = typer.Option(1, "--cp", help="context-parallel degree: the sequence split over cp GPUs"),
         cp_kind: str = typer.Option("ring", "--cp-kind", help=_parallel_names("cp_kind")),
+        cp_rotate: str = typer.Option("allgather", "--cp-rotate", help=_parallel_names("cp_rotate")),
+        kv_repeat: bool = typer.Option(False, "--kv-repeat", help="the model repeats its K/V heads to the query "
+                                       "heads before attention (torchtitan's Llama): a ring moves and merges them so"),
         fp8_all_gather: bool = typer.Option(False, "--fp8-all-gather",
                                             help="FSDP/ZeRO-3 gathers the layers' weights in FP8 (FP8 precisions)"),
         fp8_attention: bool = typer.Option(False, "--fp8-attention",
@@ -305,7 +310,7 @@ def register(app: typer.Typer) -> None:
                                   micro_batch=micro_batch, schedule=schedule, recompute=recompute,
                                   sequence_parallel=sequence_parallel, offload_optimizer=offload_optimizer,
                                   cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather, fp8_attention=fp8_attention,
-                                  tp_comm_overlap=tp_comm_overlap,
+                                  tp_comm_overlap=tp_comm_overlap, cp_rotate=cp_rotate, kv_repeat=kv_repeat,
                                   loader_workers=loader_workers, inputs=_inputs(input_shape), kernels=kernels,
                                   memory_format=memory_format, task=task, image_size=image_size, audio_seconds=audio_seconds,
                                   num_frames=num_frames, measured_step_ms=measured_step_ms, measured_on=measured_on,

@@ -23,7 +23,8 @@ def strategy_from_options(gpus: int, nodes: int | None = None, instance: str | N
                           zero: int | None = None, fsdp: str | None = None, micro_batch: int | None = None,
                           schedule: str = "1f1b", recompute: str = "none", sequence_parallel: bool = False,
                           offload_optimizer: bool = False, cp: int = 1, cp_kind: str = "ring",
-                          fp8_all_gather: bool = False, tp_comm_overlap: bool = False):
+                          fp8_all_gather: bool = False, tp_comm_overlap: bool = False, cp_rotate: str = "allgather",
+                          kv_repeat: bool = False):
     """The parallel layout the options ask for (None for plain data parallelism), and warnings."""
     from traincast.predict.parallel import resolve
 
@@ -41,7 +42,7 @@ def strategy_from_options(gpus: int, nodes: int | None = None, instance: str | N
     return resolve(gpus, gpus_per_node=gpn, tp=tp, pp=pp, dp=dp, ep=ep, zero=zero, fsdp=fsdp, micro_batch=micro_batch,
                    schedule=schedule, recompute=recompute, sequence_parallel=sequence_parallel,
                    offload_optimizer=offload_optimizer, cp=cp, cp_kind=cp_kind, fp8_all_gather=fp8_all_gather,
-                   tp_comm_overlap=tp_comm_overlap)
+                   tp_comm_overlap=tp_comm_overlap, cp_rotate=cp_rotate, kv_repeat=kv_repeat)
 
 
 def forecast_from_options(model, *, gpu: str | None = None, gpus: int = 1, nodes: int | None = None, batch_size: int,

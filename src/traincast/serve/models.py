@@ -130,6 +130,10 @@ class ForecastRequest(ModelChoice, WallClockOptions):
                                                  "(traincast predict --best-layout)")
     cp: Pos = 1
     cp_kind: Literal["ring", "all-to-all"] = "ring"
+    # PyTorch's ring attention: how K/V go round (traincast predict --cp-rotate), and K/V repeated to the query
+    # heads before SDPA (--kv-repeat)
+    cp_rotate: Literal["allgather", "alltoall"] = "allgather"
+    kv_repeat: bool = False
     tp_comm_overlap: bool = False
     fp8_all_gather: bool = False
     # how the kernels run (traincast predict --kernels / --memory-format; workload/fusion.py, workload/layout.py)

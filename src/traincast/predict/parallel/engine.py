@@ -311,12 +311,13 @@ def _query_key_elems(o) -> tuple[float, float] | None:
     return float(_numel(q)), float(_numel(k))
 
 
-def with_ring_work(ops, c: int, idx, anchor_ops=None) -> tuple[list[OpRecord], list[int]]:
+def with_ring_work(ops, c: int, idx, anchor_ops=None, kv_repeat: bool = False) -> tuple[list[OpRecord], list[int]]:
     """``ops`` (one context-parallel rank's, :func:`cp_split_ops`) with the ring's own element-wise work after each
     fused attention op (:func:`ring_attention_bytes`, from the op's query and key shapes), one op a step as the
     kernels it stands for run (c steps a pass); ``idx`` (the original op index of each) extended alike.
     ``anchor_ops``: the traced anchor's ops (whole sequence), for interpolated ops without shapes: their elements
-    scaled by the op's bytes over the anchor op's."""
+    scaled by the op's bytes over the anchor op's. ``kv_repeat``: the model repeats K/V to the query heads before
+    SDPA (torchtitan's Llama), so the ring's K/V have the query's elements (self-attention, equal head dims)."""
     out, out_idx = [], []
     for o, i in zip(ops, idx):
         out.append(o)
@@ -332,6 +333,8 @@ def with_ring_work(ops, c: int, idx, anchor_ops=None) -> tuple[list[OpRecord], l
                 qk = (qk_a[0] * s, qk_a[1] * s)
         if qk is None:
             continue
+        if kv_repeat:
+            qk = (qk[0], max(qk[1], qk[0]))
         back = o.phase == "backward"
         item = ITEMSIZE.get(o.dtype, 2)
         f_r, f_w, b_r, b_w = ring_attention_bytes(qk[0], qk[1], c, item)
@@ -342,6 +345,46 @@ def with_ring_work(ops, c: int, idx, anchor_ops=None) -> tuple[list[OpRecord], l
                                bytes_written=int(w / c), dtype="fp32", n_tensors=1, src=(), outs=(), fusion=0))
             out_idx.append(i)
     return out, out_idx
+
+
+def ring_exchange_s(coll, kv_bytes: float, c: int, step_f: float, step_b: float, groups: dict, *,
+                    pytorch: bool = True, rotate: str = "allgather", item: float = 2.0
+                    ) -> tuple[float, float, float, float]:
+    """Seconds of one ring attention call's K/V exchange on one of ``c`` ranks: (forward moved, backward moved,
+    forward exposed, backward exposed). ``kv_bytes``: the rank's K and V as the ring moves them (``item`` bytes a value); ``step_f``,
+    ``step_b``: one step's attention (1/c of the rank's); ``coll(kind, bytes, group)``: the collective model;
+    ``groups``: the layout's (``context``: the c ranks, ``context-ring``: one hop).
+
+    PyTorch's ring (``pytorch``; torch/distributed/tensor/experimental/_attention.py, what torchtitan runs):
+    - ``allgather`` (``_cp_options.rotate_method``'s default, 2024 to now): the forward all-gathers the c ranks'
+      K/V once, issued before step 0's attention and waited for at step 1, so only step 0 hides it; the backward
+      does the same for K/V;
+    - ``alltoall``: each step's K/V goes to the next rank under that step's attention, c - 1 sends a pass;
+    - backward, either way: dK/dV go round by all-to-all (``dkv_rotater``) in FP32 (``convert_to_f32``'s
+      accumulators: 4 bytes a value, ``kv_bytes`` x 4 / ``item``), c sends, each waited for after the next step's
+      attention, the last after the loop with nothing left to hide under; with ``alltoall`` a step's K/V send and
+      the previous step's dK/dV share that step's window.
+    Transformer Engine's P2P ring (not ``pytorch``): K/V to the next rank every step (c - 1 a pass) under that
+    step's attention, the backward K/V and dK/dV likewise (BF16)."""
+    ring = groups["context-ring"]
+    if not pytorch:
+        send_f = coll("send-recv", kv_bytes, ring)
+        send_b = coll("send-recv", 2 * kv_bytes, ring)
+        return ((c - 1) * send_f, (c - 1) * send_b, (c - 1) * max(0.0, send_f - step_f),
+                (c - 1) * max(0.0, send_b - step_b))
+    dkv = coll("send-recv", kv_bytes * 4.0 / item, ring)  # FP32 dK/dV
+    if rotate == "allgather":
+        ag = coll("all-gather", c * kv_bytes, groups["context"])
+        fwd_t, fwd_e = ag, max(0.0, ag - step_f)
+        bwd_t = ag + c * dkv
+        bwd_e = max(0.0, ag - step_b) + (c - 1) * max(0.0, dkv - step_b) + dkv
+    else:
+        kv = coll("send-recv", kv_bytes, ring)
+        fwd_t, fwd_e = (c - 1) * kv, (c - 1) * max(0.0, kv - step_f)
+        bwd_t = (c - 1) * kv + c * dkv
+        # step 0: K/V for step 1; steps 1..c-2: K/V and the previous dK/dV; step c-1: dK/dV; then the last dK/dV
+        bwd_e = (max(0.0, kv - step_b) + (c - 2) * max(0.0, kv + dkv - step_b) + max(0.0, dkv - step_b) + dkv)
+    return fwd_t, bwd_t, fwd_e, bwd_e
 
 
 FP8_CAST_ATENS = ("fp8_cast_transpose", "fp8_amax")
@@ -429,10 +472,13 @@ class ParallelModel:
         return self.base()[1]
 
     # --- costs -----------------------------------------------------------------------------------------------
-    def unit_costs(self, t: int, sp: bool, mb: int, c: int = 1, ring: bool = False) -> UnitCosts:
+    def unit_costs(self, t: int, sp: bool, mb: int, c: int = 1, ring: bool = False,
+                   kv_repeat: bool = False) -> UnitCosts:
         """``ring``: context parallelism by ring attention, whose merges and FP32 accumulators run beside the
-        attention kernels (:func:`with_ring_work`; not under Transformer Engine's kernels, which have their own)."""
-        key = (t, sp, mb, c, ring)
+        attention kernels (:func:`with_ring_work`; not under Transformer Engine's kernels, which have their own);
+        ``kv_repeat``: its K/V at the query heads (the model repeats them before SDPA)."""
+        kv_repeat = bool(kv_repeat and ring and c > 1)
+        key = (t, sp, mb, c, ring, kv_repeat)
         if key in self._costs:
             return self._costs[key]
         wl, lay = self.inputs(mb)
@@ -463,7 +509,8 @@ class ParallelModel:
                 else None
             new_ops = cp_split_ops(new_ops, c, {tokens, lay.seq_len, tokens // t if sp and t > 1 else 0}, carries)
             if ring and wl.kernels != "transformer-engine":
-                new_ops, idx = with_ring_work(new_ops, c, idx, anchor.ops if len(anchor.ops) == len(wl.ops) else None)
+                new_ops, idx = with_ring_work(new_ops, c, idx, anchor.ops if len(anchor.ops) == len(wl.ops) else None,
+                                              kv_repeat=kv_repeat)
         calls = wl.recurrent_calls if t == 1 else ()
         sub = replace(wl, ops=tuple(new_ops), recurrent_calls=calls)
         ot = predict_with_host(self.predictor, sub, self.device, self.precision, by_phase=True)
@@ -740,7 +787,7 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         raise ConfigError(f"the interleaved schedule needs the micro-batches per step ({m}) to be a multiple of "
                           f"--pp {p}")
     ncp = cfg.cp
-    uc = model.unit_costs(t, sp, mb, ncp, ring=ncp > 1 and cfg.cp_spec.ring)
+    uc = model.unit_costs(t, sp, mb, ncp, ring=ncp > 1 and cfg.cp_spec.ring, kv_repeat=cfg.kv_repeat)
     groups = model.groups(cfg)
     cp = model.collectives
     notes: list[str] = []
@@ -801,21 +848,20 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         head_dim = hid / lay.heads
         kv_dim = (lay.kv_heads or lay.heads) * head_dim
         if cfg.cp_spec.ring:
-            # the rank's K and V (2 chunks of tokens / 2cp) go round the ring: cp - 1 steps, each overlapped with
-            # the attention of the chunk already there (1/cp of the rank's attention); backward: K, V and dK, dV
-            kv_bytes = 2 * tokens / ncp * kv_dim / t * item
-            send_f = coll("send-recv", kv_bytes, groups["context-ring"])
-            send_b = coll("send-recv", 2 * kv_bytes, groups["context-ring"])
+            if cfg.kv_repeat:  # K/V repeated to the query heads before SDPA: the ring moves them so
+                kv_dim = lay.heads * head_dim
+            kv_bytes = 2 * tokens / ncp * kv_dim / t * item  # the rank's K and V (2 chunks of tokens / 2cp)
             for u in range(n_units):
                 k = lay.attention_ops[u]
                 if not k:
                     continue
+                # each step of the ring computes 1/cp of the rank's attention (causal load balancing)
                 step_f = uc.attention_forward_s[u] / k / ncp
                 step_b = uc.attention_backward_s[u] / k / ncp
-                cp_f_tot[u] = k * (ncp - 1) * send_f
-                cp_b_tot[u] = k * (ncp - 1) * send_b
-                cp_f_exp[u] = k * (ncp - 1) * max(0.0, send_f - step_f)
-                cp_b_exp[u] = k * (ncp - 1) * max(0.0, send_b - step_b)
+                tf, tb, ef, eb = ring_exchange_s(coll, kv_bytes, ncp, step_f, step_b, groups,
+                                                 pytorch=base.kernels != "transformer-engine", rotate=cfg.cp_rotate,
+                                                 item=item)
+                cp_f_tot[u], cp_b_tot[u], cp_f_exp[u], cp_b_exp[u] = k * tf, k * tb, k * ef, k * eb
         else:
             # Ulysses: Q, K, V from a sequence split to a heads split before the attention, the output back after
             qkv = tokens / ncp * (hid + 2 * kv_dim) / t * item
@@ -993,7 +1039,10 @@ def evaluate(model: ParallelModel, cfg: ParallelConfig, per_replica_batch: int,
         notes.append("context parallelism (ring): " + (
             "Transformer Engine's ring attention, its own corrections not priced" if base.kernels == "transformer-engine"
             else "PyTorch's ring attention, its FP32 merges, dQ/dK/dV accumulators and send-buffer copies priced "
-                 "beside the attention kernels (measured on an H200: docs/parallel.md)"))
+                 "beside the attention kernels (measured on an H200: docs/parallel.md); K/V rotated by "
+                 + ("one all-gather a pass, hidden under step 0's attention only" if cfg.cp_rotate == "allgather"
+                    else "a send to the next rank every step") + ", dK/dV sent round in FP32"
+                 + (", at the query heads (K/V repeated before SDPA)" if cfg.kv_repeat else "")))
 
     # --- memory per GPU ----------------------------------------------------------------------------------------
     cap = _capacity(model.device)

@@ -105,6 +105,17 @@ CONTEXT_PARALLEL.add("all-to-all", ContextParallel(False, 1, True), aliases=("ul
                      help="DeepSpeed-Ulysses: all-to-all from sequence to heads split around attention (cp divides "
                           "the heads)")
 
+# How PyTorch's ring attention (torch/distributed/tensor/experimental/_attention.py, _cp_options.rotate_method;
+# torchtitan's --parallelism.context_parallel_rotate_method) moves the K/V chunks round the ring. The backward
+# passes dK/dV round by all-to-all either way (its dkv_rotater), in FP32 (convert_to_f32). Transformer Engine's
+# own ring (--kernels transformer-engine) is a P2P ring whatever this says.
+CP_ROTATIONS: Registry[str] = Registry("ring rotation")
+CP_ROTATIONS.add("allgather", "allgather", aliases=("all-gather", "all_gather"),
+                 help="PyTorch's default (2024 to now): one all-gather of the C ranks' K/V issued before step 0's "
+                      "attention and waited for at step 1 (forward, and again in the backward)")
+CP_ROTATIONS.add("alltoall", "alltoall", aliases=("all-to-all", "all_to_all", "p2p"),
+                 help="each step's K/V sent to the next rank (ft_c.permute_tensor) under that step's attention")
+
 
 @dataclass(frozen=True)
 class ParallelConfig:
@@ -125,6 +136,10 @@ class ParallelConfig:
     overlap_grad_sync: bool = True  # data-parallel gradient buckets overlap the last backward pass (DDP)
     cp: int = 1  # context-parallel degree: the sequence split over cp ranks (they share the samples)
     cp_kind: str = "ring"  # CONTEXT_PARALLEL entry
+    cp_rotate: str = "allgather"  # CP_ROTATIONS entry: PyTorch's ring attention's K/V rotation
+    # the model repeats its K/V heads to the query heads before SDPA (torchtitan's Llama: repeat_kv), so a ring
+    # exchanges (and merges) K/V at the query heads
+    kv_repeat: bool = False
     fp8_all_gather: bool = False  # ZeRO-3/FSDP gathers the layers' weights in FP8 (FP8 precisions)
     # Megatron-Core/Transformer Engine --tp-comm-overlap: each sequence-parallel all-gather / reduce-scatter runs in
     # chunks under the column-/row-parallel GEMM that consumes / produces it (userbuffers)
@@ -163,7 +178,8 @@ class ParallelConfig:
     def label(self) -> str:
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
         if self.cp > 1:
-            parts.insert(2, f"cp{self.cp}" + ("" if self.cp_kind == "ring" else f"-{self.cp_kind}"))
+            parts.insert(2, f"cp{self.cp}" + ("" if self.cp_kind == "ring" else f"-{self.cp_kind}")
+                         + ("-alltoall" if self.cp_kind == "ring" and self.cp_rotate == "alltoall" else ""))
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
         if self.sharding != "none":
@@ -219,7 +235,8 @@ def resolve(gpus: int, *, tp: int = 1, pp: int = 1, dp: int | None = None, ep: i
             schedule: str = "1f1b", recompute: str = "none", sequence_parallel: bool = False,
             offload_optimizer: bool = False, gpus_per_node: int | None = None, cp: int = 1,
             cp_kind: str = "ring", fp8_all_gather: bool = False,
-            tp_comm_overlap: bool = False) -> tuple[ParallelConfig, list[str]]:
+            tp_comm_overlap: bool = False, cp_rotate: str = "allgather",
+            kv_repeat: bool = False) -> tuple[ParallelConfig, list[str]]:
     """A :class:`ParallelConfig` from the options a user gives, and warnings. ``dp`` defaults to gpus / (tp x pp);
     degrees that do not multiply to ``gpus``, ZeRO and FSDP both, and other impossible choices raise
     ConfigError naming them."""
@@ -239,6 +256,7 @@ def resolve(gpus: int, *, tp: int = 1, pp: int = 1, dp: int | None = None, ep: i
     if tp * pp * cp * dp != gpus:
         raise ConfigError(f"--tp {tp} x --pp {pp}{cp_label} x --dp {dp} = {tp * pp * cp * dp}, not the {gpus} GPUs")
     cp_kind = CONTEXT_PARALLEL.canonical(str(cp_kind).strip().lower())
+    cp_rotate = CP_ROTATIONS.canonical(str(cp_rotate).strip().lower())
     if gpus_per_node and cp > 1 and tp * cp > gpus_per_node:
         warnings.append(f"context parallelism across nodes: --tp {tp} x --cp {cp} spans more than the "
                         f"{gpus_per_node} GPUs of a node (NVLink domain); its key/value exchange goes over the network")
@@ -280,7 +298,8 @@ def resolve(gpus: int, *, tp: int = 1, pp: int = 1, dp: int | None = None, ep: i
     return ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep, sharding=sharding, micro_batch=micro_batch, schedule=sched,
                           virtual_stages=v, recompute=recompute, sequence_parallel=bool(sequence_parallel),
                           offload_optimizer=bool(offload_optimizer), cp=cp, cp_kind=cp_kind,
-                          fp8_all_gather=bool(fp8_all_gather), tp_comm_overlap=bool(tp_comm_overlap)), warnings
+                          fp8_all_gather=bool(fp8_all_gather), tp_comm_overlap=bool(tp_comm_overlap),
+                          cp_rotate=cp_rotate, kv_repeat=bool(kv_repeat)), warnings
 
 
 def with_micro_batch(cfg: ParallelConfig, micro_batch: int) -> ParallelConfig:
