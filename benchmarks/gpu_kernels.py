@@ -92,6 +92,47 @@ Protocol for cuDNN's algorithm choice (``--names``), written 2026-11-28 (evening
   benchmark rows' held half, else the FLOP rate). A form per kernel family, if the names suggest one, needs its own
   protocol committed before it is fitted.
 
+Protocol for the weight gradient by kernel family, written 2026-11-28 18:58 UTC before any fit or score of it (issue
+18). Seen before: the fifth lease's paragraph of docs/gpu-accuracy.md (the four families' counts over all 168
+layer-variants and which layers run the rare ones, held rows included), the old single form's scores (held 33.2%),
+and, for this rule, the dev half's kernel names and shapes (no times of any row):
+- Rows: the benchmark-mode rows of ``h200_kernels_names_2026-11-28c.jsonl`` (``--cl-mode benchmark``: the whole
+  models' mode), the split of ``--fit-cl`` (``zlib.crc32`` of the key without its mode, 0 dev, 1 held). The family
+  that ran a row is read from its weight-gradient kernels' names: ``implicit_gemm`` (with ``tensorTransformGeneric``)
+  "gemm", ``wgrad2d_grouped_direct_kernel`` "direct", ``wgrad2d_shmem_tiling`` "shmem", anything else the dtype
+  class's common family (FP32 ``sm90_xmma_depthwise_convolution_wgrad_tiling``, half ``wgrad2d_c1_k1_nhwc`` + its
+  reduction).
+- The family rule (:func:`traincast.predict.roofline.cl_wgrad_family`), from the dev half only (87 rows: all 56 BF16
+  rows run the common kernel; of 31 FP32 rows 29 run the tiling kernel, the one 7x7 row, C384 at 14x14, the implicit
+  GEMM, the one row whose channels are not a multiple of 4, C58 at 56x56 stride 2, the grouped direct kernel):
+  half precision (BF16, FP16 unmeasured): the common family, always; FP32 with a kernel above 5x5 (taps > 25): gemm;
+  else FP32 with channels not a multiple of 4 (the tiling kernel's 16-byte channel vectors, assumed): direct; else
+  the common family. Every shape, measured or not, is classed by it; none goes to "shmem" (no dev row ran it). By the
+  paragraph above it will miss the held half's BF16 shmem and direct rows and FP32 direct rows other than those with
+  channels not a multiple of 4 (ShuffleNet's 232-channel layers, ConvNeXt's 768-channel 7x7, where held).
+- Time forms, per family, SM-cycles over the SMs at the clock (scales with SMs and clock as the other passes) plus
+  the weight gradient's call cost ``wgrad_call_us`` (one for all families), each bounded below by the pass's bytes
+  over the ``conv`` bandwidth as the roofline does: common, today's form (``E x (a + b x taps x (1 + big x [above
+  3x3]))``, rates per dtype class, at least ``N x Ho x Wo x wgrad_pixel_ns``; 7 parameters); direct, ``E x taps x
+  wgrad_direct_tap_cycles`` (one loop over the taps per output element, no vectors; one rate for both dtype
+  classes: no half row of it in the dev half); gemm, ``E x taps x wgrad_gemm_tap_cycles`` (the TF32 implicit GEMM,
+  whose work grows as outputs x taps, mostly wasted on a depthwise layer's one-channel groups) plus its three layout
+  transforms, ``2 x 4 x (input + output-gradient elements)`` bytes (each tensor read and written once in FP32; the
+  weight's is negligible) over the ``copy`` bandwidth. ``E`` the outputs N x C x Ho x Wo. 9 parameters, all >= 0,
+  by least squares on log(forecast / measured) over the dev rows' weight-gradient passes, each row timed as the
+  family that ran it (its names); the forward and input gradient keep the catalog's ``dw_cl``. A family whose rate
+  is 0 is not modelled: its rows take the common form (today's behaviour, the default until adopted).
+- Scores (``--fit-wgrad FILE --cl-mode benchmark``): the weight gradient's MAPE and median signed error on the dev
+  and held halves, all rows, FP32 and half, (a) each row classed by the rule (the forecast), (b) classed by the
+  kernels that ran (the time forms alone), and per family that ran; the rule's accuracy (rows classed as the family
+  that ran) per half; beside, the old single form (the 7 common parameters fitted on every dev row, as ``--fit-cl``).
+- Adoption, the rule of the earlier protocols: (1) held-half weight-gradient MAPE, (a), all held rows, under 20%;
+  (2) then, with the 9 values in ``efficiency.yaml``, the campaigns' depthwise-network rows (``gpu_measured.py
+  --models`` of addendum 7; H100 and H200, the defaults and ``--profile h200_host_profile_2026-11-27.yaml``) scored
+  before and after: their MAPE, as printed (one decimal), rises in none of the four. The whole campaigns (no
+  ``--models``) reported beside, not ruled on. Nothing retuned after the held rows or the campaigns are seen; if
+  (1) or (2) fails, the parameters are reported and left out of ``efficiency.yaml`` (the code kept off by default).
+
 Fit (any machine, ``--fit FILE --gpu NAME``): the eight ``dw_native`` parameters of ``efficiency.yaml`` by least
 squares on the log of forecast / measured over the dev half of the NCHW depthwise rows (the three passes of each),
 through the roofline's own :func:`traincast.predict.roofline.native_depthwise_s`; prints them, then the MAPE and
