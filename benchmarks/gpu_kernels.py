@@ -92,6 +92,47 @@ Protocol for cuDNN's algorithm choice (``--names``), written 2026-11-28 (evening
   benchmark rows' held half, else the FLOP rate). A form per kernel family, if the names suggest one, needs its own
   protocol committed before it is fitted.
 
+Protocol for the weight gradient by kernel family, written 2026-11-28 18:58 UTC before any fit or score of it (issue
+18). Seen before: the fifth lease's paragraph of docs/gpu-accuracy.md (the four families' counts over all 168
+layer-variants and which layers run the rare ones, held rows included), the old single form's scores (held 33.2%),
+and, for this rule, the dev half's kernel names and shapes (no times of any row):
+- Rows: the benchmark-mode rows of ``h200_kernels_names_2026-11-28c.jsonl`` (``--cl-mode benchmark``: the whole
+  models' mode), the split of ``--fit-cl`` (``zlib.crc32`` of the key without its mode, 0 dev, 1 held). The family
+  that ran a row is read from its weight-gradient kernels' names: ``implicit_gemm`` (with ``tensorTransformGeneric``)
+  "gemm", ``wgrad2d_grouped_direct_kernel`` "direct", ``wgrad2d_shmem_tiling`` "shmem", anything else the dtype
+  class's common family (FP32 ``sm90_xmma_depthwise_convolution_wgrad_tiling``, half ``wgrad2d_c1_k1_nhwc`` + its
+  reduction).
+- The family rule (:func:`traincast.predict.roofline.cl_wgrad_family`), from the dev half only (87 rows: all 56 BF16
+  rows run the common kernel; of 31 FP32 rows 29 run the tiling kernel, the one 7x7 row, C384 at 14x14, the implicit
+  GEMM, the one row whose channels are not a multiple of 4, C58 at 56x56 stride 2, the grouped direct kernel):
+  half precision (BF16, FP16 unmeasured): the common family, always; FP32 with a kernel above 5x5 (taps > 25): gemm;
+  else FP32 with channels not a multiple of 4 (the tiling kernel's 16-byte channel vectors, assumed): direct; else
+  the common family. Every shape, measured or not, is classed by it; none goes to "shmem" (no dev row ran it). By the
+  paragraph above it will miss the held half's BF16 shmem and direct rows and FP32 direct rows other than those with
+  channels not a multiple of 4 (ShuffleNet's 232-channel layers, ConvNeXt's 768-channel 7x7, where held).
+- Time forms, per family, SM-cycles over the SMs at the clock (scales with SMs and clock as the other passes) plus
+  the weight gradient's call cost ``wgrad_call_us`` (one for all families), each bounded below by the pass's bytes
+  over the ``conv`` bandwidth as the roofline does: common, today's form (``E x (a + b x taps x (1 + big x [above
+  3x3]))``, rates per dtype class, at least ``N x Ho x Wo x wgrad_pixel_ns``; 7 parameters); direct, ``E x taps x
+  wgrad_direct_tap_cycles`` (one loop over the taps per output element, no vectors; one rate for both dtype
+  classes: no half row of it in the dev half); gemm, ``E x taps x wgrad_gemm_tap_cycles`` (the TF32 implicit GEMM,
+  whose work grows as outputs x taps, mostly wasted on a depthwise layer's one-channel groups) plus its three layout
+  transforms, ``2 x 4 x (input + output-gradient elements)`` bytes (each tensor read and written once in FP32; the
+  weight's is negligible) over the ``copy`` bandwidth. ``E`` the outputs N x C x Ho x Wo. 9 parameters, all >= 0,
+  by least squares on log(forecast / measured) over the dev rows' weight-gradient passes, each row timed as the
+  family that ran it (its names); the forward and input gradient keep the catalog's ``dw_cl``. A family whose rate
+  is 0 is not modelled: its rows take the common form (today's behaviour, the default until adopted).
+- Scores (``--fit-wgrad FILE --cl-mode benchmark``): the weight gradient's MAPE and median signed error on the dev
+  and held halves, all rows, FP32 and half, (a) each row classed by the rule (the forecast), (b) classed by the
+  kernels that ran (the time forms alone), and per family that ran; the rule's accuracy (rows classed as the family
+  that ran) per half; beside, the old single form (the 7 common parameters fitted on every dev row, as ``--fit-cl``).
+- Adoption, the rule of the earlier protocols: (1) held-half weight-gradient MAPE, (a), all held rows, under 20%;
+  (2) then, with the 9 values in ``efficiency.yaml``, the campaigns' depthwise-network rows (``gpu_measured.py
+  --models`` of addendum 7; H100 and H200, the defaults and ``--profile h200_host_profile_2026-11-27.yaml``) scored
+  before and after: their MAPE, as printed (one decimal), rises in none of the four. The whole campaigns (no
+  ``--models``) reported beside, not ruled on. Nothing retuned after the held rows or the campaigns are seen; if
+  (1) or (2) fails, the parameters are reported and left out of ``efficiency.yaml`` (the code kept off by default).
+
 Fit (any machine, ``--fit FILE --gpu NAME``): the eight ``dw_native`` parameters of ``efficiency.yaml`` by least
 squares on the log of forecast / measured over the dev half of the NCHW depthwise rows (the three passes of each),
 through the roofline's own :func:`traincast.predict.roofline.native_depthwise_s`; prints them, then the MAPE and
@@ -101,7 +142,9 @@ mechanism (``dw_fwd_cycles`` 0: the FLOP-rate roofline of ``conv_depthwise``); a
 attention rows' share of the BF16 tensor peak beside the catalog's efficiencies. ``--fit-cl FILE... --gpu NAME``: the
 same for cuDNN's channels-last kernels (the protocol above; ``dw_cl`` of ``efficiency.yaml``, 19 parameters through
 :func:`traincast.predict.roofline.cl_depthwise_s`, each pass bounded below by its bytes over the ``conv``
-bandwidth), scored per pass and dtype class (fp32, half).
+bandwidth), scored per pass and dtype class (fp32, half). ``--fit-wgrad FILE... --gpu NAME``: the weight gradient
+by kernel family (the protocol by kernel family; 9 parameters of ``dw_cl``), scored by the rule's family and by the
+family that ran.
 
 Usage: python benchmarks/gpu_kernels.py --out kernels.jsonl [--deadline 200]        (on the GPU)
        python benchmarks/gpu_kernels.py --list                                       (the depthwise layers)
@@ -109,6 +152,7 @@ Usage: python benchmarks/gpu_kernels.py --out kernels.jsonl [--deadline 200]    
        PYTHONPATH=src python benchmarks/gpu_kernels.py --fit-cl kernels.jsonl kernels_cl_bf16.jsonl --gpu H200-SXM-141GB
        python benchmarks/gpu_kernels.py --names --variants 3,4,5 --no-attention --out names.jsonl   (on the GPU)
        PYTHONPATH=src python benchmarks/gpu_kernels.py --fit-cl names.jsonl --cl-mode benchmark --gpu H200-SXM-141GB
+       PYTHONPATH=src python benchmarks/gpu_kernels.py --fit-wgrad names.jsonl --cl-mode benchmark --gpu H200-SXM-141GB
 """
 
 from __future__ import annotations
@@ -398,17 +442,35 @@ def fit(path: Path, gpu: str) -> int:
     return 0
 
 
-def _cl_passes(r: dict) -> list[tuple[str, tuple, float, float, float]]:
+def _cl_passes(r: dict, family: int | None = None) -> list[tuple[str, tuple, float, float, float]]:
     """(pass, cl_depthwise_work row, measured ms, bytes, FLOPs: 2 per tap of each element) of each pass of a
-    measured channels-last depthwise row."""
+    measured channels-last depthwise row; the weight gradient's kernel family ``family``, or by the roofline's rule
+    (:func:`traincast.predict.roofline.cl_wgrad_family`)."""
+    from traincast.predict.roofline import cl_wgrad_family
+
     n, c, h, w, ho, wo = r["N"], r["C"], r["H"], r["W"], r["Ho"], r["Wo"]
     taps = r["kh"] * r["kw"]
     big, half = int(taps > 9), int(r["dtype"] != "fp32")
     el = 2 if half else 4
     out, inp = n * c * ho * wo, n * c * h * w
-    return [("fwd", (out, 0, 0, taps, big, half, 0), r["fwd_ms"], el * (out + inp), 2.0 * out * taps),
-            ("dgrad", (0, inp, 0, taps, big, half, 0), r["dgrad_ms"], el * (out + inp), 2.0 * inp * taps),
-            ("wgrad", (0, 0, out, taps, big, half, n * ho * wo), r["wgrad_ms"], el * (out + inp), 2.0 * out * taps)]
+    fam = cl_wgrad_family(bool(half), c, taps) if family is None else family
+    return [("fwd", (out, 0, 0, taps, big, half, 0, 0, 0), r["fwd_ms"], el * (out + inp), 2.0 * out * taps),
+            ("dgrad", (0, inp, 0, taps, big, half, 0, 0, 0), r["dgrad_ms"], el * (out + inp), 2.0 * inp * taps),
+            ("wgrad", (0, 0, out, taps, big, half, n * ho * wo, fam, inp), r["wgrad_ms"], el * (out + inp),
+             2.0 * out * taps)]
+
+
+def wgrad_family_ran(r: dict) -> str:
+    """The weight-gradient kernel family a --names row ran, from its kernels' names (the protocol by kernel
+    family): "gemm", "direct", "shmem", or the dtype class's common family ("tiling" FP32, "c1k1" half)."""
+    names = " ".join(k[0] for k in r["kernels"]["wgrad"])
+    if "implicit_gemm" in names:
+        return "gemm"
+    if "wgrad2d_grouped_direct_kernel" in names:
+        return "direct"
+    if "wgrad2d_shmem_tiling" in names:
+        return "shmem"
+    return "tiling" if r["dtype"] == "fp32" else "c1k1"
 
 
 def fit_cl(paths: list[Path], gpu: str, mode: str | None = None) -> int:
@@ -429,8 +491,8 @@ def fit_cl(paths: list[Path], gpu: str, mode: str | None = None) -> int:
     cl = [r for r in rows if r["key"].startswith("dw") and r.get("format") == "channels_last" and "error" not in r
           and r.get("cudnn_mode") == mode]
     device = get_catalog().device(gpu)
-    names = [f"dwcl_{k}" for k in DW_CL]
-    off = RooflineParams.for_device(device).with_values({nm: 0.0 for nm in names})
+    names = [f"dwcl_{k}" for k in DW_CL if k not in WGRAD_FAMILY_RATES]  # the 19 of the protocol
+    off = RooflineParams.for_device(device).with_values({f"dwcl_{k}": 0.0 for k in DW_CL})
     ghz = device.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], device).clock_factor(off)
     bw = device.memory_bandwidth_bytes_per_s * off.memory["conv"] * off.memory_scale
     # the split of the layer's key (a --names row's key adds its cuDNN mode: the same layer stays on the same side)
@@ -484,6 +546,120 @@ def fit_cl(paths: list[Path], gpu: str, mode: str | None = None) -> int:
                     parts.append(f"{k} {100 * np.mean(np.abs(e)):5.1f}% ({100 * np.median(e):+5.1f}%)")
                 nrow = sum(1 for r in rs if dcls == "all" or (r["dtype"] == "fp32") == (dcls == "fp32"))
                 print(f"{half:4s} {dcls:4s} n={nrow:3d} {label:17s} MAPE (median signed): " + ", ".join(parts))
+    return 0
+
+
+# the weight gradient by kernel family (the protocol by kernel family): the common form's 7 parameters, the other
+# families' rates, and the family index (cl_wgrad_family's) of each family a row ran
+WGRAD_COMMON = ("wgrad_cycles", "wgrad_tap_cycles", "wgrad_half_cycles", "wgrad_half_tap_cycles", "wgrad_big",
+                "wgrad_call_us", "wgrad_pixel_ns")
+WGRAD_FAMILY_RATES = ("wgrad_direct_tap_cycles", "wgrad_gemm_tap_cycles")
+FAMILY_INDEX = {"tiling": 0, "c1k1": 0, "shmem": 0, "direct": 1, "gemm": 2}
+
+
+def fit_wgrad(paths: list[Path], gpu: str, mode: str | None = "benchmark") -> int:
+    """The channels-last weight gradient by kernel family (the protocol above): the 9 parameters (the common form's
+    7, the direct and GEMM families' rates) by least squares on the log of forecast / measured over the dev half's
+    weight-gradient passes, each row timed as the family its kernels' names say it ran, through
+    :func:`traincast.predict.roofline.cl_depthwise_s` (bounded below by the pass's bytes over the ``conv``
+    bandwidth); then MAPE and median signed error on both halves, all, FP32 and half rows: each row classed by the
+    roofline's rule (:func:`traincast.predict.roofline.cl_wgrad_family`, the forecast) and by the family that ran,
+    per family that ran, the rule's accuracy, the old single form (the 7 common parameters fitted on every dev
+    row) and the roofline's whole time of the pass with the fit and without it (the FLOP rate)."""
+    import zlib
+
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    from traincast.hardware.catalog import get_catalog
+    from traincast.predict.roofline import MEMORY_CLASSES, CompiledOps, RooflineParams, cl_depthwise_s
+
+    rows = [json.loads(x) for path in paths for x in path.read_text().splitlines() if x.strip()]
+    cl = [r for r in rows if r["key"].startswith("dw") and r.get("format") == "channels_last" and "error" not in r
+          and r.get("cudnn_mode") == mode and "kernels" in r]
+    device = get_catalog().device(gpu)
+    common = [f"dwcl_{k}" for k in WGRAD_COMMON]
+    names = common + [f"dwcl_{k}" for k in WGRAD_FAMILY_RATES]
+    cat = RooflineParams.for_device(device)  # the catalog's forward and input gradient (not used: wgrad rows only)
+    off = cat.with_values({nm: 0.0 for nm in names})
+    ghz = device.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], device).clock_factor(off)
+    bw = device.memory_bandwidth_bytes_per_s * off.memory["conv"] * off.memory_scale
+    copy_bw = device.memory_bandwidth_bytes_per_s * off.memory_vector[MEMORY_CLASSES.index("copy")] * off.memory_scale
+    dev = [r for r in cl if zlib.crc32(r["key"].split(" cudnn-")[0].encode()) % 2 == 0]
+    held = [r for r in cl if zlib.crc32(r["key"].split(" cudnn-")[0].encode()) % 2 == 1]
+
+    def table(rs, by):
+        """Weight-gradient work rows (family by the rule, by the kernels that ran, or all common), measured ms,
+        bytes, FLOPs, dtypes, the family that ran."""
+        ps = [_cl_passes(r, None if by == "rule" else 0 if by == "common" else FAMILY_INDEX[wgrad_family_ran(r)])[2]
+              for r in rs]
+        return (np.array([p[1] for p in ps], float), np.array([p[2] for p in ps]), np.array([p[3] for p in ps], float),
+                np.array([p[4] for p in ps]), [r["dtype"] for r in rs], [wgrad_family_ran(r) for r in rs])
+
+    def model_ms(params, work, nbytes):
+        return np.maximum(cl_depthwise_s(work, device.sm_count, ghz, params, copy_bw)[0], nbytes / bw) * 1e3
+
+    def solve(nms, work, ms, nbytes, starts):
+        best = None
+        for x0 in starts:
+            sol = least_squares(lambda x: np.log(model_ms(off.with_vector(nms, x), work, nbytes) / ms), x0,
+                                bounds=(0, np.inf), x_scale="jac")
+            if best is None or sol.cost < best.cost:
+                best = sol
+        return best
+
+    def starts(n):
+        """Starts, as ``--fit-cl``'s: rates (cycles, tap cycles) FP32 and half, big share, call us, reduction ns,
+        the direct and GEMM families' tap cycles; the first ``n``."""
+        return [np.array([0.5 * s, 0.2 * s, 0.5 * s, 0.2 * s, 0.5, 2.0, 0.01 * s, 1.0 * s, 1.0 * s][:n])
+                for s in (0.3, 1.0, 3.0)]
+
+    work_d, ms_d, bytes_d, *_ = table(dev, "ran")
+    fam = solve(names, work_d, ms_d, bytes_d, starts(9))
+    work_o, *_ = table(dev, "common")
+    old = solve(common, work_o, ms_d, bytes_d, starts(7))
+    fitted, single = off.with_vector(names, fam.x), off.with_vector(common, old.x)
+    print(f"{len(cl)} channels-last depthwise rows (cudnn mode {mode}) measured on {rows[0].get('device', gpu)}; "
+          f"{len(dev)} dev, {len(held)} held; forecast for {gpu} ({device.sm_count} SMs at {ghz:.3f} GHz, bytes at "
+          f"{bw / 1e9:.0f} GB/s, copies at {copy_bw / 1e9:.0f} GB/s); dev cost {fam.cost:.4g} (old single form "
+          f"{old.cost:.4g})")
+    print("dw_cl weight gradient by kernel family (efficiency.yaml):")
+    for nm, v in zip(names, fam.x):
+        print(f"  {nm[5:]}: {v:.4g}")
+    print("old single form (the 7 common parameters on every dev row): " +
+          ", ".join(f"{nm[5:]} {v:.4g}" for nm, v in zip(common, old.x)))
+
+    def line(label, err, dtypes):
+        parts = []
+        for dcls in ("all", "fp32", "half"):
+            e = np.array([x for x, dt in zip(err, dtypes) if dcls == "all" or (dt == "fp32") == (dcls == "fp32")])
+            parts.append(f"{dcls} n={len(e):3d} {100 * np.mean(np.abs(e)):5.1f}% ({100 * np.median(e):+5.1f}%)"
+                         if len(e) else f"{dcls} n=  0")
+        print(f"  {label:30s} " + ", ".join(parts))
+
+    for half, rs in (("dev", dev), ("held", held)):
+        work_r, ms, nbytes, flops, dtypes, ran = table(rs, "rule")
+        work_k, *_ = table(rs, "ran")
+        work_c, *_ = table(rs, "common")
+        ok = [int(w[7]) == FAMILY_INDEX[f] and f != "shmem" for w, f in zip(work_r, ran)]
+        print(f"{half}: weight gradient MAPE (median signed); the rule's family right on {sum(ok)} of {len(rs)} rows "
+              f"({100 * sum(ok) / len(rs):.1f}%)")
+        by_rule = model_ms(fitted, work_r, nbytes) / ms - 1
+        by_ran = model_ms(fitted, work_k, nbytes) / ms - 1
+        line("by family, the rule's", by_rule, dtypes)
+        line("by family, the one that ran", by_ran, dtypes)
+        line("old single form", model_ms(single, work_c, nbytes) / ms - 1, dtypes)
+        conv = CompiledOps.from_arrays(flops, nbytes, ["conv"] * len(ms), device, precision="amp-bf16", dtype=dtypes,
+                                       key=["conv_depthwise"] * len(ms), dwcl_work=work_r)
+        line("roofline, by the rule's family", conv.times(fitted) * 1e3 / ms - 1, dtypes)
+        line("roofline, without (FLOP rate)", conv.times(off) * 1e3 / ms - 1, dtypes)
+        for f in ("tiling", "c1k1", "direct", "gemm", "shmem"):
+            idx = [i for i, x in enumerate(ran) if x == f]
+            if idx:
+                r_e, k_e = by_rule[idx], by_ran[idx]
+                print(f"    ran {f:6s} n={len(idx):3d}: rule's family {100 * np.mean(np.abs(r_e)):6.1f}% "
+                      f"({100 * np.median(r_e):+6.1f}%), family that ran {100 * np.mean(np.abs(k_e)):6.1f}% "
+                      f"({100 * np.median(k_e):+6.1f}%); classed right {sum(ok[i] for i in idx)}")
     return 0
 
 
@@ -548,6 +724,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit", type=Path, help="a measurement file: fit and score the depthwise kernel model")
     ap.add_argument("--fit-cl", type=Path, nargs="+", help="measurement files: fit and score the channels-last "
                     "(cuDNN) depthwise kernel model on their channels-last rows")
+    ap.add_argument("--fit-wgrad", type=Path, nargs="+", help="measurement files (--names rows): fit and score the "
+                    "channels-last weight gradient by kernel family")
     ap.add_argument("--gpu", default="H200-SXM-141GB", help="the catalog GPU the measurements were taken on")
     ap.add_argument("--attn-tokens", type=int, default=ATTN_TOKENS, help="tokens per attention call")
     ap.add_argument("--variants", default="", help="comma-separated indices into DW_VARIANTS (default: all)")
@@ -562,6 +740,8 @@ def main(argv: list[str] | None = None) -> int:
         return fit(a.fit, a.gpu)
     if a.fit_cl:
         return fit_cl(a.fit_cl, a.gpu, a.cl_mode)
+    if a.fit_wgrad:
+        return fit_wgrad(a.fit_wgrad, a.gpu, a.cl_mode or "benchmark")
     start = time.perf_counter()
     layers = depthwise_layers()
     if a.list:

@@ -78,6 +78,13 @@ Per op::
   catalog's weight gradient, which cuDNN runs with algorithms picked by shape and this form does not fit (38.8% MAPE
   on the held kernel rows against the protocol's 20%). The op's compute time is the sum (its bytes over bandwidth
   still bound it below). Set from ``benchmarks/gpu_kernels.py --fit-cl`` on an H200 (docs/gpu-accuracy.md).
+  The weight gradient by kernel family (``wgrad_direct_tap_cycles``, ``wgrad_gemm_tap_cycles``; 0: not modelled,
+  the family's layers take the common form above): cuDNN runs other kernels for some shapes
+  (:func:`cl_wgrad_family`): FP32 kernels above 5x5 an implicit GEMM on TF32 tensor cores between layout transforms
+  (``outputs x taps x wgrad_gemm_tap_cycles`` SM-cycles, plus ``2 x 4 x (input + output-gradient elements)`` bytes
+  at the copy bandwidth), FP32 layers whose channels are not a multiple of 4 a direct kernel (``outputs x taps x
+  wgrad_direct_tap_cycles``); each plus ``wgrad_call_us`` (``gpu_kernels.py``'s protocol by kernel family). Not
+  in the catalog: fitted on an H200's layers it missed the protocol's 20% on the held half (26.4%).
 - layout transposes: a convolution on NVIDIA tensor cores with NCHW activations moves its tensors twice more in
   NCHW<->NHWC transpose kernels, at the copy bandwidth, times ``nchw_transpose`` (1: NCHW, 0: channels_last).
 - PyTorch's native batch norm (``bn_native_gelems_per_block`` > 0; :func:`native_batch_norm_passes`): on NVIDIA
@@ -140,7 +147,10 @@ DW_NATIVE = ("fwd_cycles", "fwd_tap_cycles", "dgrad_cycles", "dgrad_tap_cycles",
 # the tap cycles for kernels above 3x3 (``big``), a fixed cost per call, and the weight gradient's serial reduction
 DW_CL_PASSES = ("fwd", "dgrad", "wgrad")
 DW_CL = tuple(f"{p}_{k}" for p in DW_CL_PASSES for k in ("cycles", "tap_cycles", "half_cycles", "half_tap_cycles")) + \
-    tuple(f"{p}_big" for p in DW_CL_PASSES) + tuple(f"{p}_call_us" for p in DW_CL_PASSES) + ("wgrad_pixel_ns",)
+    tuple(f"{p}_big" for p in DW_CL_PASSES) + tuple(f"{p}_call_us" for p in DW_CL_PASSES) + ("wgrad_pixel_ns",) + \
+    ("wgrad_direct_tap_cycles", "wgrad_gemm_tap_cycles")
+# the weight gradient's kernel families (cl_wgrad_family): the dtype class's common kernel, the direct one, the GEMM
+CL_WGRAD_FAMILIES = ("common", "direct", "gemm")
 _SCALARS = _SCALARS + tuple(f"dwcl_{k}" for k in DW_CL)
 
 ITEMSIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
@@ -224,6 +234,8 @@ class _DwCl(Document):
     dgrad_call_us: _DwClValue = 0.0
     wgrad_call_us: _DwClValue = 0.0
     wgrad_pixel_ns: _DwClValue = 0.0
+    wgrad_direct_tap_cycles: _DwClValue = 0.0
+    wgrad_gemm_tap_cycles: _DwClValue = 0.0
 
 
 class _Cache(Document):
@@ -344,6 +356,8 @@ class RooflineParams:
     dwcl_dgrad_call_us: float = 0.0
     dwcl_wgrad_call_us: float = 0.0
     dwcl_wgrad_pixel_ns: float = 0.0
+    dwcl_wgrad_direct_tap_cycles: float = 0.0
+    dwcl_wgrad_gemm_tap_cycles: float = 0.0
     _arrays: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -480,8 +494,9 @@ class RooflineParams:
     @property
     def dw_cl_on(self) -> bool:
         """Whether cuDNN's channels-last depthwise kernels are modelled (any of their rates set)."""
-        return any(getattr(self, f"dwcl_{p}_{k}") > 0 for p in DW_CL_PASSES
-                   for k in ("cycles", "tap_cycles", "half_cycles", "half_tap_cycles"))
+        return (any(getattr(self, f"dwcl_{p}_{k}") > 0 for p in DW_CL_PASSES
+                    for k in ("cycles", "tap_cycles", "half_cycles", "half_tap_cycles"))
+                or self.dwcl_wgrad_direct_tap_cycles > 0 or self.dwcl_wgrad_gemm_tap_cycles > 0)
 
     # --- arrays for times() ------------------------------------------------------------
     @property
@@ -688,17 +703,34 @@ def native_depthwise_s(work: np.ndarray, sm_count: float, ghz: float, params: "R
     return cycles / (sm_count * ghz * 1e9) + wgrad_ns * 1e-9
 
 
-_NO_CL_WORK = (0.0, 0.0, 0.0, 0, 0, 0, 0.0)
+_NO_CL_WORK = (0.0, 0.0, 0.0, 0, 0, 0, 0.0, 0, 0.0)
 
 
-def cl_depthwise_work(op) -> tuple[float, float, float, int, int, int, float]:
+def cl_wgrad_family(half: bool, channels: int, taps: int) -> int:
+    """The kernel family cuDNN runs for a channels-last depthwise weight gradient (an index into
+    :data:`CL_WGRAD_FAMILIES`), by the rule of ``benchmarks/gpu_kernels.py``'s protocol by kernel family (read from
+    the dev half of an H200's layers with their kernels named): half precision the common kernel
+    (``wgrad2d_c1_k1_nhwc`` and its reduction) always; FP32 kernels above 5x5 an implicit GEMM on TF32 tensor cores
+    between layout transforms (2); other FP32 layers whose channels are not a multiple of 4 (the tiling kernel's
+    16-byte channel vectors, assumed) the direct kernel (1); every other shape, measured or not, the common kernel
+    (FP32: ``sm90_xmma_depthwise_convolution_wgrad_tiling``; 0)."""
+    if half:
+        return 0
+    if taps > 25:
+        return 2
+    return 1 if channels % 4 else 0
+
+
+def cl_depthwise_work(op) -> tuple[float, float, float, int, int, int, float, int, float]:
     """The work of cuDNN's channels-last depthwise kernels in a traced op (module doc): (forward outputs,
-    input-gradient elements, weight-gradient outputs, taps, big, half, weight-gradient pixels). A 2-D depthwise
-    convolution (or its backward) in FP32, BF16 or FP16 whose input is channels-last (``op.layout`` ``nhwc``: PyTorch
-    sends it to cuDNN whatever its dtype, ``use_cudnn_depthwise``), not transposed; zeros for every other op (NCHW
-    ones are :func:`native_depthwise_work`'s, or cuDNN's NCHW kernels for FP16, not modelled). ``big``: 1 for a
-    kernel above 3x3; ``half``: 1 for BF16 and FP16; the weight gradient's pixels are batch x output pixels (the
-    reduction of each (channel, tap))."""
+    input-gradient elements, weight-gradient outputs, taps, big, half, weight-gradient pixels, weight-gradient
+    family, weight-gradient input elements). A 2-D depthwise convolution (or its backward) in FP32, BF16 or FP16
+    whose input is channels-last (``op.layout`` ``nhwc``: PyTorch sends it to cuDNN whatever its dtype,
+    ``use_cudnn_depthwise``), not transposed; zeros for every other op (NCHW ones are :func:`native_depthwise_work`'s,
+    or cuDNN's NCHW kernels for FP16, not modelled). ``big``: 1 for a kernel above 3x3; ``half``: 1 for BF16 and
+    FP16; the weight gradient's pixels are batch x output pixels (the reduction of each (channel, tap)), its family
+    :func:`cl_wgrad_family`'s, its input elements those the GEMM family's layout transforms move beside the output
+    gradient."""
     taps = depthwise_taps(op)
     if (not taps or op.layout != "nhwc" or op.dtype not in ("fp32", "bf16", "fp16") or _conv_setting(op, 4, False)
             or op.aten not in ("convolution", "convolution_backward")):
@@ -706,37 +738,51 @@ def cl_depthwise_work(op) -> tuple[float, float, float, int, int, int, float]:
     big, half = int(taps > 9), int(op.dtype != "fp32")
     try:
         if op.aten == "convolution":
-            return float(math.prod(op.output_shapes[0])), 0.0, 0.0, taps, big, half, 0.0
+            return float(math.prod(op.output_shapes[0])), 0.0, 0.0, taps, big, half, 0.0, 0, 0.0
         mask = _conv_setting(op, 7, (1, 1, 1))
         gy, x = op.input_shapes[0], op.input_shapes[1]
         dgrad = float(math.prod(x)) if mask[0] else 0.0
-        wgrad = float(math.prod(gy)) if mask[1] else 0.0
-        pixels = float(gy[0] * gy[2] * gy[3]) if mask[1] else 0.0
-        return 0.0, dgrad, wgrad, taps, big, half, pixels
+        if not mask[1]:
+            return 0.0, dgrad, 0.0, taps, big, half, 0.0, 0, 0.0
+        family = cl_wgrad_family(bool(half), int(gy[1]), taps)
+        return (0.0, dgrad, float(math.prod(gy)), taps, big, half, float(gy[0] * gy[2] * gy[3]), family,
+                float(math.prod(x)))
     except (IndexError, TypeError):
         return _NO_CL_WORK
 
 
-def cl_depthwise_s(work, sm_count: float, ghz: float, params: "RooflineParams") -> tuple[np.ndarray, np.ndarray]:
+def cl_depthwise_s(work, sm_count: float, ghz: float, params: "RooflineParams",
+                   copy_bytes_per_s: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """(seconds, other FLOPs) of cuDNN's channels-last depthwise kernels for each row of ``work`` (rows of
     :func:`cl_depthwise_work`) on a GPU of ``sm_count`` SMs at ``ghz`` (module doc): the seconds of the passes the
     parameters model, and the FLOPs (2 per tap of each element) of the passes they do not (both rates of the pass
-    and dtype class 0), which the FLOP-rate roofline times. Zeros where the mechanism is off."""
+    and dtype class 0), which the FLOP-rate roofline times. A weight gradient of the direct or GEMM family takes that
+    family's time where its rate is set (the GEMM's layout transforms at ``copy_bytes_per_s``; not counted where it
+    is 0), the common form otherwise. Zeros where the mechanism is off."""
     work = np.atleast_2d(np.asarray(work, dtype=float))
     n = len(work)
     if not params.dw_cl_on or not sm_count or not ghz or work.size == 0:
         return np.zeros(n), np.zeros(n)
-    fe, de, we, taps, big, half, pixels = work.T
+    fe, de, we, taps, big, half, pixels, family, wg_in = work.T
     half = half > 0
     sec, rest = np.zeros(n), np.zeros(n)
+    sm_hz = sm_count * ghz * 1e9
     for p, elems in zip(DW_CL_PASSES, (fe, de, we)):
         a = np.where(half, getattr(params, f"dwcl_{p}_half_cycles"), getattr(params, f"dwcl_{p}_cycles"))
         b = np.where(half, getattr(params, f"dwcl_{p}_half_tap_cycles"), getattr(params, f"dwcl_{p}_tap_cycles"))
         cycles = elems * (a + b * taps * (1.0 + getattr(params, f"dwcl_{p}_big") * big))
-        t = cycles / (sm_count * ghz * 1e9) + getattr(params, f"dwcl_{p}_call_us") * 1e-6
+        call = getattr(params, f"dwcl_{p}_call_us") * 1e-6
+        t = cycles / sm_hz + call
+        on = (a + b > 0) & (elems > 0)
         if p == "wgrad":  # at least one serial reduction over the batch's output pixels per (channel, tap)
             t = np.maximum(t, pixels * params.dwcl_wgrad_pixel_ns * 1e-9)
-        on = (a + b > 0) & (elems > 0)
+            # the other kernel families (module doc), where their rate is set
+            direct = (family == 1) & (params.dwcl_wgrad_direct_tap_cycles > 0) & (elems > 0)
+            gemm = (family == 2) & (params.dwcl_wgrad_gemm_tap_cycles > 0) & (elems > 0)
+            moved = 8.0 * (wg_in + elems) / copy_bytes_per_s if copy_bytes_per_s > 0 else 0.0
+            t = np.where(direct, elems * taps * params.dwcl_wgrad_direct_tap_cycles / sm_hz + call, t)
+            t = np.where(gemm, elems * taps * params.dwcl_wgrad_gemm_tap_cycles / sm_hz + moved + call, t)
+            on = on | direct | gemm
         sec = sec + np.where(on, t, 0.0)
         rest = rest + np.where(~on & (elems > 0), 2.0 * elems * taps, 0.0)
     return sec, rest
@@ -1002,7 +1048,7 @@ class CompiledOps:
             dw = dw if dw[:, :2].any() or dw[:, 4].any() else None
         dwcl = None
         if dwcl_work is not None and nvidia_gpu and device.sm_count and device.boost_clock_mhz:
-            dwcl = np.asarray(dwcl_work, dtype=float).reshape(n, 7)
+            dwcl = np.asarray(dwcl_work, dtype=float).reshape(n, len(_NO_CL_WORK))
             dwcl = dwcl if dwcl[:, :3].any() else None
         return cls(
             flops=flops, bytes=np.asarray(nbytes, dtype=float), peak_flops_per_s=peaks, unit=units,
@@ -1085,8 +1131,10 @@ class CompiledOps:
         if params.dw_cl_on and self.dwcl_work is not None:
             # cuDNN's channels-last depthwise kernels (module doc): the passes modelled by their own time, the others
             # (a pass whose rates are 0) at the FLOP rate; channels-last tensors need no layout transposes
+            copy_bw = (self.bandwidth_bytes_per_s * params.memory_vector[MEMORY_CLASSES.index("copy")]
+                       * params.memory_scale)
             cl, cl_rest = cl_depthwise_s(self.dwcl_work, self.sm_count, self.boost_ghz * self.clock_factor(params),
-                                         params)
+                                         params, copy_bw)
             cl = np.where((self.flops > 0) & (cl > 0), cl + cl_rest / np.maximum(peak, 1e-30), 0.0)
             own = cl if own is None else np.where(cl > 0, cl, own)  # NCHW (native) and NHWC ops are apart
         if self.transpose_bytes is not None and params.nchw_transpose > 0:
