@@ -20,6 +20,23 @@ MAPE and median signed error per pass, dtype and weight-gradient kernel family. 
 adopted on the torchvision layers (held half under 20%) and reads over 20% here does not carry to other shapes,
 and is reported as such; nothing is changed from these rows.
 
+Addendum, the GEMM family alone (written 2026-11-28 at 19:45 UTC, after the weight gradient by kernel family was
+fitted and not adopted, gpu_kernels.py's protocol, and after its informational whole-model run was seen; before any
+forecast of this grid's rows with the values below):
+- Candidate: the weight gradient of FP32 channels-last depthwise convolutions with kernels above 5x5 (family 2 of
+  ``roofline.cl_wgrad_family``: cuDNN's TF32 implicit GEMM between layout transforms) priced by that fit's values,
+  nothing refitted: ``wgrad_gemm_tap_cycles`` 1.293 SM-cycles per output element and tap, the transforms' bytes at
+  the copy bandwidth, ``wgrad_call_us`` 12.67; every other weight gradient stays at the FLOP rate (the common and
+  direct families' rates 0). Its rate comes from one dev layer (ConvNeXt's 384-channel 7x7); two held ones read 3.4%.
+- The test that decides: this grid's FP32 rows with 7x7 kernels (37 layers, none in any fit; their times and kernel
+  names were seen, their forecast with these values not): the weight gradient's MAPE and median signed error, all
+  37 and by the kernel that ran (the GEMM, the direct kernel), against the FLOP rate's. Reported beside: every other
+  grid row (unchanged by construction).
+- Adopted if those 37 rows' MAPE is under 25% and below the FLOP rate's, and the campaigns' depthwise-network rows
+  (H100 and H200, defaults and with the H200 host profile) are worse in none of the four readings. Those campaign
+  readings were seen with all nine by-family values (better in all four, ConvNeXt-T FP32 -43% -> -12%); the GEMM
+  family alone moves only FP32 layers above 5x5 (ConvNeXt's), so the campaigns are no blind test here: the grid is.
+
 Usage: python benchmarks/dw_grid_bench.py --out dw_grid.jsonl [--deadline 150]          (on the GPU)
        PYTHONPATH=src python benchmarks/dw_grid_bench.py --compare dw_grid.jsonl [--gpu H200-SXM-141GB]
 """
