@@ -28,17 +28,18 @@ forecast of this grid's rows with the values below):
   nothing refitted: ``wgrad_gemm_tap_cycles`` 1.293 SM-cycles per output element and tap, the transforms' bytes at
   the copy bandwidth, ``wgrad_call_us`` 12.67; every other weight gradient stays at the FLOP rate (the common and
   direct families' rates 0). Its rate comes from one dev layer (ConvNeXt's 384-channel 7x7); two held ones read 3.4%.
-- The test that decides: this grid's FP32 rows with 7x7 kernels (37 layers, none in any fit; their times and kernel
+- The test that decides: this grid's FP32 rows with 7x7 kernels (31 layers, none in any fit; their times and kernel
   names were seen, their forecast with these values not): the weight gradient's MAPE and median signed error, all
-  37 and by the kernel that ran (the GEMM, the direct kernel), against the FLOP rate's. Reported beside: every other
+  31 and by the kernel that ran (the GEMM, the direct kernel), against the FLOP rate's. Reported beside: every other
   grid row (unchanged by construction).
-- Adopted if those 37 rows' MAPE is under 25% and below the FLOP rate's, and the campaigns' depthwise-network rows
+- Adopted if those 31 rows' MAPE is under 25% and below the FLOP rate's, and the campaigns' depthwise-network rows
   (H100 and H200, defaults and with the H200 host profile) are worse in none of the four readings. Those campaign
   readings were seen with all nine by-family values (better in all four, ConvNeXt-T FP32 -43% -> -12%); the GEMM
   family alone moves only FP32 layers above 5x5 (ConvNeXt's), so the campaigns are no blind test here: the grid is.
 
 Usage: python benchmarks/dw_grid_bench.py --out dw_grid.jsonl [--deadline 150]          (on the GPU)
        PYTHONPATH=src python benchmarks/dw_grid_bench.py --compare dw_grid.jsonl [--gpu H200-SXM-141GB]
+                                                         [--kernel 7 --dtype fp32]
 """
 
 from __future__ import annotations
@@ -155,12 +156,13 @@ def forecast_passes(r: dict, device, params) -> dict[str, float]:
     return out
 
 
-def compare(path: Path, gpu: str) -> int:
+def compare(path: Path, gpu: str, kernel: int = 0, dtype: str = "") -> int:
     from traincast.hardware.catalog import get_catalog
     from traincast.predict.roofline import RooflineParams
 
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    rows = [r for r in rows if "error" not in r]
+    rows = [r for r in rows if "error" not in r and (not kernel or r["kh"] == kernel) and (not dtype or
+                                                                                        r["dtype"] == dtype)]
     device = get_catalog().device(gpu)
     params = RooflineParams.for_device(device)
     errs: dict[tuple, list[float]] = defaultdict(list)
@@ -174,7 +176,9 @@ def compare(path: Path, gpu: str) -> int:
             for key in ((p, "all"), (p, r["dtype"]), (p, r["dtype"], fam) if p == "wgrad" else None):
                 if key:
                     errs[key].append(e)
-    print(f"{len(rows)} grid rows of {path.name}, forecast for {gpu} with the catalog's parameters")
+    only = " ".join(x for x in (f"{kernel}x{kernel}" if kernel else "", dtype) if x)
+    print(f"{len(rows)} grid rows of {path.name}{' (' + only + ')' if only else ''}, forecast for {gpu} with the "
+          "catalog's parameters")
     for key in sorted(errs, key=lambda k: (["fwd", "dgrad", "wgrad"].index(k[0]), len(k), k)):
         e = errs[key]
         print(f"  {' '.join(key):60s} n={len(e):3d}  MAPE {100 * statistics.mean(abs(x) for x in e):6.1f}%  "
@@ -193,9 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="at most this many layers a variant (a dry run)")
     ap.add_argument("--compare", type=Path)
     ap.add_argument("--gpu", default="H200-SXM-141GB")
+    ap.add_argument("--kernel", type=int, default=0, help="--compare only the layers of this kernel size (7: 7x7)")
+    ap.add_argument("--dtype", default="", help="--compare only the rows of this dtype (fp32, bf16)")
     a = ap.parse_args(argv)
     if a.compare:
-        return compare(a.compare, a.gpu)
+        return compare(a.compare, a.gpu, a.kernel, a.dtype)
     return run(a)
 
 
