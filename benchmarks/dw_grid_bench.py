@@ -37,6 +37,17 @@ forecast of this grid's rows with the values below):
   readings were seen with all nine by-family values (better in all four, ConvNeXt-T FP32 -43% -> -12%); the GEMM
   family alone moves only FP32 layers above 5x5 (ConvNeXt's), so the campaigns are no blind test here: the grid is.
 
+Addendum 2, the whole weight gradient by kernel family (written 2026-11-28 at 19:50 UTC, after addendum 1 was
+scored and adopted, before any grid row was forecast with the values below): the common kernels' form, which gave
+the by-family fit its held-half 26.4% (over that protocol's 20%), has not been scored on this grid. Candidate: all
+nine values of that fit (``gpu_kernels.py --fit-wgrad``, docs/accuracy/dw_wgrad_family_2026-11-28_fit.txt: the common
+form's seven, the direct and GEMM rates), nothing refitted, every pass's family by ``roofline.cl_wgrad_family``.
+Scored: the weight gradient on all grid rows (MAPE, median signed; by dtype and by the kernel that ran) against the
+catalog of addendum 1 (the FLOP rate but for the GEMM family). Adopted if the grid's weight-gradient MAPE is under
+20% (the per-pass rule of gpu_kernels.py's protocols) and the campaigns' depthwise-network rows are worse in none
+of the four readings (against addendum 1's figures; those readings were seen once with these nine values, better in
+all four, so the grid decides). Otherwise reported, and the catalog stays as addendum 1 left it.
+
 Usage: python benchmarks/dw_grid_bench.py --out dw_grid.jsonl [--deadline 150]          (on the GPU)
        PYTHONPATH=src python benchmarks/dw_grid_bench.py --compare dw_grid.jsonl [--gpu H200-SXM-141GB]
                                                          [--kernel 7 --dtype fp32]
