@@ -493,6 +493,25 @@ def test_parallelize_searches_given_context_degrees(cli, capsys, small_gpt):
     assert all(c["config"]["gpus"] == 8 for c in d["top"])
 
 
+def test_parallelize_takes_the_ring_rotation_and_repeated_kv(cli, capsys, small_gpt):
+    """`parallelize --cp-rotate --kv-repeat` set them on every layout it ranks (the same keys `predict` takes), and
+    the exchange of a ring layout depends on them; a rotation it does not know is one line, exit 2."""
+    base = ["parallelize", small_gpt, "--gpu", "H100", "--gpus", "8", "-b", "16", "--seq-len", str(SEQ),
+            "--micro-batches", "1", "--cp", "4", "--shardings", "none", "--recompute", "none", "--top", "5", "--json"]
+    out = {}
+    for extra in ([], ["--cp-rotate", "alltoall", "--kv-repeat"]):
+        assert run(base + extra, cli) == 0, capsys.readouterr().err
+        d = json.loads(capsys.readouterr().out)
+        assert all(c["config"]["cp"] == 4 for c in d["top"])
+        out[bool(extra)] = d["top"][0]
+    assert (out[False]["config"]["cp_rotate"], out[False]["config"]["kv_repeat"]) == ("allgather", False)
+    assert (out[True]["config"]["cp_rotate"], out[True]["config"]["kv_repeat"]) == ("alltoall", True)
+    assert out[True]["iteration_s"] != out[False]["iteration_s"]
+    assert run(base + ["--cp-rotate", "sideways"], cli) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown ring rotation 'sideways'" in err[0]
+
+
 def test_fp8_attention_option(cli, capsys, small_gpt, bf16_trace, h100):
     f8 = apply_fp8(replace(bf16_trace, precision="fp8"), fp8_attention=True)
     att = [o for o in f8.ops if o.op_class == "attention"]

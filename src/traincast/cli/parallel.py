@@ -35,6 +35,10 @@ def register(app: typer.Typer) -> None:
         cps: Optional[str] = typer.Option(None, "--cp", help="context-parallel degrees to consider, e.g. 1,2,4,8 "
                                           "(default: 1, and powers of two up to a node for sequences >= 8K)"),
         cp_kinds: str = typer.Option("ring", "--cp-kinds", help="context parallelism to consider: ring, all-to-all"),
+        cp_rotate: str = typer.Option("allgather", "--cp-rotate", help="PyTorch's ring attention, how K/V go round "
+                                      "(its _cp_options.rotate_method): allgather (its default) or alltoall"),
+        kv_repeat: bool = typer.Option(False, "--kv-repeat", help="the model repeats its K/V heads to the query heads "
+                                       "before attention (torchtitan's Llama): a ring moves and merges them so"),
         kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
         sdpa: str = typer.Option("auto", "--sdpa", help=SDPA_HELP),
         memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
@@ -59,6 +63,9 @@ def register(app: typer.Typer) -> None:
 
         ctx = tuple(split_list(cps, "--cp", int)) if cps else None
         kinds = tuple(CONTEXT_PARALLEL.canonical(x.lower()) for x in split_list(cp_kinds, "--cp-kinds"))
+        from traincast.predict.parallel.strategy import CP_ROTATIONS
+
+        rotate = CP_ROTATIONS.canonical(cp_rotate.strip().lower())
         for m in mbs:
             positive("--micro-batches entries", m)
         positive("--top", top)
@@ -79,7 +86,7 @@ def register(app: typer.Typer) -> None:
                       catalog=get_catalog(catalog or ()), top=top, progress=progress, shardings=shs, recomputes=rcs,
                       micro_batches=mbs, max_tp=max_tp, context=ctx, cp_kinds=kinds, kernels=kernels,
                       memory_format=memory_format, sdpa=sdpa.strip().lower(),
-                      tp_comm_overlap=tp_comm_overlap)
+                      tp_comm_overlap=tp_comm_overlap, cp_rotate=rotate, kv_repeat=kv_repeat)
         finally:
             if prog is not None:
                 prog.stop()

@@ -97,12 +97,14 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
                       virtual: tuple[int, ...] = (2, 4), micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16),
                       sequence_parallel: tuple[bool, ...] = (False, True), offload: bool = False,
                       context: tuple[int, ...] | None = None, cp_kinds: tuple[str, ...] = ("ring",),
-                      tp_comm_overlap: bool = False):
+                      tp_comm_overlap: bool = False, cp_rotate: str = "allgather", kv_repeat: bool = False):
     """Every layout of ``gpus`` GPUs the model can take (degrees, sharding, micro-batch, recomputation, sequence
     parallelism, schedule, context-parallel degree, and for a mixture of experts the expert-parallel degree).
     ``context``: the context degrees to try (None: 1, and for
     sequences of at least ``LONG_SEQUENCE`` tokens every power of two up to the GPUs of a node / NVLink domain).
-    ``tp_comm_overlap``: layouts with sequence parallelism overlap its collectives with the GEMMs (Megatron-Core)."""
+    ``tp_comm_overlap``: layouts with sequence parallelism overlap its collectives with the GEMMs (Megatron-Core).
+    ``cp_rotate``, ``kv_repeat``: how PyTorch's ring attention moves K/V in every ring layout (``predict --cp-rotate``,
+    ``--kv-repeat``)."""
     lay = model.layout
     g = model.cluster.gpus_per_node
     max_tp = max_tp or min(g, gpus)
@@ -142,7 +144,8 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
                                 cfg = ParallelConfig(tp=tp, pp=pp, dp=dp, ep=ep, sharding=sh, micro_batch=mb,
                                                      schedule=sname, virtual_stages=v, recompute=rc,
                                                      sequence_parallel=sp, offload_optimizer=offload, cp=cp,
-                                                     cp_kind=kind, tp_comm_overlap=bool(tp_comm_overlap and sp))
+                                                     cp_kind=kind, tp_comm_overlap=bool(tp_comm_overlap and sp),
+                                                     cp_rotate=cp_rotate, kv_repeat=bool(kv_repeat))
                                 try:
                                     check_against_model(lay, cfg)
                                 except TraincastError:
