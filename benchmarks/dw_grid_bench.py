@@ -138,26 +138,14 @@ def run(args) -> int:
 def forecast_passes(r: dict, device, params) -> dict[str, float]:
     """The roofline's ms of each pass of row ``r``: the tracer's op records of the forward convolution and of the
     backward with one gradient each, channels-last, compiled and timed with ``params``."""
-    import torch
-    import torch.nn.functional as F
+    from gpu_kernels import depthwise_passes
 
     from traincast.predict.roofline import compile_ops
     from traincast.workload.tracer import trace_call
 
-    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[r["dtype"]]
-    cl = torch.channels_last
-    c, n = r["C"], r["N"]
-    x = torch.empty(n, c, r["H"], r["W"], device="meta", dtype=dt).contiguous(memory_format=cl)
-    w = torch.empty(c, 1, r["kh"], r["kw"], device="meta", dtype=dt).contiguous(memory_format=cl)
-    stride, pad, dil = [r["sh"], r["sw"]], [r["ph"], r["pw"]], [r["dh"], r["dw"]]
-    y = F.conv2d(x, w, None, stride, pad, dil, c)
-    gy = torch.empty_like(y)
-    bwd = torch.ops.aten.convolution_backward
-    calls = {"fwd": (lambda: F.conv2d(x, w, None, stride, pad, dil, c), "forward"),
-             "dgrad": (lambda: bwd(gy, x, w, None, stride, pad, dil, False, [0, 0], c, [True, False, False]),
-                       "backward"),
-             "wgrad": (lambda: bwd(gy, x, w, None, stride, pad, dil, False, [0, 0], c, [False, True, False]),
-                       "backward")}
+    _, passes = depthwise_passes(r, r["dtype"], r["N"], "channels_last", "meta")
+    calls = {"fwd": (passes["fwd"], "forward"), "dgrad": (passes["dgrad"], "backward"),
+             "wgrad": (passes["wgrad"], "backward")}
     precision = "fp32" if r["dtype"] == "fp32" else "amp-bf16"
     out = {}
     for name, (fn, phase) in calls.items():

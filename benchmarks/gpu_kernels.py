@@ -215,6 +215,14 @@ def layer_key(r: dict) -> str:
             f"{r['dtype']} n{r['N']} {r['format']}")
 
 
+def held_half(r: dict) -> int:
+    """The side of a kernel row in the dev/held split (0 dev, 1 held): ``zlib.crc32`` of its layer's key, a --names
+    row's cuDNN mode left out so that a layer stays on one side."""
+    import zlib
+
+    return zlib.crc32(r["key"].split(" cudnn-")[0].encode()) % 2
+
+
 def _timer(device: str):
     if device == "cuda":
         from fp8_gemm_bench import _time
@@ -230,7 +238,10 @@ def _timer(device: str):
     return cpu
 
 
-def measure_depthwise(layer: dict, dtype: str, n: int, fmt: str, device: str, timer) -> dict:
+def depthwise_passes(layer: dict, dtype: str, n: int, fmt: str, device: str) -> tuple[dict, dict]:
+    """One depthwise layer's input, weight and output gradient (random, ``fmt`` memory format, on ``device``: "meta"
+    for a trace) and its passes as calls: (the row's fields with the output size, {"fwd", "dgrad", "wgrad", "bwd":
+    the call}); each gradient alone through ``aten.convolution_backward``'s output mask, "bwd" both."""
     import torch
     import torch.nn.functional as F
 
@@ -248,14 +259,22 @@ def measure_depthwise(layer: dict, dtype: str, n: int, fmt: str, device: str, ti
         return lambda: bwd(gy, x, w, None, stride, pad, dil, False, [0, 0], c, mask)
 
     row = dict(layer, dtype=dtype, N=n, format=fmt, Ho=y.shape[2], Wo=y.shape[3])
+    return row, {"fwd": lambda: F.conv2d(x, w, None, stride, pad, dil, c), "dgrad": back([True, False, False]),
+                 "wgrad": back([False, True, False]), "bwd": back([True, True, False])}
+
+
+def _timed(row: dict, calls: dict, timer) -> dict:
+    """``row`` with each pass's ms (``fwd_ms``, ``dgrad_ms``, ``wgrad_ms``, ``bwd_ms``) and how it was timed."""
     timing = set()
-    for name, fn in (("fwd_ms", lambda: F.conv2d(x, w, None, stride, pad, dil, c)),
-                     ("dgrad_ms", back([True, False, False])), ("wgrad_ms", back([False, True, False])),
-                     ("bwd_ms", back([True, True, False]))):
-        row[name], how = timer(fn)
+    for name, fn in calls.items():
+        row[f"{name}_ms"], how = timer(fn)
         timing.add(how)
     row["timing"] = "/".join(sorted(timing))
     return row
+
+
+def measure_depthwise(layer: dict, dtype: str, n: int, fmt: str, device: str, timer) -> dict:
+    return _timed(*depthwise_passes(layer, dtype, n, fmt, device), timer)
 
 
 def _kernels(fn, device: str) -> list[list]:
@@ -293,23 +312,9 @@ def measure_names(layer: dict, dtype: str, n: int, fmt: str, device: str, timer,
     before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = mode == "benchmark"
     try:
-        row = measure_depthwise(layer, dtype, n, fmt, device, timer)
-        import torch.nn.functional as F
-
-        dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
-        mf = torch.channels_last if fmt == "channels_last" else torch.contiguous_format
-        c = layer["C"]
-        x = torch.randn(n, c, layer["H"], layer["W"], device=device, dtype=dt).contiguous(memory_format=mf)
-        w = torch.randn(c, 1, layer["kh"], layer["kw"], device=device, dtype=dt).contiguous(memory_format=mf)
-        stride, pad, dil = [layer["sh"], layer["sw"]], [layer["ph"], layer["pw"]], [layer["dh"], layer["dw"]]
-        gy = torch.randn_like(F.conv2d(x, w, None, stride, pad, dil, c))
-        bwd = torch.ops.aten.convolution_backward
-        row["kernels"] = {
-            "fwd": _kernels(lambda: F.conv2d(x, w, None, stride, pad, dil, c), device),
-            "dgrad": _kernels(lambda: bwd(gy, x, w, None, stride, pad, dil, False, [0, 0], c, [True, False, False]),
-                              device),
-            "wgrad": _kernels(lambda: bwd(gy, x, w, None, stride, pad, dil, False, [0, 0], c, [False, True, False]),
-                              device)}
+        row, calls = depthwise_passes(layer, dtype, n, fmt, device)
+        _timed(row, calls, timer)
+        row["kernels"] = {p: _kernels(calls[p], device) for p in ("fwd", "dgrad", "wgrad")}
     finally:
         torch.backends.cudnn.benchmark = before
     row["cudnn_mode"] = mode
@@ -378,7 +383,6 @@ def _passes(r: dict) -> list[tuple[str, tuple, float, float, float]]:
 
 
 def fit(path: Path, gpu: str) -> int:
-    import zlib
 
     import numpy as np
     from scipy.optimize import least_squares
@@ -392,8 +396,8 @@ def fit(path: Path, gpu: str) -> int:
     base = RooflineParams.for_device(device)
     ghz = device.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], device).clock_factor(base)
     names = [f"dw_{k}" for k in DW_NATIVE]
-    dev = [r for r in dw if zlib.crc32(r["key"].encode()) % 2 == 0]
-    held = [r for r in dw if zlib.crc32(r["key"].encode()) % 2 == 1]
+    dev = [r for r in dw if held_half(r) == 0]
+    held = [r for r in dw if held_half(r) == 1]
 
     def table(rs):
         """Per pass of rows ``rs``: kinds, work rows, measured ms, bytes, FLOPs, dtypes."""
@@ -479,7 +483,6 @@ def fit_cl(paths: list[Path], gpu: str, mode: str | None = None) -> int:
     bytes over the ``conv`` bandwidth), through :func:`traincast.predict.roofline.cl_depthwise_s`; then MAPE and
     median signed error per pass and dtype class on both halves, of that model, of the roofline's whole time of the
     pass with it, and of the FLOP-rate roofline without it."""
-    import zlib
 
     import numpy as np
     from scipy.optimize import least_squares
@@ -495,9 +498,8 @@ def fit_cl(paths: list[Path], gpu: str, mode: str | None = None) -> int:
     off = RooflineParams.for_device(device).with_values({f"dwcl_{k}": 0.0 for k in DW_CL})
     ghz = device.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], device).clock_factor(off)
     bw = device.memory_bandwidth_bytes_per_s * off.memory["conv"] * off.memory_scale
-    # the split of the layer's key (a --names row's key adds its cuDNN mode: the same layer stays on the same side)
-    dev = [r for r in cl if zlib.crc32(r["key"].split(" cudnn-")[0].encode()) % 2 == 0]
-    held = [r for r in cl if zlib.crc32(r["key"].split(" cudnn-")[0].encode()) % 2 == 1]
+    dev = [r for r in cl if held_half(r) == 0]
+    held = [r for r in cl if held_half(r) == 1]
 
     def table(rs):
         """Per pass of rows ``rs``: kinds, work rows, measured ms, bytes, FLOPs, dtypes."""
@@ -566,7 +568,6 @@ def fit_wgrad(paths: list[Path], gpu: str, mode: str | None = "benchmark") -> in
     roofline's rule (:func:`traincast.predict.roofline.cl_wgrad_family`, the forecast) and by the family that ran,
     per family that ran, the rule's accuracy, the old single form (the 7 common parameters fitted on every dev
     row) and the roofline's whole time of the pass with the fit and without it (the FLOP rate)."""
-    import zlib
 
     import numpy as np
     from scipy.optimize import least_squares
@@ -585,8 +586,8 @@ def fit_wgrad(paths: list[Path], gpu: str, mode: str | None = "benchmark") -> in
     ghz = device.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], device).clock_factor(off)
     bw = device.memory_bandwidth_bytes_per_s * off.memory["conv"] * off.memory_scale
     copy_bw = device.memory_bandwidth_bytes_per_s * off.memory_vector[MEMORY_CLASSES.index("copy")] * off.memory_scale
-    dev = [r for r in cl if zlib.crc32(r["key"].split(" cudnn-")[0].encode()) % 2 == 0]
-    held = [r for r in cl if zlib.crc32(r["key"].split(" cudnn-")[0].encode()) % 2 == 1]
+    dev = [r for r in cl if held_half(r) == 0]
+    held = [r for r in cl if held_half(r) == 1]
 
     def table(rs, by):
         """Weight-gradient work rows (family by the rule, by the kernels that ran, or all common), measured ms,
@@ -667,7 +668,6 @@ def fit_attention_ramp(attn: list[dict], device, base) -> None:
     """``attention_half_keys`` (gpu_measured.py's addendum 8): k0 of ``eff x k / (k + k0)``, k the keys per query,
     fitted on the dev half of the head-dim-128 flash and cuDNN rows with the catalog's long-sequence efficiencies
     kept; each row's step (forward + backward) timed by the roofline as the attention ops it is."""
-    import zlib
 
     import numpy as np
     from scipy.optimize import minimize_scalar
@@ -698,8 +698,8 @@ def fit_attention_ramp(attn: list[dict], device, base) -> None:
         return np.array([r["fwd_ms"] + r["bwd_ms"] for r in rs])
 
     d128 = [r for r in rows if r["D"] == 128]
-    dev = [r for r in d128 if zlib.crc32(r["key"].encode()) % 2 == 0]
-    held = [r for r in d128 if zlib.crc32(r["key"].encode()) % 2 == 1]
+    dev = [r for r in d128 if held_half(r) == 0]
+    held = [r for r in d128 if held_half(r) == 1]
     off = base.with_values({"attention_half_keys": 0.0})
     dev_ops = compiled(dev)
     res = minimize_scalar(lambda k0: float(np.sum(np.log(times(off.with_values({"attention_half_keys": k0}), dev_ops)
