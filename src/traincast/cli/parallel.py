@@ -63,9 +63,6 @@ def register(app: typer.Typer) -> None:
 
         ctx = tuple(split_list(cps, "--cp", int)) if cps else None
         kinds = tuple(CONTEXT_PARALLEL.canonical(x.lower()) for x in split_list(cp_kinds, "--cp-kinds"))
-        from traincast.predict.parallel.strategy import CP_ROTATIONS
-
-        rotate = CP_ROTATIONS.canonical(cp_rotate.strip().lower())
         for m in mbs:
             positive("--micro-batches entries", m)
         positive("--top", top)
@@ -86,7 +83,7 @@ def register(app: typer.Typer) -> None:
                       catalog=get_catalog(catalog or ()), top=top, progress=progress, shardings=shs, recomputes=rcs,
                       micro_batches=mbs, max_tp=max_tp, context=ctx, cp_kinds=kinds, kernels=kernels,
                       memory_format=memory_format, sdpa=sdpa.strip().lower(),
-                      tp_comm_overlap=tp_comm_overlap, cp_rotate=rotate, kv_repeat=kv_repeat)
+                      tp_comm_overlap=tp_comm_overlap, cp_rotate=cp_rotate, kv_repeat=kv_repeat)
         finally:
             if prog is not None:
                 prog.stop()

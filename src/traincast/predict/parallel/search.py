@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from traincast.errors import ConfigError, TraincastError, positive
 from traincast.predict.parallel.engine import ParallelModel, ParallelStep, check_against_model
-from traincast.predict.parallel.strategy import SHARDINGS, ParallelConfig
+from traincast.predict.parallel.strategy import CP_ROTATIONS, SHARDINGS, ParallelConfig
 from traincast.predict.roofline import mfu_peak
 
 
@@ -108,6 +108,7 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
     lay = model.layout
     g = model.cluster.gpus_per_node
     max_tp = max_tp or min(g, gpus)
+    cp_rotate = CP_ROTATIONS.canonical(str(cp_rotate).strip().lower())
     layers = lay.layers
     if context is None:
         context = auto_context_degrees(lay, g, gpus)
