@@ -245,7 +245,27 @@ and public-g at 80 draws and its rows looked at; before any candidate below was 
     is the default. Set h, once: E2 35.9% from 25% (band 59%), 14.4% from 50% (66%); the method before 36.3% (57%),
     14.7% (64%) (docs/accuracy/converge_public_h_2026-11-28_epoch_prior.txt).
 
-    PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test|public-g|public-h] [--by steps|points] [--draws 80] [--const NAME=VALUE]
+Ninth set i, for the next method change (written 2026-11-28 at 21:40 UTC, before any of its logs was read)
+------------------------------------------------------------------------------------------------------------
+  * Why: sets a-h are all seen (set h since its run of 2026-11-28, evening); the next change needs runs nobody has
+    looked at.
+  * Source: every repository the public-code index lists for ``P/checkpoint-N/trainer_state.json`` with P one of
+    ``results``, ``output``, ``outputs`` or the repository's root and N one of 100, 200, 250, 300, 400, 600, 800,
+    1200, 1500, 2000, 2500, 3000, 4000, 5000 (set h took N = 500 and 1000), and for
+    ``P/trainer_state.json`` with P one of ``saved_model``, ``model_output``, ``logs``, ``runs``, ``checkpoint``,
+    ``trained_model``, ``finetuned_model``, ``fine_tuned_model`` (sets f and g took the root, ``results``,
+    ``output(s)``, ``model`` and ``checkpoints``), less the repositories sets f, g and h hold or list
+    (``data/public_curves_h/candidates.tsv``). For a checkpoint folder, the ``checkpoint-N`` under that parent with
+    the largest N the index lists (the last checkpoint holds the whole log); a repository listed under several
+    parents: the parent whose largest checkpoint is largest. Listed in ``data/public_curves_i/candidates.tsv``.
+  * Inclusion, files and loader: set h's (at most 150,000 characters; ``global_step`` >= 200 and >= 0.98 x
+    ``max_steps``; at least 40 log entries with ``loss``, ``learning_rate`` and ``step``; ``raw/OWNER__NAME.csv``
+    and ``.json``; skipped ones and why in ``raw/skipped_*.txt``; the loader leaves out non-positive losses, a loss
+    column another run has, and a repository an earlier set holds).
+  * Use: not scored when gathered. The next candidate change is chosen on the development sets (a-h) and run once on
+    ``public-i`` beside the method of the day; both reported whatever they show.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test|public-g|public-h|public-i] [--by steps|points] [--draws 80] [--const NAME=VALUE]
 """
 
 from __future__ import annotations
@@ -278,7 +298,8 @@ PUBLIC_D = HERE / "data" / "public_curves_d"  # a fourth held-out set (gathered 
 DENSE = HERE / "data" / "dense"  # whole-log extracts (2026-11-27): re-extractions of sets b-d, and the fifth held-out set e
 PUBLIC_F = HERE / "data" / "public_curves_f"  # the sixth set (2026-11-28): Hugging Face Trainer logs, split dev/test
 PUBLIC_G = HERE / "data" / "public_curves_g"  # the seventh (gathered 2026-11-28): held out for the next method change
-PUBLIC_H = HERE / "data" / "public_curves_h"  # the eighth (gathered 2026-11-28, checkpoint folders): the next change
+PUBLIC_H = HERE / "data" / "public_curves_h"  # the eighth (gathered 2026-11-28, checkpoint folders): seen 2026-11-28 (evening)
+PUBLIC_I = HERE / "data" / "public_curves_i"  # the ninth (gathered 2026-11-28, night): held out for the next change
 
 
 def smoothed(loss: np.ndarray, w: int) -> np.ndarray:
@@ -351,7 +372,7 @@ def hf_runs(part: str = "all", folder: Path = PUBLIC_F):
     earlier = " ".join(str(m.get("source", "")) for man_p in [*HERE.glob("data/public_curves*/manifest.json"),
                                                               *DENSE.glob("*/manifest.json")]
                        for m in json.loads(man_p.read_text()).values())
-    trainer_sets = [PUBLIC_F, PUBLIC_G, PUBLIC_H]
+    trainer_sets = [PUBLIC_F, PUBLIC_G, PUBLIC_H, PUBLIC_I]
     for prev in trainer_sets[:trainer_sets.index(folder)] if folder in trainer_sets else []:
         # a later Trainer set: the earlier Trainer sets' runs are earlier too
         earlier += " " + " ".join(json.loads(q.read_text())["repo"] + " " for q in (prev / "raw").glob("*.json"))
@@ -510,12 +531,12 @@ def table(rows, title, by="method"):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("cpu", "public", "public-b", "all", "public-c", "public-d", "dense-dev", "public-e",
-                                   "public-f", "public-f-dev", "public-f-test", "public-g", "public-h"),
+                                   "public-f", "public-f-dev", "public-f-test", "public-g", "public-h", "public-i"),
                     default="all",
                     help="all = the first development sets (cpu, public, public-b); dense-dev = public (whole-log extracts "
                          "already) + the whole-log re-extractions of public-b/c/d; public-c, public-d and public-e are "
                          "held-out sets, run only by name; public-f: Hugging Face Trainer logs (halves public-f-dev, "
-                         "public-f-test; see the docstring); public-g, public-h: later held-out Trainer sets")
+                         "public-f-test; see the docstring); public-g, public-h, public-i: later held-out Trainer sets")
     ap.add_argument("--by", choices=("steps", "points"), default="steps",
                     help="origins and targets as shares of the run's steps (default, 2026-11-27) or of the logged points "
                          "(the protocol before: the same on whole-log extracts, not on block extracts)")
@@ -547,7 +568,8 @@ def main() -> None:
             + (hf_runs({"public-f": "all", "public-f-dev": "dev", "public-f-test": "test"}[args.set])
                if args.set.startswith("public-f") else [])
             + (hf_runs("all", PUBLIC_G) if args.set == "public-g" else [])
-            + (hf_runs("all", PUBLIC_H) if args.set == "public-h" else []))
+            + (hf_runs("all", PUBLIC_H) if args.set == "public-h" else [])
+            + (hf_runs("all", PUBLIC_I) if args.set == "public-i" else []))
     if args.only:
         runs = [r for r in runs if args.only in r["name"]]
     methods = tuple(args.methods.split(","))
