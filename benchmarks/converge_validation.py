@@ -265,6 +265,31 @@ Ninth set i, for the next method change (written 2026-11-28 at 21:40 UTC, before
   * Use: not scored when gathered. The next candidate change is chosen on the development sets (a-h) and run once on
     ``public-i`` beside the method of the day; both reported whatever they show.
 
+The change scored on set i (written 2026-11-28 at 21:55 UTC, before the candidates below ran on any data; set i
+was not yet gathered)
+---------------------------------------------------------------------------------------------------------------
+  * What the rows of sets a-h show (the runs of the set-h protocol above, 80 draws): the forecasts from a quarter of
+    the run are early far more often than late (pooled development 101 early against 44 late; set h 70 against 17;
+    set e's Qwen3-8B and Llama-2-7B continued pre-training 27-50% early): the forms extrapolate the first quarter's
+    fall further than the runs go. The rolling-origin backtests on the run itself already measure each form's
+    extrapolation error over the part seen (for the weights and the band's width) but take it as zero-mean.
+  * Candidates (``--const``; general, no per-run setting): ``baseline``, the method of the day; ``D1``
+    (``DRIFT=1``): each form's sampled curves shifted by its own backtest drift (``curves.DRIFT``: the slope of
+    its backtest log-error against log(1 + relative horizon), through the origin, median over the origins, applied
+    as exp(-slope x log(1 + relative horizon)) beyond the curve seen); ``D05`` (``DRIFT=0.5``): half of it.
+  * Data and runs: 80 draws, ``--methods traincast``, the script's seed; dense-dev, public-f, public-g, public-h (a
+    development set from now on) and cpu. The baseline's figures are those of the set-h protocol's runs (E2, the
+    default since; the code of ``curves`` has changed since only by refactors whose output was checked unchanged);
+    the baseline is rerun on public-g as a check that it prints the same table.
+  * Rule: the lowest pooled median error from 25% over the public development runs (dense-dev + public-f + public-g
+    + public-h); a candidate is out if its pooled median from 50% is worse than the baseline's by more than 3
+    points, or its median from 25% or 50% on ``cpu`` is worse than the baseline's by more than 3 points; ties (within
+    1 point) go to the pooled 80%-band coverage from 25% and 50% closest to 70-90% (sum of the distances outside
+    70-90%). The baseline is a candidate: if none beats it, it stays.
+  * Then, once set i is gathered (its own protocol above): ``--set public-i --methods traincast --draws 80`` with
+    the winner and with the method of the day (if the winner is the baseline, only it); both reported whatever
+    they show (docs/accuracy/), nothing changed after. Set i is then seen.
+
     PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test|public-g|public-h|public-i] [--by steps|points] [--draws 80] [--const NAME=VALUE]
 """
 
