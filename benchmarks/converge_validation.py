@@ -289,6 +289,10 @@ was not yet gathered)
   * Then, once set i is gathered (its own protocol above): ``--set public-i --methods traincast --draws 80`` with
     the winner and with the method of the day (if the winner is the baseline, only it); both reported whatever
     they show (docs/accuracy/), nothing changed after. Set i is then seen.
+    Result (docs/online.md; docs/accuracy/converge_dev_2026-11-28_seti_candidates.txt): pooled from 25% baseline
+    27.9% (band 77%; 50%: 14.0%), D1 27.5% and D05 26.7%, both out by the cpu runs (from 25% 34.1% and 30.6% against
+    25.7%): the baseline stays (``DRIFT = 0``). Set i, once (27 runs): 26.3% from 25% (band 90%), 13.2% from 50%
+    (band 72%) (docs/accuracy/converge_public_i_2026-11-28.txt).
 
     PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test|public-g|public-h|public-i] [--by steps|points] [--draws 80] [--const NAME=VALUE]
 """
