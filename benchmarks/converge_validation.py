@@ -265,6 +265,18 @@ Ninth set i, for the next method change (written 2026-11-28 at 21:40 UTC, before
   * Use: not scored when gathered. The next candidate change is chosen on the development sets (a-h) and run once on
     ``public-i`` beside the method of the day; both reported whatever they show.
 
+Tenth set j, for the next method change (written 2026-11-28 at 21:50 UTC, before any of its logs was read)
+------------------------------------------------------------------------------------------------------------
+  * Why: set i was run once (its result below) and is seen.
+  * Source: every repository the public-code index lists for ``P/checkpoint-N/trainer_state.json`` with P one of
+    ``results``, ``output``, ``outputs`` or the repository's root and N one of 50, 150, 350, 450, 700, 900, 1600, 1800,
+    3500, 6000, 8000, 10000 (sets h and i took 100-5000's round numbers), and for ``P/trainer_state.json`` with P one of
+    ``model_checkpoints``, ``training_output``, ``ckpt``, ``save``, ``out``, ``lora_output``, ``finetune_output``,
+    ``exp``, less the repositories sets f-i hold or list (``data/public_curves_{h,i}/candidates.tsv`` and their
+    ``raw/skipped_*.txt``). The largest checkpoint under a parent, and a repository under several parents, as set i.
+    Listed in ``data/public_curves_j/candidates.tsv``.
+  * Inclusion, files, loader and use: as set i.
+
 The change scored on set i (written 2026-11-28 at 21:55 UTC, before the candidates below ran on any data; set i
 was not yet gathered)
 ---------------------------------------------------------------------------------------------------------------
@@ -294,7 +306,7 @@ was not yet gathered)
     25.7%): the baseline stays (``DRIFT = 0``). Set i, once (27 runs): 26.3% from 25% (band 90%), 13.2% from 50%
     (band 72%) (docs/accuracy/converge_public_i_2026-11-28.txt).
 
-    PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test|public-g|public-h|public-i] [--by steps|points] [--draws 80] [--const NAME=VALUE]
+    PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test|public-g|public-h|public-i|public-j] [--by steps|points] [--draws 80] [--const NAME=VALUE]
 """
 
 from __future__ import annotations
@@ -328,7 +340,8 @@ DENSE = HERE / "data" / "dense"  # whole-log extracts (2026-11-27): re-extractio
 PUBLIC_F = HERE / "data" / "public_curves_f"  # the sixth set (2026-11-28): Hugging Face Trainer logs, split dev/test
 PUBLIC_G = HERE / "data" / "public_curves_g"  # the seventh (gathered 2026-11-28): held out for the next method change
 PUBLIC_H = HERE / "data" / "public_curves_h"  # the eighth (gathered 2026-11-28, checkpoint folders): seen 2026-11-28 (evening)
-PUBLIC_I = HERE / "data" / "public_curves_i"  # the ninth (gathered 2026-11-28, night): held out for the next change
+PUBLIC_I = HERE / "data" / "public_curves_i"  # the ninth (gathered 2026-11-28, night): seen 2026-11-28 (night)
+PUBLIC_J = HERE / "data" / "public_curves_j"  # the tenth (gathered 2026-11-28, night): held out for the next change
 
 
 def smoothed(loss: np.ndarray, w: int) -> np.ndarray:
@@ -401,7 +414,7 @@ def hf_runs(part: str = "all", folder: Path = PUBLIC_F):
     earlier = " ".join(str(m.get("source", "")) for man_p in [*HERE.glob("data/public_curves*/manifest.json"),
                                                               *DENSE.glob("*/manifest.json")]
                        for m in json.loads(man_p.read_text()).values())
-    trainer_sets = [PUBLIC_F, PUBLIC_G, PUBLIC_H, PUBLIC_I]
+    trainer_sets = [PUBLIC_F, PUBLIC_G, PUBLIC_H, PUBLIC_I, PUBLIC_J]
     for prev in trainer_sets[:trainer_sets.index(folder)] if folder in trainer_sets else []:
         # a later Trainer set: the earlier Trainer sets' runs are earlier too
         earlier += " " + " ".join(json.loads(q.read_text())["repo"] + " " for q in (prev / "raw").glob("*.json"))
@@ -560,12 +573,12 @@ def table(rows, title, by="method"):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--set", choices=("cpu", "public", "public-b", "all", "public-c", "public-d", "dense-dev", "public-e",
-                                   "public-f", "public-f-dev", "public-f-test", "public-g", "public-h", "public-i"),
+                                   "public-f", "public-f-dev", "public-f-test", "public-g", "public-h", "public-i", "public-j"),
                     default="all",
                     help="all = the first development sets (cpu, public, public-b); dense-dev = public (whole-log extracts "
                          "already) + the whole-log re-extractions of public-b/c/d; public-c, public-d and public-e are "
                          "held-out sets, run only by name; public-f: Hugging Face Trainer logs (halves public-f-dev, "
-                         "public-f-test; see the docstring); public-g, public-h, public-i: later held-out Trainer sets")
+                         "public-f-test; see the docstring); public-g, public-h, public-i, public-j: later held-out Trainer sets")
     ap.add_argument("--by", choices=("steps", "points"), default="steps",
                     help="origins and targets as shares of the run's steps (default, 2026-11-27) or of the logged points "
                          "(the protocol before: the same on whole-log extracts, not on block extracts)")
@@ -598,7 +611,8 @@ def main() -> None:
                if args.set.startswith("public-f") else [])
             + (hf_runs("all", PUBLIC_G) if args.set == "public-g" else [])
             + (hf_runs("all", PUBLIC_H) if args.set == "public-h" else [])
-            + (hf_runs("all", PUBLIC_I) if args.set == "public-i" else []))
+            + (hf_runs("all", PUBLIC_I) if args.set == "public-i" else [])
+            + (hf_runs("all", PUBLIC_J) if args.set == "public-j" else []))
     if args.only:
         runs = [r for r in runs if args.only in r["name"]]
     methods = tuple(args.methods.split(","))
