@@ -276,6 +276,12 @@ Tenth set j, for the next method change (written 2026-11-28 at 21:50 UTC, before
     ``raw/skipped_*.txt``). The largest checkpoint under a parent, and a repository under several parents, as set i.
     Listed in ``data/public_curves_j/candidates.tsv``.
   * Inclusion, files, loader and use: as set i.
+  * Amendment (2026-11-28 at 22:02 UTC, after the first gathering kept 3 runs and before any log of the new paths
+    was read; the 3 runs not read by the one who scores): the source also takes ``P/checkpoint-N/trainer_state.json``
+    with P one of ``model``, ``models``, ``checkpoints``, ``saved_models``, ``trained_models``, ``runs``, ``logs`` and N
+    one of 100, 200, 250, 300, 400, 500, 600, 800, 1000, 1200, 1500, 2000, 2500, 3000, 4000, 5000 (sets f and g took
+    the ``trainer_state.json`` at ``model/`` and ``checkpoints/`` themselves, not their checkpoint folders), the
+    exclusions and the rest as above.
 
 The change scored on set i (written 2026-11-28 at 21:55 UTC, before the candidates below ran on any data; set i
 was not yet gathered)
