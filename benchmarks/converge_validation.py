@@ -245,7 +245,7 @@ and public-g at 80 draws and its rows looked at; before any candidate below was 
     is the default. Set h, once: E2 35.9% from 25% (band 59%), 14.4% from 50% (66%); the method before 36.3% (57%),
     14.7% (64%) (docs/accuracy/converge_public_h_2026-11-28_epoch_prior.txt).
 
-Ninth set i, for the next method change (written 2026-11-28 at 21:40 UTC, before any of its logs was read)
+Ninth set i, for the next method change (written 2026-11-28 at 21:11 UTC, before any of its logs was read)
 ------------------------------------------------------------------------------------------------------------
   * Why: sets a-h are all seen (set h since its run of 2026-11-28, evening); the next change needs runs nobody has
     looked at.
@@ -265,7 +265,7 @@ Ninth set i, for the next method change (written 2026-11-28 at 21:40 UTC, before
   * Use: not scored when gathered. The next candidate change is chosen on the development sets (a-h) and run once on
     ``public-i`` beside the method of the day; both reported whatever they show.
 
-Tenth set j, for the next method change (written 2026-11-28 at 21:50 UTC, before any of its logs was read)
+Tenth set j, for the next method change (written 2026-11-28 at 21:52 UTC, before any of its logs was read)
 ------------------------------------------------------------------------------------------------------------
   * Why: set i was run once (its result below) and is seen.
   * Source: every repository the public-code index lists for ``P/checkpoint-N/trainer_state.json`` with P one of
@@ -276,14 +276,14 @@ Tenth set j, for the next method change (written 2026-11-28 at 21:50 UTC, before
     ``raw/skipped_*.txt``). The largest checkpoint under a parent, and a repository under several parents, as set i.
     Listed in ``data/public_curves_j/candidates.tsv``.
   * Inclusion, files, loader and use: as set i.
-  * Amendment (2026-11-28 at 22:02 UTC, after the first gathering kept 3 runs and before any log of the new paths
+  * Amendment (2026-11-28 at 21:58 UTC, after the first gathering kept 3 runs and before any log of the new paths
     was read; the 3 runs not read by the one who scores): the source also takes ``P/checkpoint-N/trainer_state.json``
     with P one of ``model``, ``models``, ``checkpoints``, ``saved_models``, ``trained_models``, ``runs``, ``logs`` and N
     one of 100, 200, 250, 300, 400, 500, 600, 800, 1000, 1200, 1500, 2000, 2500, 3000, 4000, 5000 (sets f and g took
     the ``trainer_state.json`` at ``model/`` and ``checkpoints/`` themselves, not their checkpoint folders), the
     exclusions and the rest as above.
 
-The change scored on set i (written 2026-11-28 at 21:55 UTC, before the candidates below ran on any data; set i
+The change scored on set i (written 2026-11-28 at 21:12 UTC, before the candidates below ran on any data; set i
 was not yet gathered)
 ---------------------------------------------------------------------------------------------------------------
   * What the rows of sets a-h show (the runs of the set-h protocol above, 80 draws): the forecasts from a quarter of
@@ -312,7 +312,7 @@ was not yet gathered)
     25.7%): the baseline stays (``DRIFT = 0``). Set i, once (27 runs): 26.3% from 25% (band 90%), 13.2% from 50%
     (band 72%) (docs/accuracy/converge_public_i_2026-11-28.txt).
 
-The change scored on set j (written 2026-11-28 at 22:08 UTC, after the set-i outcome above and a diagnostic on the
+The change scored on set j (written 2026-11-28 at 22:00 UTC, after the set-i outcome above and a diagnostic on the
 development runs, before any candidate below ran on any evaluation; set j is being gathered, none of its logs read)
 ---------------------------------------------------------------------------------------------------------------------
   * What the development runs show (sets a-i; diagnostic scripts, not kept): from a quarter the forecasts are early
