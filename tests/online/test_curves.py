@@ -291,3 +291,28 @@ def test_a_run_not_yet_at_its_first_boundary_expects_the_priors_drop_at_each_bou
     assert float(np.median(end)) == pytest.approx(2.0 * math.exp(-2 * C.EPOCH_PRIOR_G), rel=0.02)
     fc = C.forecast_from_draws(draws, 1.99)  # just under the plateau: reached at a boundary, not before
     assert fc.steps >= 1000
+
+
+def test_drift_shifts_each_forms_curves_by_one_factor_growing_with_the_horizon(monkeypatch):
+    """DRIFT (a candidate, off by default): the same draws as without it (the shift is deterministic), each multiplied
+    by exp(-DRIFT x b_form x log(1 + relative horizon)) with one slope b per form; 1 at the step now."""
+    import traincast.online.curves as C
+
+    rng = np.random.default_rng(5)
+    k = np.arange(1, 4001, dtype=float)
+    y = (1.5 + 2.0 * (k / 50 + 1) ** -0.7) * np.exp(0.01 * rng.normal(size=k.size))
+    seen = k <= 1000
+    off = C.sample_curves(k[seen], y[seen], None, 4000, n_draws=24)
+    monkeypatch.setattr(C, "DRIFT", 1.0)
+    on = C.sample_curves(k[seen], y[seen], None, 4000, n_draws=24)
+    assert on.forms == off.forms
+    rel = np.log1p((on.steps - on.steps[0]) / on.steps[0])  # the grid starts at the step now
+    slopes = {}
+    for i, form in enumerate(on.forms):
+        ratio = np.log(on.curves[i] / off.curves[i])
+        b = -ratio[1:] / rel[1:]
+        np.testing.assert_allclose(b, b[0], rtol=1e-9, atol=1e-12)  # one factor, linear in log(1 + horizon)
+        assert ratio[0] == pytest.approx(0.0, abs=1e-12)
+        slopes.setdefault(form, set()).add(round(float(b[0]), 12))
+    assert all(len(v) == 1 for v in slopes.values())  # one slope a form
+    assert any(abs(next(iter(v))) > 1e-6 for v in slopes.values())  # and it does shift
