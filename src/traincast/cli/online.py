@@ -14,6 +14,8 @@ import typer
 from traincast.cli.render import dur
 from traincast.errors import ConfigError, DataError, positive
 
+MAX_DRAWS = 20_000  # sampled curves per forecast: far more than a band needs, bounded so a slip cannot run for hours
+
 
 def _dump(obj) -> str:
     from traincast.online.api import clean_json
@@ -81,6 +83,8 @@ def register(app: typer.Typer) -> None:
         """Follow a growing log: progress bar, rate, ETA and its band."""
         _positive("--total-steps", total_steps)
         _positive("--interval", interval_s)
+        if interval_s > 86400:
+            raise ConfigError(f"--interval is at most a day (86400 s), got {interval_s}")
         if estimator not in estimate.ESTIMATORS:
             raise ConfigError(f"unknown estimator {estimator!r}; known: {', '.join(estimate.ESTIMATORS)}")
         if not Path(log).exists():
@@ -299,8 +303,8 @@ def register(app: typer.Typer) -> None:
         passes over the data."""
         if not math.isfinite(target_loss):
             raise ConfigError(f"--target-loss must be a finite number, got {target_loss}")
-        if n_draws < 10:
-            raise ConfigError(f"--draws must be >= 10, got {n_draws}")
+        if not 10 <= n_draws <= MAX_DRAWS:
+            raise ConfigError(f"--draws must be between 10 and {MAX_DRAWS:,}, got {n_draws}")
         _positive("--step-time-s", step_time_s)
         _positive("--total-steps", total_steps)
         if steps_per_epoch is not None and not (math.isfinite(steps_per_epoch) and steps_per_epoch >= 0):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -19,8 +20,9 @@ def serve_settings(host: str, db: Optional[str], allow_remote: bool, token_file:
     if remote and not allow_remote:
         raise ConfigError(f"--host {host} would serve beyond this machine; add --allow-remote to mean it "
                           "(writes then need a token: set TRAINCAST_TOKEN or give --token-file)")
-    if rate_limit < 0 or compute_per_min < 0:
-        raise ConfigError("--rate-limit and --compute-per-min must be >= 0 (0: no limit)")
+    for name, v in (("--rate-limit", rate_limit), ("--compute-per-min", compute_per_min)):
+        if not (math.isfinite(v) and v >= 0):
+            raise ConfigError(f"{name} must be a finite number >= 0 (0: no limit), got {v}")
     if max_body_bytes < 1024:
         raise ConfigError(f"--max-body-bytes must be at least 1024, got {max_body_bytes}")
     tokens, used = load_tokens(token_file, create=not remote)

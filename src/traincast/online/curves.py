@@ -60,6 +60,7 @@ from traincast.errors import ConfigError, DataError, UnknownNameError
 from traincast.online.schedule import Schedule
 
 MIN_POINTS = 8
+MAX_GRID_STEPS = 20_000_000  # the per-step learning-rate grid's length (8 bytes a step per array)
 MAX_BINS = 60
 SKIP_FRAC = 0.2  # the first 20% of the steps seen (the fast early transient) are not fitted
 TAU_FRAC = 0.02  # time constant of the annealing EMA, as a share of the run
@@ -124,6 +125,9 @@ class Grid:
     @staticmethod
     def build(horizon: int, schedule: Schedule | None, run_steps: int | None = None) -> Grid:
         h = int(max(horizon, 2))
+        if h > MAX_GRID_STEPS:
+            raise ConfigError(f"the forecast would run to step {h:,}; it holds runs of at most {MAX_GRID_STEPS:,} steps "
+                              "(check --total-steps, the schedule's TOTAL and the log's step column)")
         k = np.arange(1, h + 1, dtype=float)
         if schedule is None:
             lr = np.ones(h)
@@ -541,7 +545,7 @@ def sample_curves(
     if len(kb) < MIN_POINTS:
         raise DataError(f"need at least {MIN_POINTS} (step, loss) points with a positive loss to fit the loss curve, found {len(kb)}")
     k_now = float(kb[-1])
-    horizon = int(horizon or max(10 * k_now, k_now + 10))
+    horizon = int(horizon or min(max(10 * k_now, k_now + 10), max(MAX_GRID_STEPS, k_now + 1)))
     if horizon <= k_now:
         horizon = int(k_now) + 1
     grid = Grid.build(horizon, schedule, run_steps or horizon)

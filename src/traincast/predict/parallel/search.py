@@ -9,6 +9,7 @@ ten fastest are evaluated again with the pipeline simulated.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 
@@ -88,7 +89,8 @@ def _even_enough(layers: int, parts: int) -> bool:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small) | {n // d for d in small})
 
 
 def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max_tp: int | None = None,
@@ -156,6 +158,7 @@ def enumerate_layouts(model: ParallelModel, gpus: int, global_batch: int, *, max
 
 
 LONG_SEQUENCE = 8192  # tokens from which `parallelize` also tries context parallelism
+MAX_GPUS = 1 << 20  # the layout search's bound (the largest training clusters today: about 10^5 GPUs)
 
 
 def auto_context_degrees(lay, gpus_per_node: int, gpus: int) -> tuple[int, ...]:
@@ -233,6 +236,8 @@ def parallelize(model_spec, *, gpu=None, gpus: int, nodes: int | None = None, ba
     cat = catalog or get_catalog()
     positive("--gpus", gpus)
     positive("--batch-size", batch_size)
+    if gpus > MAX_GPUS:
+        raise ConfigError(f"--gpus {gpus:,} is beyond the {MAX_GPUS:,} GPUs the layout search enumerates")
     if kw.get("max_tp") is not None:
         positive("--max-tp", kw["max_tp"])
     context = kw.get("context") or ()
