@@ -215,7 +215,7 @@ def test_files_and_numbers_a_user_gets_wrong_are_errors_not_tracebacks(capsys, t
     csv = tmp_path / "rows.csv"
     csv.write_text("gpu,op,batch\nP100,dense,1\n")
     cases = [
-        (["trace", str(folder), "-b", "4"], "Is a directory"),
+        (["trace", str(folder), "-b", "4"], "is a folder"),
         (["trace", str(binary), "-b", "4"], "not UTF-8 text"),
         (["eval-layers", str(csv), "--gpu", "P100", "--model", str(csv)], "is not a traincast model file"),
         (["eval-layers", str(csv), "--gpu", "P100", "--model", str(tmp_path)], "is a folder"),

@@ -210,3 +210,88 @@ def test_hf_configs_beyond_any_gpu_are_refused_at_once(tmp_path, capsys, field, 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(dict(HF_CONFIGS[0], **{field: value})))
     assert run_cli(capsys, ["predict", str(path), "--gpu", "A100", "-b", "2", "--seq-len", "16"]) == 2
+
+
+# ---- what a session's hand fuzz of the CLI found (2026-11-28): each a traceback, a hang or an unclear message before
+
+def _err(capsys, args) -> str:
+    with time_limit(LIMIT_S):
+        code = run(args)
+    out = capsys.readouterr()
+    assert code == 2 and "Traceback" not in out.err, (args, code, out.err)
+    lines = out.err.strip().splitlines()
+    assert lines[-1].startswith("error: "), out.err
+    return lines[-1]
+
+
+@pytest.fixture
+def loss_log(tmp_path):
+    p = tmp_path / "loss.csv"
+    p.write_text("step,loss\n" + "".join(f"{k},{2 + 3 * (k / 100 + 1) ** -0.5:.5f}\n" for k in range(10, 2001, 10)))
+    return str(p)
+
+
+@pytest.mark.parametrize("extra", [["--total-steps", "99999999999999999999999"], ["--total-steps", "10000000000000"],
+                                   ["--lr-schedule", "cosine:99999999999999999999999"]])
+def test_converge_over_a_horizon_no_grid_can_hold_is_one_line(capsys, loss_log, extra):
+    assert "at most 20,000,000 steps" in _err(capsys, ["converge", loss_log, "--target-loss", "2.5", *extra])
+
+
+def test_converge_draws_have_an_upper_bound(capsys, loss_log):
+    assert "--draws must be between 10 and 20,000" in _err(capsys, ["converge", loss_log, "--target-loss", "2.5",
+                                                                    "--draws", "100000000"])
+
+
+def test_watch_interval_beyond_a_day_is_refused(capsys, loss_log):
+    assert "--interval is at most a day" in _err(capsys, ["watch", loss_log, "--interval", "1e30", "--total-steps", "100"])
+
+
+@pytest.mark.parametrize("opt", ["--rate-limit", "--compute-per-min"])
+def test_serve_limits_must_be_finite(capsys, opt):
+    assert f"{opt} must be a finite number" in _err(capsys, ["serve", opt, "nan"])
+
+
+def test_serve_token_file_that_is_a_folder_says_so(capsys, tmp_path):
+    msg = _err(capsys, ["serve", "--token-file", str(tmp_path), "--allow-remote", "--host", "0.0.0.0"])
+    assert "is a folder" in msg
+
+
+def test_parallelize_with_an_absurd_gpu_count_answers_at_once(capsys):
+    assert "beyond the 1,048,576 GPUs" in _err(capsys, ["parallelize", "gpt2", "--gpus", "100000000000000", "-b", "8",
+                                                        "--gpu", "A100"])
+
+
+def test_a_name_too_long_for_a_file_is_named_as_such(capsys):
+    msg = _err(capsys, ["predict", "x" * 300, "-b", "1", "--gpu", "A100"])
+    assert "(300 characters) is too long for a file name" in msg
+
+
+@pytest.mark.parametrize("args,what", [(["gpus", "--catalog"], "catalog file"), (["simulate", "-s"], "scenario file")])
+def test_a_binary_file_is_named_in_the_error(capsys, tmp_path, args, what):
+    p = tmp_path / "garbage.yaml"
+    p.write_bytes(bytes(range(128, 256)) * 3)
+    msg = _err(capsys, [*args, str(p)])
+    assert f"{what} '{p}' is not UTF-8 text" in msg
+
+
+def test_a_list_option_names_the_entry_that_is_not_a_number(capsys):
+    msg = _err(capsys, ["parallelize", "gpt2", "--gpus", "8", "-b", "8", "--gpu", "A100", "--micro-batches", "1,x"])
+    assert "list of whole numbers; 'x' is not one" in msg
+
+
+def test_divisors_are_those_of_the_count():
+    from traincast.predict.parallel.search import _divisors
+
+    for n in (1, 2, 12, 36, 97, 1024, 3 * 5 * 7 * 11):
+        assert _divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
+
+
+def test_a_scenarios_bad_value_in_a_union_is_named_by_its_field_not_the_member_class(capsys, tmp_path):
+    doc = {"nodes": 2, "n_jobs": 3, "arrivals": {"mean_interarrival_s": 30}, "deadline": {"factor": [1.5, 3]},
+           "vm_types": [{"name": "box", "gpu": "V100", "gpus": 2, "usd_per_hour": "abc"}],
+           "job_classes": [{"name": "A", "model": "resnet18", "dataset_size": 100, "epochs": 1, "batch_size": 8,
+                            "durations_s": {"V100": {1: 100, 2: 60}}}]}
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    msg = _err(capsys, ["simulate", "--scenario", str(path), "--policy", "fifo", "--replications", "1"])
+    assert "vm_types[0].usd_per_hour: Input should be a valid number (got 'abc')" in msg

@@ -104,3 +104,22 @@ def writable_file(path, option: str = "--out"):
     if not p.parent.is_dir():
         raise ConfigError(f"{option} {str(path)!r}: folder {str(p.parent)!r} does not exist")
     return p
+
+
+def read_text_file(path, what: str = "file") -> str:
+    """The UTF-8 text of a file the user named; a folder, a missing file or bytes that are not UTF-8 text are one
+    clear error naming the file (:class:`DataError`)."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        raise DataError(f"{what} {str(p)!r} is a folder; give a file")
+    try:
+        return p.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{what} {str(p)!r} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{what} {str(p)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise DataError(f"cannot read {what} {str(p)!r}: {exc.strerror or exc}") from None
+

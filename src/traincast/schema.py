@@ -46,9 +46,10 @@ def parse(model: type[BaseModel], data: Any, where: str):
 
 def describe(exc: ValidationError, model: type[BaseModel], where: str) -> str:
     """One line for the most telling error of ``exc``: a mistyped field name first (it is usually also the
-    cause of a 'missing' one), then a wrong value, then a missing field."""
+    cause of a 'missing' one), then a wrong value, then a missing field; of equals, the deepest."""
     order = {"extra_forbidden": 0, "union_tag_invalid": 1, "missing": 3}
-    err = min(exc.errors(include_url=False), key=lambda e: order.get(e.get("type", ""), 2))
+    # among errors of one kind, the deepest: of a union's members, the one the value came closest to matching
+    err = min(exc.errors(include_url=False), key=lambda e: (order.get(e.get("type", ""), 2), -len(e.get("loc", ()))))
     loc = tuple(err.get("loc", ()))
     path = _path(loc, model)
     value = err.get("input")
@@ -91,7 +92,8 @@ def _path(loc: tuple, model: type[BaseModel]) -> str:
             continue
         ann, keep = _step(ann, part)
         if not keep:
-            if isinstance(part, str) and not part.startswith(("function-", "lax-", "strict-")):
+            if (isinstance(part, str) and not part.startswith(("function-", "lax-", "strict-"))
+                    and not (isinstance(ann, type) and part == ann.__name__)):
                 out += f" ({part})"  # the union member by its tag: layers[0] (conv2d).filters
             continue
         if isinstance(part, int):
@@ -139,6 +141,9 @@ def _step(ann, part) -> tuple[Any, bool]:
         if len(members) == 1:  # Optional[X]
             return _step(members[0], part)
         models = [a for a in members if isinstance(a, type) and issubclass(a, BaseModel)]
+        named = next((m for m in members if isinstance(m, type) and part == m.__name__), None)
+        if named is not None:  # pydantic names a union member by its class: a step into it, not a field
+            return named, False
         if len(models) == 1 and not any(typing.get_origin(f.annotation) is Literal for f in models[0].model_fields.values()):
             return _step(models[0], part)  # Optional[Model]: a field of the model
         for arg in typing.get_args(ann):

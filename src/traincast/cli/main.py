@@ -7,6 +7,7 @@ turns every ``TraincastError`` into a one-line message and exit code 2.
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import typer
@@ -63,7 +64,12 @@ def run(argv: list[str] | None = None, the_app: typer.Typer | None = None) -> in
         typer.echo(f"error: a file given is not UTF-8 text ({exc.reason} at byte {exc.start})", err=True)
         return 2
     except OSError as exc:  # a folder where a file was expected, a missing folder to write into, no permission
-        where = f"{exc.filename!s}: " if exc.filename is not None else ""
+        name = str(exc.filename) if exc.filename is not None else None
+        if exc.errno == errno.ENAMETOOLONG and name is not None:  # a long name tried as a path first
+            typer.echo(f"error: {name[:48]!r}... ({len(name)} characters) is too long for a file name and names "
+                       "nothing traincast knows (a model, GPU, job or file)", err=True)
+            return 2
+        where = f"{name}: " if name is not None else ""
         typer.echo(f"error: {where}{exc.strerror or exc}", err=True)
         return 2
     except Exception as exc:  # click's usage errors (typer may vendor its own click)

@@ -76,10 +76,16 @@ def split_list(s: str, what: str, cast=str) -> tuple:
     """A comma-separated option value as a tuple; ConfigError naming the option when it is bad."""
     from traincast.errors import ConfigError
 
-    try:
-        vals = tuple(cast(x.strip()) for x in s.split(",") if x.strip())
-    except ValueError:
-        raise ConfigError(f"{what} must be a comma-separated list, got {s!r}") from None
+    kind = {int: "whole numbers", float: "numbers"}.get(cast, "values")
+    vals = []
+    for x in (x.strip() for x in s.split(",")):
+        if not x:
+            continue
+        try:
+            vals.append(cast(x))
+        except ValueError:
+            raise ConfigError(f"{what} must be a comma-separated list of {kind}; {x!r} is not one (in {s!r})") from None
+    vals = tuple(vals)
     if not vals:
         raise ConfigError(f"{what} is empty")
     return vals

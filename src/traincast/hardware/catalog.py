@@ -16,7 +16,7 @@ import yaml
 from pydantic import Field
 
 from traincast import yamlio
-from traincast.errors import SpecError, UnknownNameError
+from traincast.errors import SpecError, UnknownNameError, read_text_file
 from traincast.hardware.records import GIB, Device, Instance, Link
 from traincast.schema import Document, NonNegativeFloat, PositiveFloat, parse
 
@@ -156,7 +156,7 @@ class Catalog:
             p = Path(path)
             if not p.exists():
                 raise SpecError(f"catalog file {label!r} does not exist")
-            text = p.read_text()
+            text = read_text_file(p, "catalog file")
         self._add_doc(label, _parse_catalog(label, text))
 
     def _add_doc(self, label: str, doc: CatalogFile) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from pydantic import Field
 
-from traincast.errors import ConfigError, SpecError, UnknownNameError
+from traincast.errors import ConfigError, SpecError, UnknownNameError, read_text_file
 from traincast.schema import Document, Fraction, NonNegativeFloat, PositiveFloat, parse
 
 def gpu_key(name: str) -> str:
@@ -173,7 +173,7 @@ def load_scenario(ref: str | Path) -> Scenario:
             what = "is a folder" if path.is_dir() else "does not exist"
             raise SpecError(f"scenario file {str(path)!r} {what}; give a YAML file "
                             f"or one of the built-in scenarios: {', '.join(builtin_scenarios())}")
-        text = path.read_text()
+        text = read_text_file(path, "scenario file")
         where = str(path)
     else:
         names = builtin_scenarios()

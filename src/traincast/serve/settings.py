@@ -64,7 +64,8 @@ def load_tokens(token_file: str | Path | None = None, create: bool = False) -> t
             raise ConfigError(f"cannot read the token file {str(path)!r}: {exc.strerror}") from None
         used = path
     elif explicit:
-        raise ConfigError(f"token file {str(path)!r} does not exist")
+        raise ConfigError(f"token file {str(path)!r} " + ("is a folder; give a file with one token a line"
+                                                          if path.is_dir() else "does not exist"))
     if not toks and create:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

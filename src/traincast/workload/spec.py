@@ -27,7 +27,7 @@ from torch import nn
 
 from pydantic import Field, model_validator
 
-from traincast.errors import SpecError
+from traincast.errors import SpecError, read_text_file
 from traincast.schema import MAX_LAYERS, Document, parse
 from traincast.workload.steps import supervised_step
 
@@ -157,7 +157,7 @@ def load_spec(source: str | Path | dict | LayerSpec) -> LayerSpec:
     path = Path(source)
     if not path.exists():
         raise SpecError(f"spec file {str(path)!r} does not exist")
-    text = path.read_text()
+    text = read_text_file(path, "spec file")
     try:
         if path.suffix == ".json":
             data = json.loads(text)
