@@ -335,6 +335,10 @@ development runs, before any candidate below ran on any evaluation; set j is bei
     within 1 point to the pooled band coverage closest to 70-90%; the baseline is a candidate).
   * Then, once set j is gathered: ``--set public-j --methods traincast --draws 80`` with the winner and with the method
     of the day (only it if the winner is the baseline); both reported whatever they show; nothing changed after.
+    Result (docs/online.md; docs/accuracy/converge_dev_2026-11-28_setj_candidates.txt): pooled from 25% baseline 27.4%
+    (band 80%; 50%: 13.9%), P1 27.7%, P1m 28.1% (ties, lose on the bands), S4 25.6% (50%: 11.1%; cpu 22.3% / 7.7%):
+    S4 wins and is the default (``SKIP_FRAC = 0.4``). Set j, once (16 runs): S4 26.7% from 25% (band 75%), 14.4% from
+    50%; the method before 21.4%, 15.9% (docs/accuracy/converge_public_j_2026-11-28.txt). Set j is then seen.
 
     PYTHONPATH=src .venv/bin/python benchmarks/converge_validation.py [--set cpu|public|public-b|all|public-c|public-d|dense-dev|public-e|public-f|public-f-dev|public-f-test|public-g|public-h|public-i|public-j] [--by steps|points] [--draws 80] [--const NAME=VALUE]
 """

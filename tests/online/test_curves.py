@@ -63,7 +63,10 @@ def test_wsd_cooldown_is_foreseen_before_it_starts():
     assert abs(fc.steps - truth) / truth < 0.12
     assert fc.low <= truth <= fc.high
     blind = forecast_convergence(k[:cut], y[:cut], target, None, T, n_draws=30)
-    assert not math.isfinite(blind.steps) or abs(blind.steps - truth) / truth > 0.15  # no schedule: the drop is not seen
+    # no schedule: the drop is not seen (the target not reached, or reached by few of the sampled curves, or far off)
+    assert (not math.isfinite(blind.steps) or blind.reach_probability < 0.5
+            or abs(blind.steps - truth) / truth > 0.15)
+    assert fc.reach_probability > 0.5
 
 
 def test_annealing_amplitude_is_learnt_when_the_decay_is_seen():
@@ -243,7 +246,7 @@ def test_cross_noise_jitter_is_the_fits_residuals_by_stretches_of_a_bin(monkeypa
     assert on.jitter.shape == on.curves.shape
     kb, _ = C.bin_curve(k[seen][k[seen] >= C.SKIP_FRAC * 2000], y[seen][k[seen] >= C.SKIP_FRAC * 2000])
     width = float(np.median(np.diff(kb)))
-    stretch = np.floor((on.steps - on.current_step) / width)
+    stretch = np.floor((on.steps - on.steps[0]) / width)  # the grid starts at the last bin's step
     for row in on.jitter[:5]:
         for s in np.unique(stretch):
             assert np.ptp(row[stretch == s]) == 0  # one value a stretch
