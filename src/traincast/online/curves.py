@@ -36,7 +36,7 @@ the stable phase swung with them; data that do tell alpha override the prior.
 (Chosen 2026-11-26 on the development sets by the protocol in
 benchmarks/converge_validation.py, over a tighter annealing prior.) Forms are fitted (MAP, the prior as one more residual) in log
 space (relative errors, robust soft-L1) on the binned curve after the first
-20% of the steps seen; each form's draws are randomized-MAP refits (the binned
+40% of the steps seen (``SKIP_FRAC``; 20% until 2026-11-28); each form's draws are randomized-MAP refits (the binned
 curve perturbed by its own residuals, the prior's centre by a prior draw);
 forms are weighted by inverse
 mean-squared error of rolling-origin backtests on the part of the run already
