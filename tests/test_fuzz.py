@@ -295,3 +295,11 @@ def test_a_scenarios_bad_value_in_a_union_is_named_by_its_field_not_the_member_c
     path.write_text(yaml.safe_dump(doc))
     msg = _err(capsys, ["simulate", "--scenario", str(path), "--policy", "fifo", "--replications", "1"])
     assert "vm_types[0].usd_per_hour: Input should be a valid number (got 'abc')" in msg
+
+
+def test_converge_on_a_log_read_in_the_wrong_format_says_why_it_has_no_losses(capsys, loss_log, tmp_path):
+    msg = _err(capsys, ["converge", loss_log, "--target-loss", "2.5", "--format", "jsonl"])
+    assert "could not be read as 'jsonl'" in msg and "check --format" in msg
+    bad = tmp_path / "bad.csv"
+    bad.write_text("step,time,loss\n1,abc,3.0\n2,1.0,nan\n")
+    assert "1 line(s) could not be read as 'csv'; e.g. '1,abc,3.0'" in _err(capsys, ["converge", str(bad), "--target-loss", "2"])

@@ -318,7 +318,13 @@ def register(app: typer.Typer) -> None:
         from traincast.online.converge import converge as _converge
 
         store = None if Path(target).exists() else _job_store(db, target)
-        series, _ = api.open_series(target, fmt, store, total_steps)
+        import numpy as np
+
+        series, parsed = api.open_series(target, fmt, store, total_steps)
+        if parsed is not None and parsed.lines_skipped and not np.isfinite(series.loss).any():
+            shown = f"; e.g. {parsed.skipped_examples[0][:80]!r}" if parsed.skipped_examples else ""
+            raise DataError(f"log {target!r} has no loss values: {parsed.lines_skipped} line(s) could not be read as "
+                            f"{parsed.format!r}{shown}; check --format and that the loss and step columns are numbers")
         if steps_per_epoch is not None:
             series = dataclasses.replace(series, steps_per_epoch=steps_per_epoch or None)
         res = _converge(series, target_loss, lr_schedule, total_steps, form=form, n_draws=n_draws, step_time_s=step_time_s)
@@ -326,8 +332,6 @@ def register(app: typer.Typer) -> None:
         for w in res.warnings:
             typer.echo(f"warning: {w}", err=True)
         if plot_path:
-            import numpy as np
-
             ok = np.isfinite(series.loss)
             plot.plot_forecast(series.steps[ok], series.loss[ok], res.draws, plot_path, fc)
         d = api.converge_dict(res, target)
