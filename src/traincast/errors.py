@@ -122,4 +122,3 @@ def read_text_file(path, what: str = "file") -> str:
         raise DataError(f"{what} {str(p)!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise DataError(f"cannot read {what} {str(p)!r}: {exc.strerror or exc}") from None
-
