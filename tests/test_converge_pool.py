@@ -2,18 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _pool():
-    spec = importlib.util.spec_from_file_location("converge_pool", ROOT / "benchmarks" / "converge_pool.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _row(origin, true, pred, covered, method="traincast", skipped=False):
@@ -21,14 +10,14 @@ def _row(origin, true, pred, covered, method="traincast", skipped=False):
                 skipped=skipped)
 
 
-def test_pooled_median_band_and_early_late_over_files(tmp_path, capsys):
+def test_pooled_median_band_and_early_late_over_files(tmp_path, capsys, benchmark_module):
     a = [_row(0.25, 100, 90, True), _row(0.25, 100, 130, False), _row(0.5, 200, 210, True),
          _row(0.25, 100, 50, True, method="optimus-auto")]  # another method: left out
     b = [_row(0.25, 100, 80, True), dict(origin=0.25, skipped=True, method="traincast")]
     pa, pb = tmp_path / "a.json", tmp_path / "b.json"
     pa.write_text(json.dumps(a))
     pb.write_text(json.dumps(b))
-    pool = _pool()
+    pool = benchmark_module("converge_pool")
     s = pool.summary([r for r in a + b if r["method"] == "traincast" and not r.get("skipped")], 0.25)
     assert s["n"] == 3 and s["median"] == 0.2 and s["early"] == 2 and s["late"] == 1
     assert abs(s["band"] - 2 / 3) < 1e-12 and abs(s["within12"] - 1 / 3) < 1e-12
