@@ -22,6 +22,8 @@ MEMORY_FORMAT_HELP = ("contiguous (PyTorch's default NCHW) | channels_last (NHWC
 SDPA_HELP = ("the fused attention kernel PyTorch's SDPA runs: auto (as current PyTorch picks by GPU: cuDNN's on "
              "Hopper and data-centre Blackwell, flash elsewhere) | flash (PyTorch before it preferred cuDNN's, or "
              "TORCH_CUDNN_SDPA_DEPRIORITIZED=1) | cudnn")
+KV_REPEAT_HELP = ("the model repeats its K/V heads to the query heads before attention (torchtitan's Llama): a "
+                  "ring moves and merges them so")
 HF_TASK_HELP = ("the head of a Hugging Face model where its type has several: causal-lm | masked-lm | seq2seq | "
                 "image-classification | contrastive | ctc | audio-classification | speech-seq2seq | "
                 "image-text-to-text | sequence-classification | ... (one per transformers auto mapping; "
@@ -266,8 +268,7 @@ def register(app: typer.Typer) -> None:
         cp: int = typer.Option(1, "--cp", help="context-parallel degree: the sequence split over cp GPUs"),
         cp_kind: str = typer.Option("ring", "--cp-kind", help=_parallel_names("cp_kind")),
         cp_rotate: str = typer.Option("allgather", "--cp-rotate", help=_parallel_names("cp_rotate")),
-        kv_repeat: bool = typer.Option(False, "--kv-repeat", help="the model repeats its K/V heads to the query "
-                                       "heads before attention (torchtitan's Llama): a ring moves and merges them so"),
+        kv_repeat: bool = typer.Option(False, "--kv-repeat", help=KV_REPEAT_HELP),
         fp8_all_gather: bool = typer.Option(False, "--fp8-all-gather",
                                             help="FSDP/ZeRO-3 gathers the layers' weights in FP8 (FP8 precisions)"),
         fp8_attention: bool = typer.Option(False, "--fp8-attention",

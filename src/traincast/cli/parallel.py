@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from traincast.cli.commands import KERNELS_HELP, MEMORY_FORMAT_HELP, SDPA_HELP
+from traincast.cli.commands import KERNELS_HELP, KV_REPEAT_HELP, MEMORY_FORMAT_HELP, SDPA_HELP, _parallel_names
 from traincast.cli.render import console, dur, print_json, size, split_list, table
 
 MODEL_HELP = ("the model: a zoo name, a Hugging Face config.json or a folder holding one, or a .yaml/.json layer "
@@ -35,10 +35,8 @@ def register(app: typer.Typer) -> None:
         cps: Optional[str] = typer.Option(None, "--cp", help="context-parallel degrees to consider, e.g. 1,2,4,8 "
                                           "(default: 1, and powers of two up to a node for sequences >= 8K)"),
         cp_kinds: str = typer.Option("ring", "--cp-kinds", help="context parallelism to consider: ring, all-to-all"),
-        cp_rotate: str = typer.Option("allgather", "--cp-rotate", help="PyTorch's ring attention, how K/V go round "
-                                      "(its _cp_options.rotate_method): allgather (its default) or alltoall"),
-        kv_repeat: bool = typer.Option(False, "--kv-repeat", help="the model repeats its K/V heads to the query heads "
-                                       "before attention (torchtitan's Llama): a ring moves and merges them so"),
+        cp_rotate: str = typer.Option("allgather", "--cp-rotate", help=_parallel_names("cp_rotate")),
+        kv_repeat: bool = typer.Option(False, "--kv-repeat", help=KV_REPEAT_HELP),
         kernels: str = typer.Option("eager", "--kernels", help=KERNELS_HELP),
         sdpa: str = typer.Option("auto", "--sdpa", help=SDPA_HELP),
         memory_format: str = typer.Option("contiguous", "--memory-format", help=MEMORY_FORMAT_HELP),
