@@ -1128,19 +1128,17 @@ class CompiledOps:
             native = native_depthwise_s(self.dw_work, self.sm_count, self.boost_ghz * self.clock_factor(params), params)
             native = np.where(self.flops > 0, native, 0.0)
         own = native  # ops timed by their own kernels' model (0: the roofline's FLOP rate)
+        # the copy kernels' bandwidth: layout transposes, and the GEMM-family depthwise weight gradient's transforms
+        copy_bw = self.bandwidth_bytes_per_s * params.memory_vector[MEMORY_CLASSES.index("copy")] * params.memory_scale
         if params.dw_cl_on and self.dwcl_work is not None:
             # cuDNN's channels-last depthwise kernels (module doc): the passes modelled by their own time, the others
             # (a pass whose rates are 0) at the FLOP rate; channels-last tensors need no layout transposes
-            copy_bw = (self.bandwidth_bytes_per_s * params.memory_vector[MEMORY_CLASSES.index("copy")]
-                       * params.memory_scale)
             cl, cl_rest = cl_depthwise_s(self.dwcl_work, self.sm_count, self.boost_ghz * self.clock_factor(params),
                                          params, copy_bw)
             cl = np.where((self.flops > 0) & (cl > 0), cl + cl_rest / np.maximum(peak, 1e-30), 0.0)
             own = cl if own is None else np.where(cl > 0, cl, own)  # NCHW (native) and NHWC ops are apart
         if self.transpose_bytes is not None and params.nchw_transpose > 0:
             # NCHW <-> NHWC transposes around each tensor-core convolution: separate copy kernels
-            copy_bw = (self.bandwidth_bytes_per_s * params.memory_vector[MEMORY_CLASSES.index("copy")]
-                       * params.memory_scale)
             tb = self.transpose_bytes if native is None else np.where(native > 0, 0.0, self.transpose_bytes)
             fresh_s = fresh_s + params.nchw_transpose * tb / copy_bw
         if (params.depthwise_call_us or params.depthwise_grad_call_us) and self.dw_call is not None:
