@@ -477,6 +477,38 @@ def wgrad_family_ran(r: dict) -> str:
     return "tiling" if r["dtype"] == "fp32" else "c1k1"
 
 
+def _cl_fit_setup(paths: list[Path], gpu: str, mode: str | None, zero: list[str], need_kernels: bool = False):
+    """What ``--fit-cl`` and ``--fit-wgrad`` fit on: (every row read, the channels-last depthwise rows timed in cuDNN
+    mode ``mode`` (with their kernels' names where ``need_kernels``), the device, its catalog parameters with the
+    ``zero`` ones set to 0, the clock in GHz and the ``conv`` bandwidth the roofline gives it, the dev half, the held
+    half)."""
+    from traincast.hardware.catalog import get_catalog
+    from traincast.predict.roofline import CompiledOps, RooflineParams
+
+    rows = [json.loads(x) for path in paths for x in path.read_text().splitlines() if x.strip()]
+    cl = [r for r in rows if r["key"].startswith("dw") and r.get("format") == "channels_last" and "error" not in r
+          and r.get("cudnn_mode") == mode and (not need_kernels or "kernels" in r)]
+    device = get_catalog().device(gpu)
+    off = RooflineParams.for_device(device).with_values({nm: 0.0 for nm in zero})
+    ghz = device.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], device).clock_factor(off)
+    bw = device.memory_bandwidth_bytes_per_s * off.memory["conv"] * off.memory_scale
+    return (rows, cl, device, off, ghz, bw, [r for r in cl if held_half(r) == 0],
+            [r for r in cl if held_half(r) == 1])
+
+
+def _best_fit(resid, starts):
+    """The least-squares solution (parameters >= 0) of ``resid`` of least cost over the ``starts``."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    best = None
+    for x0 in starts:
+        sol = least_squares(resid, x0, bounds=(0, np.inf), x_scale="jac")
+        if best is None or sol.cost < best.cost:
+            best = sol
+    return best
+
+
 def fit_cl(paths: list[Path], gpu: str, mode: str | None = None) -> int:
     """cuDNN's channels-last depthwise kernels (the protocol above): the 19 ``dw_cl`` parameters by least squares on
     the log of forecast / measured over the dev half of the channels-last rows' passes (each bounded below by its
@@ -485,21 +517,11 @@ def fit_cl(paths: list[Path], gpu: str, mode: str | None = None) -> int:
     pass with it, and of the FLOP-rate roofline without it."""
 
     import numpy as np
-    from scipy.optimize import least_squares
 
-    from traincast.hardware.catalog import get_catalog
-    from traincast.predict.roofline import DW_CL, CompiledOps, RooflineParams, cl_depthwise_s
+    from traincast.predict.roofline import DW_CL, CompiledOps, cl_depthwise_s
 
-    rows = [json.loads(x) for path in paths for x in path.read_text().splitlines() if x.strip()]
-    cl = [r for r in rows if r["key"].startswith("dw") and r.get("format") == "channels_last" and "error" not in r
-          and r.get("cudnn_mode") == mode]
-    device = get_catalog().device(gpu)
     names = [f"dwcl_{k}" for k in DW_CL if k not in WGRAD_FAMILY_RATES]  # the 19 of the protocol
-    off = RooflineParams.for_device(device).with_values({f"dwcl_{k}": 0.0 for k in DW_CL})
-    ghz = device.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], device).clock_factor(off)
-    bw = device.memory_bandwidth_bytes_per_s * off.memory["conv"] * off.memory_scale
-    dev = [r for r in cl if held_half(r) == 0]
-    held = [r for r in cl if held_half(r) == 1]
+    rows, cl, device, off, ghz, bw, dev, held = _cl_fit_setup(paths, gpu, mode, [f"dwcl_{k}" for k in DW_CL])
 
     def table(rs):
         """Per pass of rows ``rs``: kinds, work rows, measured ms, bytes, FLOPs, dtypes."""
@@ -516,13 +538,9 @@ def fit_cl(paths: list[Path], gpu: str, mode: str | None = None) -> int:
         return np.log(model_ms(off.with_vector(names, x), work_d, bytes_d) / ms_d)
 
     # starts: per pass (cycles, tap cycles) FP32 and half, big shares, call costs (us), the reduction (ns/pixel)
-    best = None
-    for scale in (0.3, 1.0, 3.0):
-        x0 = np.array([0.5, 0.2, 0.5, 0.2] * 3) * scale
-        x0 = np.concatenate([x0, [0.5, 0.5, 0.5], [2.0, 2.0, 2.0], [0.01 * scale]])
-        sol = least_squares(resid, x0, bounds=(0, np.inf), x_scale="jac")
-        if best is None or sol.cost < best.cost:
-            best = sol
+    best = _best_fit(resid, [np.concatenate([np.array([0.5, 0.2, 0.5, 0.2] * 3) * scale,
+                                             [0.5, 0.5, 0.5], [2.0, 2.0, 2.0], [0.01 * scale]])
+                             for scale in (0.3, 1.0, 3.0)])
     params = off.with_vector(names, best.x)
     dt_of = {r["dtype"] for r in cl}
     print(f"{len(cl)} channels-last depthwise rows ({', '.join(sorted(dt_of))}) measured on "
@@ -570,24 +588,14 @@ def fit_wgrad(paths: list[Path], gpu: str, mode: str | None = "benchmark") -> in
     row) and the roofline's whole time of the pass with the fit and without it (the FLOP rate)."""
 
     import numpy as np
-    from scipy.optimize import least_squares
 
-    from traincast.hardware.catalog import get_catalog
-    from traincast.predict.roofline import MEMORY_CLASSES, CompiledOps, RooflineParams, cl_depthwise_s
+    from traincast.predict.roofline import MEMORY_CLASSES, CompiledOps, cl_depthwise_s
 
-    rows = [json.loads(x) for path in paths for x in path.read_text().splitlines() if x.strip()]
-    cl = [r for r in rows if r["key"].startswith("dw") and r.get("format") == "channels_last" and "error" not in r
-          and r.get("cudnn_mode") == mode and "kernels" in r]
-    device = get_catalog().device(gpu)
     common = [f"dwcl_{k}" for k in WGRAD_COMMON]
     names = common + [f"dwcl_{k}" for k in WGRAD_FAMILY_RATES]
-    cat = RooflineParams.for_device(device)  # the catalog's forward and input gradient (not used: wgrad rows only)
-    off = cat.with_values({nm: 0.0 for nm in names})
-    ghz = device.boost_clock_mhz / 1e3 * CompiledOps.from_arrays([1.0], [1.0], ["conv"], device).clock_factor(off)
-    bw = device.memory_bandwidth_bytes_per_s * off.memory["conv"] * off.memory_scale
+    # the catalog's forward and input gradient kept (not used: weight-gradient rows only)
+    rows, cl, device, off, ghz, bw, dev, held = _cl_fit_setup(paths, gpu, mode, names, need_kernels=True)
     copy_bw = device.memory_bandwidth_bytes_per_s * off.memory_vector[MEMORY_CLASSES.index("copy")] * off.memory_scale
-    dev = [r for r in cl if held_half(r) == 0]
-    held = [r for r in cl if held_half(r) == 1]
 
     def table(rs, by):
         """Weight-gradient work rows (family by the rule, by the kernels that ran, or all common), measured ms,
@@ -601,13 +609,7 @@ def fit_wgrad(paths: list[Path], gpu: str, mode: str | None = "benchmark") -> in
         return np.maximum(cl_depthwise_s(work, device.sm_count, ghz, params, copy_bw)[0], nbytes / bw) * 1e3
 
     def solve(nms, work, ms, nbytes, starts):
-        best = None
-        for x0 in starts:
-            sol = least_squares(lambda x: np.log(model_ms(off.with_vector(nms, x), work, nbytes) / ms), x0,
-                                bounds=(0, np.inf), x_scale="jac")
-            if best is None or sol.cost < best.cost:
-                best = sol
-        return best
+        return _best_fit(lambda x: np.log(model_ms(off.with_vector(nms, x), work, nbytes) / ms), starts)
 
     def starts(n):
         """Starts, as ``--fit-cl``'s: rates (cycles, tap cycles) FP32 and half, big share, call us, reduction ns,
